@@ -1,0 +1,157 @@
+"""Analysis of measurement tables: throughput, % of peak, bandwidth, speedups, scaling.
+
+Each function takes a DataFrame (a bundle's measurements, or several merged) and returns a new
+one; nothing here re-runs a kernel. The CLI, the reports and the app all call these.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from faprof.problem import AttentionProblem
+
+#: Row statuses, in the order tables sort them.
+STATUSES = ("ok", "wrong", "failed", "unsupported", "skipped")
+
+#: Statuses that carry a timing (a wrong variant is still timed, and flagged).
+TIMED = ("ok", "wrong")
+
+
+def peak_for(env: dict[str, Any], dtype: str, compute: str) -> tuple[float | None, str]:
+    """The peak TFLOP/s used for '% of peak' on this run's GPU, and a label saying which one."""
+    from faprof import gpus
+
+    name = env.get("gpu_name")
+    if not name:
+        return None, "no GPU"
+    spec = gpus.lookup(name)
+    if spec is None:
+        return None, "unknown GPU: measured figures only"
+    return gpus.peak_tflops(spec, dtype, compute)
+
+
+def bandwidth_for(env: dict[str, Any]) -> float | None:
+    from faprof import gpus
+
+    name = env.get("gpu_name")
+    spec = gpus.lookup(name) if name else None
+    return getattr(spec, "mem_bw_gbs", None) if spec else None
+
+
+def derive(problem: AttentionProblem, variant, row: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
+    """Work counts and rates for one measured row: FLOPs, TFLOP/s, GB/s, % of peak, footprints."""
+    out: dict[str, Any] = {
+        "flops": problem.flops(),
+        "min_bytes": problem.min_bytes(),
+        "footprint_standard_bytes": problem.footprint_bytes("standard"),
+        "footprint_flash_bytes": problem.footprint_bytes("flash"),
+        "tokens": problem.tokens(),
+    }
+    ms = row.get("median_ms")
+    if ms is None or not isinstance(ms, int | float) or math.isnan(ms) or ms <= 0:
+        return out
+    out["tflops"] = problem.flops() / (ms * 1e-3) / 1e12
+    out["gbps"] = problem.min_bytes() / (ms * 1e-3) / 1e9
+    out["tokens_per_s"] = problem.tokens() / (ms * 1e-3)
+    if row.get("device") == "cuda":
+        peak, label = peak_for(env, problem.dtype, variant.compute)
+        out["peak_tflops"], out["peak_label"] = peak, label
+        if peak:
+            out["pct_peak"] = 100.0 * out["tflops"] / peak
+        bw = bandwidth_for(env)
+        if bw:
+            out["mem_bw_gbs"] = bw
+            out["pct_bw"] = 100.0 * out["gbps"] / bw
+        ceil = (env.get("ceilings") or {})
+        key = f"matmul_{problem.dtype}_tflops" if variant.compute == "tensor" and problem.dtype in ("fp16", "bf16") else "matmul_fp32_tflops"
+        if ceil.get(key):
+            out["pct_measured_ceiling"] = 100.0 * out["tflops"] / ceil[key]
+            out["measured_ceiling_tflops"] = ceil[key]
+    return out
+
+
+def with_speedups(df: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """Add `speedup` = baseline median / row median, per (run, shape_id); >1 means faster than the baseline.
+
+    Only timed rows of the baseline count; rows without a timed baseline get NaN.
+    """
+    if df.empty:
+        return df.assign(speedup=pd.Series(dtype=float))
+    keys = ["shape_id"] + (["run_id"] if "run_id" in df.columns else [])
+    base = df[(df["variant"] == baseline) & df["status"].isin(TIMED)][[*keys, "median_ms"]]
+    base = base.rename(columns={"median_ms": "baseline_ms"})
+    out = df.drop(columns=[c for c in ("baseline_ms", "speedup") if c in df.columns]).merge(base, on=keys, how="left")
+    out["speedup"] = out["baseline_ms"] / out["median_ms"]
+    out.loc[~out["status"].isin(TIMED), "speedup"] = float("nan")
+    return out
+
+
+def ranking(df: pd.DataFrame) -> pd.DataFrame:
+    """Variants ranked by median TFLOP/s over the timed rows (for README-style tables)."""
+    t = df[df["status"].isin(TIMED)]
+    if t.empty:
+        return pd.DataFrame()
+    agg = t.groupby("variant").agg(
+        rows=("shape_id", "count"), median_tflops=("tflops", "median"), max_tflops=("tflops", "max"),
+        median_pct_peak=("pct_peak", "median") if "pct_peak" in t else ("tflops", "size"),
+        median_speedup=("speedup", "median") if "speedup" in t else ("tflops", "size"),
+        wrong=("status", lambda s: int((s == "wrong").sum())),
+    )
+    return agg.sort_values("median_tflops", ascending=False).reset_index()
+
+
+def scaling(df: pd.DataFrame, variant: str, axis: str = "B") -> pd.DataFrame:
+    """Strong/weak scaling as in report 002: throughput over an axis relative to its smallest value.
+
+    For each group of rows that differ only in `axis`, speedup vs smallest = (work/time) ratio and
+    efficiency = speedup / (axis ratio).
+    """
+    t = df[(df["variant"] == variant) & df["status"].isin(TIMED)].copy()
+    if t.empty:
+        return pd.DataFrame()
+    others = [c for c in ("B", "H", "Sq", "Sk", "D", "dtype", "causal", "direction") if c != axis]
+    rows = []
+    for _, g in t.groupby(others):
+        if len(g) < 2:
+            continue
+        g = g.sort_values(axis)
+        base = g.iloc[0]
+        for _, r in g.iterrows():
+            ratio = r[axis] / base[axis]
+            thr_speedup = (r["flops"] / r["median_ms"]) / (base["flops"] / base["median_ms"])
+            rows.append({**{c: r[c] for c in others}, axis: r[axis], "median_ms": r["median_ms"],
+                         "throughput_vs_smallest": thr_speedup, "efficiency_pct": 100 * thr_speedup / ratio})
+    return pd.DataFrame(rows)
+
+
+def fwd_bwd_table(df: pd.DataFrame, variant: str) -> pd.DataFrame:
+    """Report 002's 'Forward | Backward | ratio | total' table from fwd and bwd rows of one variant."""
+    t = df[(df["variant"] == variant) & df["status"].isin(TIMED)]
+    if t.empty:
+        return pd.DataFrame()
+    cols = ["B", "H", "Sq", "Sk", "D", "dtype", "causal"]
+    f = t[t["direction"] == "fwd"][[*cols, "median_ms"]].rename(columns={"median_ms": "fwd_ms"})
+    b = t[t["direction"] == "bwd"][[*cols, "median_ms"]].rename(columns={"median_ms": "bwd_ms"})
+    fb = t[t["direction"] == "fwd_bwd"][[*cols, "median_ms"]].rename(columns={"median_ms": "fwd_bwd_ms"})
+    out = f.merge(b, on=cols, how="inner").merge(fb, on=cols, how="left")
+    out["bwd_over_fwd"] = out["bwd_ms"] / out["fwd_ms"]
+    return out
+
+
+def memory_table(df: pd.DataFrame, standard: str = "torch_standard", flash: str = "sdpa_flash") -> pd.DataFrame:
+    """Report 002's memory table: measured peak extra memory of a standard and a flash variant per
+    sequence length, beside the analytic footprints, and the reduction factor."""
+    t = df[df["status"].isin(TIMED) & df["variant"].isin([standard, flash])]
+    if t.empty or "extra_mem_bytes" not in t:
+        return pd.DataFrame()
+    cols = ["B", "H", "Sq", "Sk", "D", "dtype", "causal", "direction"]
+    piv = t.pivot_table(index=cols, columns="variant", values="extra_mem_bytes", aggfunc="first").reset_index()
+    an = t.drop_duplicates(cols)[[*cols, "footprint_standard_bytes", "footprint_flash_bytes"]]
+    out = piv.merge(an, on=cols, how="left")
+    if standard in out and flash in out:
+        out["measured_reduction"] = out[standard] / out[flash]
+    out["analytic_reduction"] = out["footprint_standard_bytes"] / out["footprint_flash_bytes"]
+    return out

@@ -1,0 +1,312 @@
+"""The `faprof` command line: a thin shell over the stages (parse, call, print with rich)."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from faprof import __version__
+from faprof.errors import FaprofError
+
+console = Console()
+err_console = Console(stderr=True)
+
+_STATUS_STYLE = {"ok": "green", "wrong": "bold red", "failed": "bold red", "unsupported": "yellow", "skipped": "dim"}
+
+
+class FaprofGroup(click.Group):
+    """Prints FaprofError as a one-line message (no traceback) and exits with code 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except FaprofError as e:
+            err_console.print(f"[bold red]error:[/] {e}")
+            sys.exit(2)
+
+
+@click.group(cls=FaprofGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="faprof")
+def main() -> None:
+    """Profile FlashAttention-style kernels and explain why one is slower than another.
+
+    \b
+    Typical use:
+      faprof profile --scenario l4_causal          # measure, write a run bundle, print a table
+      faprof list                                  # scenarios, variants, GPUs
+      faprof doctor                                # what this machine can do
+      faprof export runs/<run> --csv out/          # tables as CSV
+    """
+
+
+# --------------------------------------------------------------------------- helpers
+def _fmt(x: Any, spec: str = ".3g", empty: str = "") -> str:
+    if x is None:
+        return empty
+    try:
+        if isinstance(x, float) and math.isnan(x):
+            return empty
+        return format(x, spec)
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def results_table(df, baseline: str, title: str | None = None) -> Table:
+    """The profile table: variant, shape, status, median ms, TFLOP/s, % of peak, speedup, max error."""
+    t = Table(title=title, show_lines=False, header_style="bold")
+    for col, just in (("variant", "left"), ("shape", "left"), ("status", "left"), ("median ms", "right"),
+                      ("±95% CI", "right"), ("TFLOP/s", "right"), ("% peak", "right"),
+                      (f"vs {baseline}", "right"), ("max err", "right"), ("ref", "left")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for _, r in df.iterrows():
+        status = r["status"]
+        ci = ""
+        if r.get("ci95_high_ms") is not None and not _isnan(r.get("ci95_high_ms")):
+            ci = _fmt((r["ci95_high_ms"] - r["ci95_low_ms"]) / 2, ".2g")
+        speed = r.get("speedup")
+        t.add_row(
+            r["variant"], _shape_label(r), f"[{_STATUS_STYLE.get(status, '')}]{status}[/]",
+            _fmt(r.get("median_ms"), ".4g"), ci, _fmt(r.get("tflops"), ".3g"), _fmt(r.get("pct_peak"), ".1f"),
+            (_fmt(speed, ".2f") + "x") if speed is not None and not _isnan(speed) else "",
+            _fmt(r.get("max_abs_err"), ".1e"), _ref_short(r.get("reference")),
+        )
+    return t
+
+
+def _isnan(x: Any) -> bool:
+    return isinstance(x, float) and math.isnan(x)
+
+
+def _ref_short(ref: Any) -> str:
+    if not ref or _isnan(ref):
+        return ""
+    return {"cpu_ref fp64": "cpu64", "gpu fp32": "gpu32"}.get(ref, str(ref))
+
+
+def _shape_label(r) -> str:
+    s = f"S={r['Sq']}" if r["Sq"] == r["Sk"] else f"Sq={r['Sq']},Sk={r['Sk']}"
+    mask = " causal" if r["causal"] else ""
+    d = "" if r["direction"] == "fwd" else f" {r['direction']}"
+    return f"B={r['B']} H={r['H']} {s} D={r['D']} {r['dtype']}{mask}{d}"
+
+
+def _print_reasons(df) -> None:
+    bad = df[~df["status"].isin(["ok"])]
+    if bad.empty:
+        return
+    seen = set()
+    for _, r in bad.iterrows():
+        key = (r["variant"], r["status"], r["reason"])
+        if key in seen:
+            continue
+        seen.add(key)
+        style = _STATUS_STYLE.get(r["status"], "")
+        console.print(f"  [{style}]{r['status']}[/] {r['variant']}: {r['reason']}")
+
+
+# ----------------------------------------------------------------------------- profile
+@main.command()
+@click.option("--scenario", "-s", "scenario", help="Scenario name (see `faprof list scenarios`) or path to a .toml file.")
+@click.option("--variants", "-v", "variant_list", help="Comma-separated variant names to run instead of the scenario's ('all' for every variant).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"), show_default=True,
+              help="Folder that receives the run bundle.")
+@click.option("--resume", "resume", type=click.Path(path_type=Path), help="Finish an interrupted run bundle instead of starting a new one.")
+@click.option("--ncu", type=click.Choice(["none", "basic", "detailed", "full"]), help="Collect Nsight Compute metrics with this section set.")
+@click.option("--nsys/--no-nsys", default=None, help="Capture an Nsight Systems timeline.")
+@click.option("--budget", type=float, help="Timing budget per variant and shape, in seconds (overrides the scenario).")
+@click.option("--user-variants", "user_variants", multiple=True, help="A .py file or module registering extra variants (repeatable).")
+@click.option("--no-isolate", is_flag=True, help="Run variants in this process instead of a worker (no fault containment).")
+@click.option("--timeout", "task_timeout", type=float, default=600.0, show_default=True, help="Seconds before a variant counts as hung.")
+def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resume: Path | None, ncu: str | None,
+            nsys: bool | None, budget: float | None, user_variants: tuple[str, ...], no_isolate: bool, task_timeout: float) -> None:
+    """Measure a scenario's variants on its problems and write a run bundle.
+
+    Each variant is checked against a reference before it is timed. Rows are written as they
+    finish; an interrupted run is completed with --resume.
+    """
+    from faprof import analysis, runner
+    from faprof.scenarios import load_scenario
+    from faprof.store import Bundle
+
+    if not scenario and not resume:
+        raise FaprofError("give --scenario NAME|PATH (see `faprof list scenarios`) or --resume RUN")
+    options = runner.ProfileOptions(
+        variants=[v.strip() for v in variant_list.split(",") if v.strip()] if variant_list else None,
+        out_dir=out_dir, ncu=ncu, nsys=nsys, isolate=not no_isolate, task_timeout_s=task_timeout,
+        user_variants=list(user_variants), settings_overrides={"budget_s": budget} if budget else {},
+    )
+    if scenario and not resume:
+        load_scenario(scenario)  # validate before any work starts
+    state: dict[str, Any] = {}
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[current]}"), console=console, transient=False) as bar:
+        task_id = bar.add_task("profiling", total=None, current="")
+
+        def on(event: str, info: dict[str, Any]) -> None:
+            if event == "status":
+                bar.update(task_id, current=info["message"])
+            elif event == "bundle":
+                state["path"] = info["path"]
+                bar.console.print(f"bundle: {info['path']}")
+            elif event == "start":
+                bar.update(task_id, total=info["total"], completed=info["done"], current="")
+            elif event == "row":
+                bar.advance(task_id)
+                bar.update(task_id, current=f"{info['variant']} {info['label']} -> {info['status']}")
+            elif event in ("warning", "nsight"):
+                bar.console.print(f"[yellow]{info.get('message', '')}[/]")
+                if event == "nsight":
+                    bar.update(task_id, current=info.get("message", ""))
+
+        try:
+            bundle = runner.profile(scenario or "", options, progress=on, resume=resume)
+        except KeyboardInterrupt:
+            path = state.get("path")
+            err_console.print(f"\n[bold yellow]interrupted[/]: finished rows are kept in {path}; "
+                              f"complete the run with `faprof profile --resume {path}`")
+            sys.exit(130)
+    m = bundle.manifest()
+    df = analysis.with_speedups(bundle.measurements(), m["scenario"]["baseline"])
+    env = m.get("env", {})
+    gpu = env.get("gpu_name") or "no GPU (CPU only)"
+    console.print(results_table(df, m["scenario"]["baseline"], title=f"{m['scenario']['name']} on {gpu}"))
+    _print_reasons(df)
+    counts = df["status"].value_counts().to_dict()
+    console.print("status: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
+    console.print(f"bundle: [bold]{bundle.path}[/]")
+
+
+# -------------------------------------------------------------------------------- list
+@main.command(name="list")
+@click.argument("what", type=click.Choice(["all", "scenarios", "variants", "gpus"]), default="all")
+@click.option("--hidden", is_flag=True, help="Also list test-only variants.")
+def list_cmd(what: str, hidden: bool) -> None:
+    """List scenarios, variants and known GPUs."""
+    if what in ("all", "scenarios"):
+        from faprof.scenarios import list_scenarios, load_scenario
+
+        t = Table(title="scenarios", header_style="bold")
+        for c in ("name", "problems", "baseline", "description"):
+            t.add_column(c)
+        for name in list_scenarios():
+            try:
+                s = load_scenario(name)
+                t.add_row(name, str(len(s.problems)), s.baseline, s.description)
+            except FaprofError as e:
+                t.add_row(name, "", "", f"[red]invalid: {e}[/]")
+        console.print(t)
+    if what in ("all", "variants"):
+        from faprof.variants import all_variants
+
+        t = Table(title="variants", header_style="bold")
+        for c in ("name", "kind", "device", "dtypes", "directions", "description"):
+            t.add_column(c)
+        for v in all_variants(include_hidden=hidden):
+            t.add_row(v.name, v.kind, v.device, ",".join(v.dtypes), ",".join(v.directions), v.description)
+        console.print(t)
+    if what in ("all", "gpus"):
+        from faprof import gpus
+
+        df = gpus.as_dataframe()
+        t = Table(title="GPUs (datasheet figures; dense tensor rates, fp32 accumulate)", header_style="bold")
+        cols = [("name", "GPU"), ("cc", "CC"), ("sms", "SMs"), ("mem_bw_gbs", "GB/s"), ("l2_mb", "L2 MB"),
+                ("fp32_tflops", "fp32"), ("fp16_tensor_tflops", "fp16 TC"), ("bf16_tensor_tflops", "bf16 TC")]
+        for _, label in cols:
+            t.add_column(label)
+        for _, r in df.iterrows():
+            t.add_row(*[_fmt(r[c], "g") for c, _ in cols])
+        console.print(t)
+
+
+# ------------------------------------------------------------------------------ doctor
+@main.command()
+def doctor() -> None:
+    """Check this machine: Python, torch and its CUDA, GPU, nvcc, ninja (and the Nsight tools)."""
+    from faprof import doctor as doc
+
+    checks = doc.run_checks()
+    t = Table(title="faprof doctor", header_style="bold")
+    for c in ("check", "status", "detail"):
+        t.add_column(c)
+    style = {"ok": "green", "warn": "yellow", "fail": "red", "info": "cyan"}
+    for c in checks:
+        t.add_row(c.name, f"[{style[c.status]}]{c.status}[/]", c.detail)
+    console.print(t)
+    for c in checks:
+        if c.hint and c.status in ("warn", "fail"):
+            console.print(f"[{style[c.status]}]{c.name}[/]: {c.hint}")
+
+
+# ------------------------------------------------------------------------------ export
+@main.command()
+@click.argument("run")
+@click.option("--csv", "csv_dir", type=click.Path(file_okay=False, path_type=Path), required=True, help="Folder for the CSV files.")
+@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
+def export(run: str, csv_dir: Path, runs_dir: Path) -> None:
+    """Write a run bundle's tables as CSV files (and its manifest as JSON)."""
+    from faprof.store import export_csv, resolve_run
+
+    bundle = resolve_run(run, runs_dir)
+    for p in export_csv(bundle, csv_dir):
+        console.print(f"wrote {p}")
+
+
+# ------------------------------------------------------------------------------- build
+@main.command()
+@click.option("--arch", default="sm_80,sm_89,sm_90", show_default=True, help="Comma-separated archs to compile for with nvcc (no GPU needed).")
+@click.option("--load", "do_load", is_flag=True, help="Also JIT-build and load the torch extension for the GPU present, printing cold/warm times.")
+def build(arch: str, do_load: bool) -> None:
+    """Compile the kernels with nvcc and print ptxas' resource usage and the occupancy it implies."""
+    try:
+        from faprof import build as b
+    except ImportError as e:  # pragma: no cover
+        raise FaprofError(f"the kernel build module is missing: {e}") from None
+    if shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists():
+        raise FaprofError("nvcc was not found: install the CUDA toolkit (or put nvcc on PATH) to compile the kernels")
+    archs = tuple(a.strip() for a in arch.split(",") if a.strip())
+    with console.status(f"compiling kernels/*.cu for {', '.join(archs)}"):
+        df = b.resource_report(archs=archs)
+    t = Table(title="ptxas resource usage and theoretical occupancy", header_style="bold")
+    cols = [c for c in ("file", "kernel", "arch", "registers", "smem_static", "dyn_smem", "stack", "spill_stores",
+                        "spill_loads", "threads", "blocks_per_sm", "occupancy_pct", "limiter") if c in df.columns]
+    for c in cols:
+        t.add_column(c)
+    for _, r in df.iterrows():
+        t.add_row(*[_fmt(r[c], "g") for c in cols])
+    console.print(t)
+    if do_load:
+        for _ in range(2):
+            info = b.load()
+            console.print(f"extension {'built (cold)' if info.cold else 'loaded from cache (warm)'} in {info.seconds:.1f} s "
+                          f"for {info.arch} at {info.build_dir}")
+
+
+# ------------------------------------------------------------------------------ report
+@main.command()
+@click.argument("run")
+@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
+def show(run: str, runs_dir: Path) -> None:
+    """Print a run bundle's table again (RUN: a folder, a run id prefix, or 'latest')."""
+    from faprof import analysis
+    from faprof.store import resolve_run
+
+    bundle = resolve_run(run, runs_dir)
+    m = bundle.manifest()
+    df = analysis.with_speedups(bundle.measurements(), m["scenario"]["baseline"])
+    if df.empty:
+        raise FaprofError(f"{bundle.path} has no measurements yet (status: {m.get('status')})")
+    gpu = m.get("env", {}).get("gpu_name") or "no GPU (CPU only)"
+    console.print(results_table(df, m["scenario"]["baseline"], title=f"{m['scenario']['name']} on {gpu} ({m.get('status')})"))
+    _print_reasons(df)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

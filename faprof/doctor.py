@@ -1,0 +1,78 @@
+"""`faprof doctor`: what this machine can do, and what to install when something is missing."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    """'ok', 'warn', 'fail' or 'info'."""
+    detail: str
+    hint: str = ""
+
+
+def _version(cmd: list[str]) -> str | None:
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (r.stdout or r.stderr).strip() if r.returncode == 0 else None
+
+
+def run_checks() -> list[Check]:
+    checks: list[Check] = []
+    py_ok = sys.version_info >= (3, 11)
+    checks.append(Check("python", "ok" if py_ok else "fail", sys.version.split()[0],
+                        "" if py_ok else "faprof needs Python 3.11 or newer"))
+    try:
+        import torch
+
+        checks.append(Check("torch", "ok", f"{torch.__version__} (CUDA {torch.version.cuda or 'none: CPU build'})"))
+        if torch.cuda.is_available():
+            p = torch.cuda.get_device_properties(0)
+            checks.append(Check("gpu", "ok", f"{p.name}, CC {p.major}.{p.minor}, {p.multi_processor_count} SMs, "
+                                             f"{p.total_memory / 2**30:.0f} GiB"))
+            from faprof import gpus
+
+            spec = gpus.lookup(p.name)
+            checks.append(Check("gpu database", "ok" if spec else "warn",
+                                spec.name if spec else f"{p.name} is not in faprof's GPU database",
+                                "" if spec else "% of peak will be blank: only measured figures are shown for this GPU"))
+        else:
+            hint = ("this torch is a CPU build: install a CUDA build of torch" if not torch.version.cuda
+                    else "torch has CUDA but sees no GPU: check the driver (nvidia-smi)")
+            checks.append(Check("gpu", "warn", "no CUDA GPU visible to torch", hint + "; CPU variants still run"))
+    except ImportError:
+        checks.append(Check("torch", "fail", "not installed", "pip install torch"))
+    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)
+    if nvcc:
+        out = _version([nvcc, "--version"]) or ""
+        rel = next((ln.split("release")[-1].strip() for ln in out.splitlines() if "release" in ln), out[-60:])
+        checks.append(Check("nvcc", "ok", f"{nvcc} ({rel})"))
+    else:
+        checks.append(Check("nvcc", "warn", "not found", "install the CUDA toolkit to build the CUDA kernel variants"))
+    ninja = shutil.which("ninja")
+    if ninja is None:
+        try:
+            import ninja as _ninja  # noqa: F401
+
+            ninja = str(Path(_ninja.BIN_DIR) / "ninja")
+        except ImportError:
+            pass
+    checks.append(Check("ninja", "ok" if ninja else "warn", ninja or "not found",
+                        "" if ninja else "pip install ninja (torch's JIT builds need it)"))
+    for mod, label in (("faprof.nsight.ncu", "ncu"), ("faprof.nsight.nsys", "nsys")):
+        try:
+            m = __import__(mod, fromlist=["doctor_checks"])
+            if hasattr(m, "doctor_checks"):
+                checks.extend(m.doctor_checks())
+        except ImportError:
+            checks.append(Check(label, "info", "Nsight integration not present in this faprof"))
+    return checks

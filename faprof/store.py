@@ -1,0 +1,285 @@
+"""Run bundles: the one storage format. Write as you go, read, list, merge, export.
+
+A bundle is a folder `runs/<UTC timestamp>_<gpu-slug>_<scenario>/` holding:
+
+- `manifest.json`: environment, settings, the scenario as run, status, and the run's log;
+- `measurements.parquet`: one row per (variant, problem);
+- Nsight tables when collected: `ncu_metrics.parquet`, `ncu_summary.parquet`, `stalls.parquet`,
+  `roofline.parquet`, `nsys_kernels.parquet`, `nsys_summary.parquet`, and raw files under `raw/`.
+
+Rows are written as they finish: every append rewrites the table to a temporary file and renames
+it over the old one, so a crash or Ctrl-C leaves the last complete table, never a torn one. A new
+run never writes into an existing folder; `--resume` adds the missing rows to an unfinished one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from faprof.errors import FaprofError
+
+MANIFEST = "manifest.json"
+MEASUREMENTS = "measurements.parquet"
+SCHEMA_VERSION = 1
+
+#: Tables a bundle may hold, by file stem.
+TABLES = ("measurements", "ncu_metrics", "ncu_summary", "stalls", "roofline", "nsys_kernels", "nsys_summary")
+
+
+def utc_stamp(now: datetime | None = None) -> str:
+    return (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+
+
+def slugify(text: str) -> str:
+    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return s or "unknown"
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _atomic_write_parquet(df: pd.DataFrame, path: Path) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        df.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, Path):
+        return str(x)
+    if isinstance(x, float) and x != x:
+        return None
+    return x
+
+
+@dataclass
+class Bundle:
+    """A run bundle on disk."""
+
+    path: Path
+
+    # ------------------------------------------------------------ creation
+    @classmethod
+    def create(cls, out_dir: Path, scenario: str, gpu_name: str, manifest: dict[str, Any],
+               now: datetime | None = None) -> Bundle:
+        """Make a new bundle folder (never reusing an existing one) and write its manifest."""
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        base = f"{utc_stamp(now)}_{slugify(gpu_name)}_{slugify(scenario)}"
+        path = out_dir / base
+        i = 1
+        while True:
+            try:
+                path.mkdir()
+                break
+            except FileExistsError:
+                i += 1
+                path = out_dir / f"{base}-{i}"
+        b = cls(path)
+        manifest = {"schema_version": SCHEMA_VERSION, "run_id": path.name, "status": "running",
+                    "created_utc": utc_stamp(now), **manifest}
+        b.write_manifest(manifest)
+        return b
+
+    @classmethod
+    def open(cls, path: str | Path) -> Bundle:
+        """Open an existing bundle; a FaprofError says what is wrong if it is not one."""
+        p = Path(path)
+        if p.is_file() and p.suffix in (".gz", ".tgz", ".tar"):
+            raise FaprofError(f"{p} is an archive; unpack it first (tar xf) or load it in the dashboard")
+        if not p.is_dir():
+            raise FaprofError(f"run bundle {p} does not exist (give the folder printed by `faprof profile`)")
+        if not (p / MANIFEST).exists():
+            raise FaprofError(f"{p} is not a faprof run bundle: it has no {MANIFEST}")
+        return cls(p)
+
+    # ------------------------------------------------------------ manifest
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / MANIFEST
+
+    def manifest(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.manifest_path.read_text())
+        except json.JSONDecodeError as e:
+            raise FaprofError(f"{self.manifest_path} is not valid JSON ({e}); the bundle is damaged") from None
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        _atomic_write_bytes(self.manifest_path, json.dumps(_jsonable(manifest), indent=2, sort_keys=False).encode())
+
+    def update_manifest(self, **changes: Any) -> dict[str, Any]:
+        m = self.manifest()
+        m.update(changes)
+        self.write_manifest(m)
+        return m
+
+    def log(self, message: str) -> None:
+        """Append a timestamped line to the manifest's log (what happened, for the record)."""
+        m = self.manifest()
+        m.setdefault("log", []).append(f"{utc_stamp()} {message}")
+        self.write_manifest(m)
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    # -------------------------------------------------------------- tables
+    def table_path(self, name: str) -> Path:
+        return self.path / f"{name}.parquet"
+
+    def has(self, name: str) -> bool:
+        return self.table_path(name).exists()
+
+    def read(self, name: str) -> pd.DataFrame:
+        """A table of the bundle; an empty frame when it was not collected."""
+        p = self.table_path(name)
+        if not p.exists():
+            return pd.DataFrame()
+        return pd.read_parquet(p)
+
+    def write(self, name: str, df: pd.DataFrame) -> None:
+        _atomic_write_parquet(df, self.table_path(name))
+
+    def measurements(self) -> pd.DataFrame:
+        return self.read("measurements")
+
+    def append_measurement(self, row: dict[str, Any]) -> None:
+        """Add one finished row (replacing an earlier row of the same variant and shape_id)."""
+        df = self.measurements()
+        new = pd.DataFrame([_flatten_row(row)])
+        if not df.empty:
+            keep = ~((df["variant"] == row["variant"]) & (df["shape_id"] == row["shape_id"]))
+            df = pd.concat([df[keep], new], ignore_index=True)
+        else:
+            df = new
+        self.write("measurements", df)
+
+    def done_keys(self) -> set[tuple[str, str]]:
+        """(variant, shape_id) pairs that have a final row (anything but an interrupted one)."""
+        df = self.measurements()
+        if df.empty:
+            return set()
+        return set(zip(df["variant"], df["shape_id"], strict=True))
+
+    def raw_dir(self) -> Path:
+        d = self.path / "raw"
+        d.mkdir(exist_ok=True)
+        return d
+
+    def archive(self, dest: Path, include_raw: bool = True) -> Path:
+        """Pack the bundle into a .tar.gz (for upload in the dashboard or sharing)."""
+        dest = Path(dest)
+        with tarfile.open(dest, "w:gz") as tar:
+            for p in sorted(self.path.rglob("*")):
+                if p.is_file() and (include_raw or "raw" not in p.relative_to(self.path).parts):
+                    tar.add(p, arcname=str(Path(self.run_id) / p.relative_to(self.path)))
+        return dest
+
+
+def _flatten_row(row: dict[str, Any]) -> dict[str, Any]:
+    """Nested fields (per-tensor errors) are stored as JSON text; lists stay lists."""
+    out = {}
+    for k, v in row.items():
+        if isinstance(v, dict):
+            out[k] = json.dumps(_jsonable(v))
+        else:
+            out[k] = v
+    return out
+
+
+def find_bundles(root: str | Path) -> list[Bundle]:
+    """Every bundle under `root` (the folder itself if it is one), newest first."""
+    root = Path(root)
+    if (root / MANIFEST).exists():
+        return [Bundle(root)]
+    if not root.is_dir():
+        return []
+    found = [Bundle(p.parent) for p in root.rglob(MANIFEST)]
+    return sorted(found, key=lambda b: b.run_id, reverse=True)
+
+
+def resolve_run(spec: str | Path, runs_dir: str | Path = "runs") -> Bundle:
+    """A bundle from a path, or a run id / unique prefix under `runs_dir`, or 'latest'."""
+    p = Path(spec)
+    if p.exists():
+        return Bundle.open(p)
+    candidates = find_bundles(runs_dir)
+    if str(spec) == "latest":
+        if not candidates:
+            raise FaprofError(f"no run bundles under {runs_dir}; run `faprof profile` first")
+        return candidates[0]
+    matches = [b for b in candidates if b.run_id.startswith(str(spec))]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise FaprofError(f"no run bundle {spec!r} (not a folder, nor a run id under {runs_dir}/)")
+    raise FaprofError(f"{spec!r} matches {len(matches)} runs under {runs_dir}/; give more of the name")
+
+
+def load_many(paths: list[str | Path]) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """Merge the measurements of many bundles (each row tagged with run_id, gpu, scenario)."""
+    frames, manifests = [], []
+    for p in paths:
+        for b in find_bundles(p):
+            m = b.manifest()
+            manifests.append({**m, "path": str(b.path)})
+            df = b.measurements()
+            if df.empty:
+                continue
+            df = df.assign(run_id=b.run_id, gpu=m.get("env", {}).get("gpu_name", "cpu"),
+                           scenario=m.get("scenario", {}).get("name", ""))
+            frames.append(df)
+    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), manifests
+
+
+def export_csv(bundle: Bundle, dest: str | Path) -> list[Path]:
+    """Write every table of the bundle as CSV (list columns as JSON text) plus the manifest."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in TABLES:
+        df = bundle.read(name)
+        if df.empty:
+            continue
+        df = df.copy()
+        for c in df.columns:
+            if df[c].map(lambda x: isinstance(x, list | tuple) or hasattr(x, "tolist")).any():
+                df[c] = df[c].map(lambda x: json.dumps(_jsonable(x.tolist() if hasattr(x, "tolist") else x)))
+        p = dest / f"{name}.csv"
+        df.to_csv(p, index=False)
+        written.append(p)
+    mp = dest / "manifest.json"
+    mp.write_text(json.dumps(bundle.manifest(), indent=2))
+    written.append(mp)
+    return written

@@ -1,0 +1,198 @@
+"""Fault containment: all variant code runs in a worker process that can die without the run.
+
+A kernel that writes out of bounds corrupts its CUDA context: every later CUDA call in that
+process fails. A kernel that hangs never returns. Either would take a whole run down if it ran in
+the CLI's own process. So the CLI sends one task at a time to a `spawn`ed worker over a pipe and
+waits with a timeout:
+
+- the task raises an ordinary exception -> the worker answers with the error and lives on;
+- the task raises a CUDA error that poisons the context -> the worker answers, then exits, and
+  the parent starts a fresh one for the next task;
+- the worker dies (segfault, os._exit, OOM-kill) or does not answer within the timeout -> the
+  parent kills it, reports `WorkerDied` with the reason, and starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+import traceback
+from typing import Any
+
+#: Messages of errors after which the CUDA context is unusable (the worker must be replaced).
+FATAL_CUDA_MARKERS = (
+    "illegal memory access", "illegal address", "unspecified launch failure", "misaligned address",
+    "device-side assert", "an illegal instruction", "launch timed out", "CUDA error: unknown error",
+    "cudaErrorIllegalAddress", "cudaErrorLaunchFailure", "hardware stack error", "uncorrectable ECC",
+    "operation not permitted when stream is capturing", "context is destroyed",
+)
+
+
+class WorkerDied(Exception):
+    """The worker process died or hung while running a task."""
+
+
+def is_fatal(message: str) -> bool:
+    return any(m.lower() in message.lower() for m in FATAL_CUDA_MARKERS)
+
+
+def _worker_main(conn, user_variant_specs: list[str]) -> None:
+    from faprof import tasks, variants
+
+    for spec in user_variant_specs:
+        variants.load_user_variants(spec)
+    state: dict[str, Any] = {}
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        try:
+            result = tasks.dispatch(task, state)
+            conn.send(("ok", result))
+        except BaseException as e:  # report everything; the parent decides what it means
+            msg = f"{type(e).__name__}: {e}"
+            fatal = is_fatal(msg)
+            conn.send(("error", {"type": type(e).__name__, "message": str(e), "traceback": traceback.format_exc(),
+                                 "fatal": fatal}))
+            if fatal or isinstance(e, KeyboardInterrupt | SystemExit):
+                conn.close()
+                os._exit(3)
+
+
+class Worker:
+    """A restartable worker process. `call` runs one task in it and returns its result."""
+
+    def __init__(self, user_variant_specs: list[str] | None = None, start_timeout_s: float = 120.0):
+        self.user_variant_specs = list(user_variant_specs or [])
+        self.start_timeout_s = start_timeout_s
+        self.ctx = mp.get_context("spawn")
+        self.proc: Any = None
+        self.conn: Any = None
+        self.restarts = 0
+
+    def start(self) -> None:
+        parent, child = self.ctx.Pipe()
+        self.proc = self.ctx.Process(target=_worker_main, args=(child, self.user_variant_specs), daemon=True)
+        self.proc.start()
+        child.close()
+        self.conn = parent
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.is_alive()
+
+    def call(self, task: dict[str, Any], timeout_s: float) -> Any:
+        """Run `task`; return its result, raise RuntimeError-like `TaskError` for an ordinary failure,
+        or `WorkerDied` when the worker crashed, poisoned its context or hung (it is then replaced)."""
+        if not self.alive():
+            self.start()
+        try:
+            self.conn.send(task)
+        except (BrokenPipeError, OSError):
+            self._replace()
+            self.conn.send(task)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._kill()
+                raise WorkerDied(f"no answer within {timeout_s:.0f} s (hung?); the worker was killed and restarted")
+            try:
+                ready = self.conn.poll(min(remaining, 0.5))
+            except (EOFError, OSError):
+                ready = False
+            if ready:
+                try:
+                    kind, payload = self.conn.recv()
+                except (EOFError, OSError):
+                    code = self._reap()
+                    raise WorkerDied(f"the worker process died (exit code {code})") from None
+                if kind == "ok":
+                    return payload
+                if payload.get("fatal"):
+                    self._reap()
+                    self.restarts += 1
+                    raise WorkerDied(f"{payload['type']}: {payload['message']} (CUDA context lost; worker restarted)")
+                raise TaskError(payload["type"], payload["message"], payload["traceback"])
+            if not self.proc.is_alive():
+                code = self._reap()
+                raise WorkerDied(f"the worker process died (exit code {code})")
+
+    def _reap(self) -> int | None:
+        if self.proc is None:
+            return None
+        self.proc.join(timeout=10)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(timeout=10)
+        code = self.proc.exitcode
+        self.proc = None
+        return code
+
+    def _kill(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            self.proc.kill()
+        self._reap()
+        self.restarts += 1
+
+    def _replace(self) -> None:
+        self._kill()
+        self.start()
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            try:
+                self.conn.send(None)
+                self.proc.join(timeout=10)
+            except (BrokenPipeError, OSError):
+                pass
+        if self.proc is not None:
+            self._reap()
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class TaskError(Exception):
+    """A task raised an ordinary exception in the worker (the worker lives on)."""
+
+    def __init__(self, type_name: str, message: str, tb: str):
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+        self.message = message
+        self.tb = tb
+
+
+class InProcess:
+    """Same interface as Worker, running tasks in this process (for tests and `--no-isolate`)."""
+
+    def __init__(self, user_variant_specs: list[str] | None = None):
+        from faprof import variants
+
+        for spec in user_variant_specs or []:
+            variants.load_user_variants(spec)
+        self.state: dict[str, Any] = {}
+        self.restarts = 0
+
+    def call(self, task: dict[str, Any], timeout_s: float) -> Any:
+        from faprof import tasks
+
+        try:
+            return tasks.dispatch(task, self.state)
+        except Exception as e:
+            raise TaskError(type(e).__name__, str(e), traceback.format_exc()) from e
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> InProcess:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
