@@ -1,0 +1,1 @@
+"""Nsight Compute and Nsight Systems integration: run the tools, parse their reports into tables."""

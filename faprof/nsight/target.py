@@ -1,0 +1,137 @@
+"""The profiled process: runs a scenario's (variant, problem) pairs inside NVTX ranges for ncu/nsys.
+
+Run as `python -m faprof.nsight.target --scenario S --tool ncu|nsys [--variants a,b] [--iters N]
+--plan-out FILE` under ncu or nsys. For every pair it supports it:
+
+1. builds fresh random inputs on the GPU and warms the variant up (3 calls) inside an NVTX range
+   `faprof_warmup` (outside the ranges the profilers select);
+2. runs `iters` calls inside nested NVTX ranges: `<variant>` > `<shape_id>` > `iter<i>`, so a kernel's
+   range stack reads `variant/shape_id/iter0` — ncu selects with `--nvtx-include "variant/shape_id/"`
+   and nsys joins kernels to ranges through their launch's correlationId.
+
+For nsys the measured region is bracketed by cudaProfilerStart/Stop (`--capture-range=cudaProfilerApi`).
+The plan file (JSON) lists every pair with its problem and whether it ran, so parsers can map
+`shape_id` back to the problem and know what was skipped and why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+WARMUP_RANGE = "faprof_warmup"
+WARMUP_CALLS = 3
+
+
+@contextmanager
+def nvtx_range(name: str):
+    import torch
+
+    torch.cuda.nvtx.range_push(name)
+    try:
+        yield
+    finally:
+        torch.cuda.nvtx.range_pop()
+
+
+def range_path(variant: str, shape_id: str, iteration: int | None = None) -> str:
+    """The NVTX range stack of a call, as profilers print it: 'variant/shape_id[/iterN]'."""
+    base = f"{variant}/{shape_id}"
+    return base if iteration is None else f"{base}/iter{iteration}"
+
+
+def run(scenario_spec: str, tool: str, variant_names: list[str] | None, iters: int, plan_out: Path,
+        shapes: list[str] | None = None, user_variants: list[str] | None = None) -> int:
+    import torch
+
+    from faprof import harness, runner, variants
+    from faprof.scenarios import load_scenario
+
+    for spec in user_variants or []:
+        variants.load_user_variants(spec)
+    if not torch.cuda.is_available():
+        print("faprof.nsight.target: no CUDA GPU visible; nothing to profile", file=sys.stderr)
+        return 3
+    scenario = load_scenario(scenario_spec)
+    pairs = runner.plan(scenario, variant_names)
+    if shapes:
+        pairs = [(p, v) for p, v in pairs if p.shape_id in set(shapes)]
+    entries: list[dict[str, Any]] = []
+    if any(v.needs_extension for _, v in pairs):
+        from faprof import build
+
+        build.load()
+
+    profiling = False
+
+    def start() -> None:
+        nonlocal profiling
+        if tool == "nsys" and not profiling:
+            torch.cuda.synchronize()
+            torch.cuda.cudart().cudaProfilerStart()
+            profiling = True
+
+    current_shape, inputs = None, None
+    for problem, variant in pairs:
+        entry: dict[str, Any] = {"variant": variant.name, "shape_id": problem.shape_id, "problem": problem.to_dict(),
+                                 "iters": iters, "ran": False, "reason": ""}
+        entries.append(entry)
+        ok, reason = variant.supports(problem, cuda_available=True)
+        if not ok or variant.resolved_device(True) != "cuda":
+            entry["reason"] = reason or "runs on the CPU: no kernels to profile"
+            continue
+        try:
+            if current_shape != problem.shape_id:
+                inputs = harness.make_inputs(problem, "cuda")
+                current_shape = problem.shape_id
+            ts, dout = harness._prepare(problem, inputs, "cuda", variant.name)
+            out = torch.empty_like(ts[0]) if variant.kind in ("cuda", "user") and problem.direction == "fwd" else None
+            _, call = harness.make_call(variant, problem, ts, dout, out)
+            with nvtx_range(WARMUP_RANGE):
+                for _ in range(WARMUP_CALLS):
+                    call()
+            torch.cuda.synchronize()
+            start()
+            with nvtx_range(variant.name), nvtx_range(problem.shape_id):
+                for i in range(iters):
+                    with nvtx_range(f"iter{i}"):
+                        call()
+            torch.cuda.synchronize()
+            entry["ran"] = True
+        except Exception as e:  # one failing pair must not lose the others' profiles
+            entry["reason"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            traceback.print_exc()
+            msg = str(e).lower()
+            if "illegal" in msg or "launch failure" in msg:
+                break  # the CUDA context is gone; what ran so far is in the report
+        finally:
+            plan_out.write_text(json.dumps({"scenario": scenario.name, "tool": tool, "pairs": entries}, indent=1))
+    if profiling:
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
+    plan_out.write_text(json.dumps({"scenario": scenario.name, "tool": tool, "pairs": entries}, indent=1))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m faprof.nsight.target", description=__doc__.splitlines()[0])
+    ap.add_argument("--scenario", required=True)
+    ap.add_argument("--tool", choices=["ncu", "nsys", "none"], required=True)
+    ap.add_argument("--variants", default=None, help="comma-separated variant names (default: the scenario's)")
+    ap.add_argument("--shapes", default=None, help="comma-separated shape_ids to keep")
+    ap.add_argument("--iters", type=int, default=1)
+    ap.add_argument("--plan-out", type=Path, required=True)
+    ap.add_argument("--user-variants", action="append", default=[])
+    a = ap.parse_args(argv)
+    names = [v for v in a.variants.split(",") if v] if a.variants else None
+    shapes = [s for s in a.shapes.split(",") if s] if a.shapes else None
+    return run(a.scenario, a.tool, names, a.iters, a.plan_out, shapes, a.user_variants)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
