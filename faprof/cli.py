@@ -16,7 +16,8 @@ from rich.table import Table
 from faprof import __version__
 from faprof.errors import FaprofError
 
-console = Console()
+# Piped output (CI logs, a GPU machine's captured stdout) gets wide tables instead of rich's 80 columns.
+console = Console() if sys.stdout.isatty() else Console(width=200)
 err_console = Console(stderr=True)
 
 _STATUS_STYLE = {"ok": "green", "wrong": "bold red", "failed": "bold red", "unsupported": "yellow", "skipped": "dim"}
@@ -134,7 +135,6 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
     """
     from faprof import analysis, runner
     from faprof.scenarios import load_scenario
-    from faprof.store import Bundle
 
     if not scenario and not resume:
         raise FaprofError("give --scenario NAME|PATH (see `faprof list scenarios`) or --resume RUN")
@@ -143,6 +143,10 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
         out_dir=out_dir, ncu=ncu, nsys=nsys, isolate=not no_isolate, task_timeout_s=task_timeout,
         user_variants=list(user_variants), settings_overrides={"budget_s": budget} if budget else {},
     )
+    from faprof.variants import load_user_variants
+
+    for spec in user_variants:
+        load_user_variants(spec)
     if scenario and not resume:
         load_scenario(scenario)  # validate before any work starts
     state: dict[str, Any] = {}
@@ -237,12 +241,12 @@ def doctor() -> None:
     for c in ("check", "status", "detail"):
         t.add_column(c)
     style = {"ok": "green", "warn": "yellow", "fail": "red", "info": "cyan"}
-    for c in checks:
-        t.add_row(c.name, f"[{style[c.status]}]{c.status}[/]", c.detail)
+    for chk in checks:
+        t.add_row(chk.name, f"[{style[chk.status]}]{chk.status}[/]", chk.detail)
     console.print(t)
-    for c in checks:
-        if c.hint and c.status in ("warn", "fail"):
-            console.print(f"[{style[c.status]}]{c.name}[/]: {c.hint}")
+    for chk in checks:
+        if chk.hint and chk.status in ("warn", "fail"):
+            console.print(f"[{style[chk.status]}]{chk.name}[/]: {chk.hint}")
 
 
 # ------------------------------------------------------------------------------ export

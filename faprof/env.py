@@ -32,7 +32,8 @@ def git_sha() -> str | None:
     """The faprof source tree's commit (with '-dirty' when it has uncommitted changes)."""
     sha = _run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short=12", "HEAD"])
     if sha is None:
-        return None
+        # A copy of the tree without .git (as on a lent GPU machine) can be told its commit.
+        return os.environ.get("FAPROF_GIT_SHA")
     dirty = _run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"])
     return sha + ("-dirty" if dirty else "")
 
@@ -108,10 +109,6 @@ def gpu_env(device_index: int = 0) -> dict[str, Any]:
         "gpu_uuid": str(getattr(p, "uuid", "")),
         "device_count": torch.cuda.device_count(),
     }
-    try:
-        env["cuda_driver"] = torch.cuda.driver_version() if hasattr(torch.cuda, "driver_version") else None
-    except Exception:
-        env["cuda_driver"] = None
     env.update({f"smi_{k}": v for k, v in nvidia_smi(device_index).items()})
     return env
 
@@ -148,7 +145,7 @@ def measure_ceilings(dtype: str = "fp16") -> dict[str, float]:
     n = 8192
     x = torch.randn(n, n, device="cuda", dtype=torch_dtype(dtype))
     y = torch.randn(n, n, device="cuda", dtype=torch_dtype(dtype))
-    ms = bench(lambda: x @ y, 10)
+    ms = bench(lambda a=x, b=y: a @ b, 10)
     out[f"matmul_{dtype}_tflops"] = 2 * n**3 / ms / 1e9
     del x, y
     old = torch.backends.cuda.matmul.allow_tf32
@@ -156,14 +153,14 @@ def measure_ceilings(dtype: str = "fp16") -> dict[str, float]:
     m = 4096
     x = torch.randn(m, m, device="cuda")
     y = torch.randn(m, m, device="cuda")
-    ms = bench(lambda: x @ y, 5)
+    ms = bench(lambda a=x, b=y: a @ b, 5)
     out["matmul_fp32_tflops"] = 2 * m**3 / ms / 1e9
     torch.backends.cuda.matmul.allow_tf32 = old
     del x, y
     nbytes = 1 << 30
     src = torch.randn(nbytes // 4, device="cuda")
     dst = torch.empty_like(src)
-    ms = bench(lambda: dst.copy_(src), 10)
+    ms = bench(lambda d=dst, s=src: d.copy_(s), 10)
     out["copy_gbs"] = 2 * nbytes / ms / 1e6
     del src, dst
     torch.cuda.empty_cache()

@@ -30,7 +30,7 @@ ROW_COLUMNS = (
     "B", "H", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale",
     "status", "reason", "device", "reference", "correct", "max_abs_err", "rel_err", "rtol", "atol", "errors",
     "timer", "stop", "n", "median_ms", "mean_ms", "std_ms", "ci95_low_ms", "ci95_high_ms", "min_ms", "rel_sem",
-    "samples_ms", "e2e_ms", "graph_ms", "peak_mem_bytes", "extra_mem_bytes",
+    "samples_ms", "e2e_ms", "graph_ms", "host_enqueue_ms", "peak_mem_bytes", "extra_mem_bytes",
     "flops", "tflops", "min_bytes", "gbps", "tokens", "tokens_per_s", "peak_tflops", "peak_label", "pct_peak",
     "mem_bw_gbs", "pct_bw", "measured_ceiling_tflops", "pct_measured_ceiling",
     "footprint_standard_bytes", "footprint_flash_bytes", "out_sample", "ref_sample", "seed",
@@ -219,7 +219,7 @@ def _options_from_manifest(manifest: dict[str, Any], given: ProfileOptions) -> P
 def _collect_ncu(bundle: Bundle, scenario: Scenario, options: ProfileOptions, ncu_set: str, progress: Progress,
                  cuda_ok: bool) -> None:
     try:
-        from faprof.nsight import ncu
+        from faprof.nsight import ncu  # type: ignore[attr-defined,unused-ignore]
     except ImportError:
         bundle.log("ncu integration is not installed in this faprof; skipped")
         progress("warning", {"message": "Nsight Compute collection is not available in this faprof build; skipped"})
@@ -229,7 +229,7 @@ def _collect_ncu(bundle: Bundle, scenario: Scenario, options: ProfileOptions, nc
 
 def _collect_nsys(bundle: Bundle, scenario: Scenario, options: ProfileOptions, progress: Progress, cuda_ok: bool) -> None:
     try:
-        from faprof.nsight import nsys
+        from faprof.nsight import nsys  # type: ignore[attr-defined,unused-ignore]
     except ImportError:
         bundle.log("nsys integration is not installed in this faprof; skipped")
         progress("warning", {"message": "Nsight Systems collection is not available in this faprof build; skipped"})

@@ -216,32 +216,39 @@ def _problem(ctx: _Ctx, key: str, spec: dict[str, Any]) -> AttentionProblem:
 
 
 def _group(ctx: _Ctx, key: str, table: dict, defaults: dict) -> ProblemGroup:
-    _check_keys(ctx, f"{key}.", table, _GROUP_KEYS)
+    """One problem group; `key` prefixes its keys in errors ('groups[1]', or '' at the top level)."""
+    top = key == ""
+    key = key or "main"
+
+    def k(sub: str) -> str:
+        return sub if top else f"{key}.{sub}"
+
+    _check_keys(ctx, "" if top else f"{key}.", table, _GROUP_KEYS)
     gdefaults = dict(defaults)
     if "defaults" in table:
-        d = _expect(ctx, f"{key}.defaults", table["defaults"], (dict,), "a table of problem fields")
-        _check_keys(ctx, f"{key}.defaults.", d, _PROBLEM_KEYS)
+        d = _expect(ctx, k("defaults"), table["defaults"], (dict,), "a table of problem fields")
+        _check_keys(ctx, k("defaults."), d, _PROBLEM_KEYS)
         gdefaults.update(d)
     problems: list[AttentionProblem] = []
     if "problems" in table:
-        plist = _expect(ctx, f"{key}.problems", table["problems"], (list,), "a list of problem tables")
+        plist = _expect(ctx, k("problems"), table["problems"], (list,), "a list of problem tables")
         for i, spec in enumerate(plist):
-            _expect(ctx, f"{key}.problems[{i}]", spec, (dict,), "a table like {B = 1, H = 8, S = 128}")
-            problems.append(_problem(ctx, f"{key}.problems[{i}]", {**gdefaults, **spec}))
+            _expect(ctx, k(f"problems[{i}]"), spec, (dict,), "a table like {B = 1, H = 8, S = 128}")
+            problems.append(_problem(ctx, k(f"problems[{i}]"), {**gdefaults, **spec}))
     if "grid" in table:
-        grid = _expect(ctx, f"{key}.grid", table["grid"], (dict,), "a table of axis = [values]")
-        _check_keys(ctx, f"{key}.grid.", grid, _PROBLEM_KEYS)
+        grid = _expect(ctx, k("grid"), table["grid"], (dict,), "a table of axis = [values]")
+        _check_keys(ctx, k("grid."), grid, _PROBLEM_KEYS)
         axes = []
         for axis, values in grid.items():
             if not isinstance(values, list) or not values:
-                raise ctx.fail(f"{key}.grid.{axis}", "a non-empty list of values", values)
+                raise ctx.fail(k(f"grid.{axis}"), "a non-empty list of values", values)
             axes.append([(axis, v) for v in values])
         for combo in itertools.product(*axes):
-            problems.append(_problem(ctx, f"{key}.grid", {**gdefaults, **dict(combo)}))
+            problems.append(_problem(ctx, k("grid"), {**gdefaults, **dict(combo)}))
     if not problems:
-        raise ctx.fail(f"{key}.problems", "at least one problem (a `problems` list or a `grid`)")
+        raise ctx.fail(k("problems"), "at least one problem (a `problems` list or a `grid`)")
     name = table.get("name", key)
-    _expect(ctx, f"{key}.name", name, (str,), "a string")
+    _expect(ctx, k("name"), name, (str,), "a string")
     return ProblemGroup(name=name, problems=problems, description=str(table.get("description", "")))
 
 
@@ -287,7 +294,7 @@ def parse_scenario(data: dict[str, Any], where: str, path: Path | None = None) -
             groups.append(_group(ctx, f"groups[{i}]", g, defaults))
     if "problems" in data or "grid" in data:
         top = {k: data[k] for k in ("problems", "grid") if k in data}
-        groups.insert(0, _group(ctx, "main", {"name": "main", **top}, defaults))
+        groups.insert(0, _group(ctx, "", {"name": "main", **top}, defaults))
     if not groups:
         raise ctx.fail("problems", "at least one problem: a `problems` list, a `grid`, or [[groups]]")
 
@@ -311,7 +318,8 @@ def parse_scenario(data: dict[str, Any], where: str, path: Path | None = None) -
         ok = isinstance(v, bool) if want is bool else (isinstance(v, int | float) and not isinstance(v, bool))
         if not ok or (want is not bool and v < 0):
             raise ctx.fail(f"timing.{k}", f"a non-negative {want.__name__}", v)
-    timing = TimingSettings(**{k: (int(v) if fields[k].type in ("int", int) else v) for k, v in t.items()})
+    typed: dict[str, Any] = {k: (int(v) if fields[k].type in ("int", int) else v) for k, v in t.items()}
+    timing = TimingSettings(**typed)
 
     tolerance = dict(DEFAULT_TOLERANCE)
     tol = data.get("tolerance", {})

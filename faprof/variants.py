@@ -289,6 +289,9 @@ def load_user_variants(spec: str) -> list[str]:
     `spec` is a path to a .py file or a dotted module name. Returns the names it added.
     """
     _load()
+    key = str(Path(spec).resolve()) if spec.endswith(".py") else spec
+    if key in _USER_SPECS:  # loading the same file twice is a no-op, not a name clash
+        return _USER_SPECS[key]
     before = set(_REGISTRY)
     path = Path(spec)
     try:
@@ -305,7 +308,11 @@ def load_user_variants(spec: str) -> list[str]:
         raise
     except Exception as e:  # a user's module failing to import is a user error
         raise FaprofError(f"could not load user variants from {spec}: {type(e).__name__}: {e}") from e
-    return sorted(set(_REGISTRY) - before)
+    _USER_SPECS[key] = sorted(set(_REGISTRY) - before)
+    return _USER_SPECS[key]
+
+
+_USER_SPECS: dict[str, list[str]] = {}
 
 
 def user_variant(

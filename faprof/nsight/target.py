@@ -86,7 +86,7 @@ def run(scenario_spec: str, tool: str, variant_names: list[str] | None, iters: i
             entry["reason"] = reason or "runs on the CPU: no kernels to profile"
             continue
         try:
-            if current_shape != problem.shape_id:
+            if inputs is None or current_shape != problem.shape_id:
                 inputs = harness.make_inputs(problem, "cuda")
                 current_shape = problem.shape_id
             ts, dout = harness._prepare(problem, inputs, "cuda", variant.name)

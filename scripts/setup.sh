@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Set-up on a fresh machine: faprof with its app and dev extras. torch is pinned to the CPU build
+# (2.13.0, a local file on these machines) unless a torch is already installed: on a GPU machine,
+# install a CUDA build of torch first and this script keeps it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if ! $PY -c "import torch" >/dev/null 2>&1; then
+  $PY -m pip install -q "torch==2.13.0"
+fi
+$PY -m pip install -q -e ".[app,dev]"
+# The browser tests drive Debian's chromium through playwright (no browser download).
+if [ "${FAPROF_SKIP_BROWSER:-0}" != "1" ] && ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  (apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1)) \
+    || echo "setup: could not install chromium; browser tests will be skipped"
+fi

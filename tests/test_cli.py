@@ -1,0 +1,104 @@
+"""The CLI through click's CliRunner, and the smoke scenario end to end on the CPU."""
+
+import json
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from faprof.cli import main
+from faprof.store import Bundle, find_bundles
+
+FAST = ["--budget", "0.05"]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs")
+    r = CliRunner().invoke(main, ["profile", "--scenario", "smoke", "--out", str(out), *FAST])
+    assert r.exit_code == 0, r.output
+    (bundle,) = find_bundles(out)
+    return r, bundle
+
+
+def test_smoke_runs_end_to_end_on_the_cpu(smoke_run):
+    r, bundle = smoke_run
+    df = bundle.measurements()
+    m = bundle.manifest()
+    assert m["status"] == "complete"
+    assert m["env"]["python"] and m["env"]["torch"] and m["env"]["faprof"]
+    # every (problem, variant) pair has a row
+    assert len(df) == len(set(zip(df["variant"], df["shape_id"], strict=True)))
+    assert set(df["status"]) <= {"ok", "wrong", "failed", "unsupported", "skipped"}
+    import torch
+
+    if not torch.cuda.is_available():
+        cpu = df[df["variant"].isin(["cpu_ref", "torch_standard", "sdpa_math"])]
+        assert (cpu["status"] == "ok").all(), cpu[["variant", "status", "reason"]]
+        gpu_only = df[df["variant"].isin(["sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_auto"])]
+        assert (gpu_only["status"] == "skipped").all()
+        assert gpu_only["reason"].str.contains("GPU|dtypes").all()
+    ok = df[df["status"] == "ok"]
+    assert (ok["median_ms"] > 0).all() and (ok["n"] >= 3).all()
+    assert (ok["max_abs_err"] < 0.05).all()
+    assert ok["reference"].isin(["cpu_ref fp64", "gpu fp32"]).all()
+    # the printed table has the promised columns
+    for col in ("variant", "shape", "status", "median ms", "TFLOP/s", "% peak", "vs torch_standard", "max err"):
+        assert col in r.output
+
+
+def test_show_and_export(smoke_run, tmp_path):
+    _, bundle = smoke_run
+    r = CliRunner().invoke(main, ["show", str(bundle.path)])
+    assert r.exit_code == 0 and "torch_standard" in r.output
+    r = CliRunner().invoke(main, ["export", str(bundle.path), "--csv", str(tmp_path / "csv")])
+    assert r.exit_code == 0, r.output
+    csv = pd.read_csv(tmp_path / "csv" / "measurements.csv")
+    assert len(csv) == len(bundle.measurements())
+    assert json.loads((tmp_path / "csv" / "manifest.json").read_text())["status"] == "complete"
+
+
+def test_resume_completes_an_interrupted_run(smoke_run, tmp_path):
+    """Simulate a crash after some rows: drop rows, mark the run interrupted, resume, get them back."""
+    import shutil
+
+    _, bundle = smoke_run
+    copy = tmp_path / bundle.path.name
+    shutil.copytree(bundle.path, copy)
+    b = Bundle(copy)
+    df = b.measurements()
+    kept = df.iloc[: len(df) // 2]
+    b.write("measurements", kept)
+    b.update_manifest(status="interrupted")
+    r = CliRunner().invoke(main, ["profile", "--resume", str(copy)])
+    assert r.exit_code == 0, r.output
+    after = b.measurements()
+    assert set(zip(after["variant"], after["shape_id"], strict=True)) == set(zip(df["variant"], df["shape_id"], strict=True))
+    # the rows that had finished were kept as they were, not re-measured
+    merged = after.merge(kept[["variant", "shape_id", "finished_utc"]], on=["variant", "shape_id"], suffixes=("", "_old"))
+    assert (merged["finished_utc"] == merged["finished_utc_old"]).all()
+    assert b.manifest()["status"] == "complete"
+    assert any("resumed" in line for line in b.manifest()["log"])
+
+
+def test_list_and_doctor():
+    r = CliRunner().invoke(main, ["list"])
+    assert r.exit_code == 0
+    for word in ("l4_causal", "smoke", "sdpa_flash", "cpu_ref", "H100"):
+        assert word in r.output
+    r = CliRunner().invoke(main, ["doctor"])
+    assert r.exit_code == 0 and "torch" in r.output and "python" in r.output
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["profile", "--scenario", "no_such"], "no scenario named"),
+    (["profile", "--scenario", "smoke", "--variants", "fa9"], "unknown variant"),
+    (["profile"], "give --scenario"),
+    (["export", "/nonexistent/run", "--csv", "/tmp/x"], "no run bundle"),
+    (["show", "/nonexistent/run"], "no run bundle"),
+])
+def test_user_errors_exit_2_without_traceback(args, needle):
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2, r.output
+    assert needle in r.output
+    assert "Traceback" not in r.output

@@ -1,0 +1,85 @@
+"""Fault containment: a worker that dies, hangs or loses its CUDA context is replaced; the run goes on."""
+
+import textwrap
+
+from faprof.worker import TaskError, Worker, WorkerDied, is_fatal
+
+
+def test_dying_worker_is_reported_and_replaced():
+    with Worker() as w:
+        assert w.call({"op": "ping"}, timeout_s=120) == "pong"
+        try:
+            w.call({"op": "die", "code": 9}, timeout_s=60)
+            raise AssertionError("expected WorkerDied")
+        except WorkerDied as e:
+            assert "exit code 9" in str(e)
+        # a fresh worker answers the next task
+        assert w.call({"op": "ping"}, timeout_s=120) == "pong"
+
+
+def test_hanging_worker_is_killed_after_the_timeout():
+    with Worker() as w:
+        w.call({"op": "ping"}, timeout_s=120)
+        try:
+            w.call({"op": "sleep", "seconds": 600}, timeout_s=2)
+            raise AssertionError("expected WorkerDied")
+        except WorkerDied as e:
+            assert "no answer within 2 s" in str(e)
+        assert w.call({"op": "ping"}, timeout_s=120) == "pong"
+        assert w.restarts == 1
+
+
+def test_ordinary_error_keeps_the_worker():
+    with Worker() as w:
+        w.call({"op": "ping"}, timeout_s=120)
+        pid = w.proc.pid
+        try:
+            w.call({"op": "bogus"}, timeout_s=60)
+            raise AssertionError("expected TaskError")
+        except TaskError as e:
+            assert "unknown task op" in str(e)
+        assert w.call({"op": "ping"}, timeout_s=60) == "pong"
+        assert w.proc.pid == pid
+
+
+def test_fatal_cuda_messages_are_recognised():
+    assert is_fatal("RuntimeError: CUDA error: an illegal memory access was encountered")
+    assert is_fatal("CUDA error: unspecified launch failure")
+    assert not is_fatal("RuntimeError: No available kernel. Aborting execution.")
+
+
+def test_profile_run_survives_variants_that_kill_or_hang_the_worker(tmp_path):
+    """End to end: user variants that os._exit and hang are 'failed'; the variants after them still run."""
+    from faprof import runner, variants
+    from faprof.scenarios import parse_scenario
+
+    plugin = tmp_path / "bad_variants.py"
+    plugin.write_text(textwrap.dedent("""
+        import os, time
+        from faprof.variants import user_variant, _standard_attention
+
+        def dies(q, k, v, causal, scale, out=None):
+            os._exit(7)          # as a crashing kernel takes its process down
+
+        def hangs(q, k, v, causal, scale, out=None):
+            time.sleep(3600)
+
+        user_variant("test_dies", dies, device="cpu", dtypes=("fp32",))
+        user_variant("test_hangs", hangs, device="cpu", dtypes=("fp32",))
+    """))
+    variants.load_user_variants(str(plugin))  # as `faprof profile --user-variants FILE` does first
+    scen = parse_scenario({
+        "name": "contain", "baseline": "torch_standard",
+        "variants": ["test_dies", "torch_standard", "test_hangs", "sdpa_math"],
+        "problems": [{"B": 1, "H": 1, "S": 16, "D": 8, "dtype": "fp32"}],
+        "timing": {"budget_s": 0.05, "min_repeats": 3, "warmup_ms": 1, "e2e_repeats": 2},
+    }, "test")
+    opts = runner.ProfileOptions(out_dir=tmp_path / "runs", user_variants=[str(plugin)], task_timeout_s=10,
+                                 ceilings=False)
+    bundle = runner.profile(scen, opts)
+    df = bundle.measurements().set_index("variant")
+    assert df.loc["test_dies", "status"] == "failed" and "exit code 7" in df.loc["test_dies", "reason"]
+    assert df.loc["test_hangs", "status"] == "failed" and "no answer within 10 s" in df.loc["test_hangs", "reason"]
+    assert df.loc["torch_standard", "status"] == "ok" and df.loc["torch_standard", "max_abs_err"] < 1e-5
+    assert df.loc["sdpa_math", "status"] == "ok"
+    assert bundle.manifest()["status"] == "complete"
