@@ -312,5 +312,49 @@ def show(run: str, runs_dir: Path) -> None:
     _print_reasons(df)
 
 
+# ------------------------------------------------------------------------------ report
+@main.command()
+@click.argument("run")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Folder for report.md, report.html and csv/ (default: RUN/report).")
+@click.option("--format", "formats", default="md,html,csv", show_default=True, help="Comma-separated: md, html, csv.")
+@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
+def report(run: str, out_dir: Path | None, formats: str, runs_dir: Path) -> None:
+    """Write a Markdown / HTML / CSV report of a run bundle: the seed reports' tables and findings."""
+    from faprof.report import write_reports
+    from faprof.store import resolve_run
+
+    bundle = resolve_run(run, runs_dir)
+    fmts = tuple(f.strip() for f in formats.split(",") if f.strip())
+    bad = set(fmts) - {"md", "html", "csv"}
+    if bad:
+        raise FaprofError(f"unknown report format(s) {sorted(bad)}: use md, html and/or csv")
+    if bundle.measurements().empty:
+        raise FaprofError(f"{bundle.path} has no measurements yet; nothing to report")
+    for p in write_reports(bundle, out_dir or bundle.path / "report", fmts):
+        console.print(f"wrote {p}")
+
+
+@main.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
+def compare(run_a: str, run_b: str, runs_dir: Path) -> None:
+    """Compare two runs row by row: medians, B/A ratio, and whether the 95% CIs overlap."""
+    from faprof.report import compare_runs
+    from faprof.store import resolve_run
+
+    a, b = resolve_run(run_a, runs_dir), resolve_run(run_b, runs_dir)
+    df = compare_runs(a, b)
+    if df.empty:
+        raise FaprofError("the two runs share no (variant, shape_id) pair to compare")
+    t = Table(title=f"B = {b.run_id} over A = {a.run_id}", header_style="bold")
+    for c in ("variant", "shape_id", "A ms", "B ms", "B/A", "CIs overlap"):
+        t.add_column(c)
+    for _, r in df.iterrows():
+        t.add_row(r["variant"], r["shape_id"], _fmt(r["median_ms_a"], ".4g"), _fmt(r["median_ms_b"], ".4g"),
+                  _fmt(r["ratio_b_over_a"], ".3f"), "yes" if r["ci_overlap"] else "[bold]no[/]")
+    console.print(t)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

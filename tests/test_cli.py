@@ -102,3 +102,28 @@ def test_user_errors_exit_2_without_traceback(args, needle):
     assert r.exit_code == 2, r.output
     assert needle in r.output
     assert "Traceback" not in r.output
+
+
+def test_report_writes_markdown_html_and_csv(smoke_run, tmp_path):
+    _, bundle = smoke_run
+    r = CliRunner().invoke(main, ["report", str(bundle.path), "--out", str(tmp_path / "rep")])
+    assert r.exit_code == 0, r.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    for section in ("## Environment", "## Method", "## Results", "## Correctness", "## Findings",
+                    "### First output elements"):
+        assert section in md, section
+    # every measured row of the bundle appears in the results tables
+    df = bundle.measurements()
+    assert md.count("| torch_standard |") >= (df["variant"] == "torch_standard").sum()
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert "<table>" in html and "Findings" in html
+    assert (tmp_path / "rep" / "csv" / "measurements.csv").exists()
+    r = CliRunner().invoke(main, ["report", str(bundle.path), "--format", "pdf"])
+    assert r.exit_code == 2 and "unknown report format" in r.output
+
+
+def test_compare_two_runs(smoke_run):
+    _, bundle = smoke_run
+    r = CliRunner().invoke(main, ["compare", str(bundle.path), str(bundle.path)])
+    assert r.exit_code == 0, r.output
+    assert "1.000" in r.output  # a run against itself: every ratio is exactly 1

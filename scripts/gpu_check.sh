@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Everything faprof checks on a GPU machine, in one call: build, GPU tests, benchmark bundles,
+# Nsight sessions. Writes logs and bundles under $OUT (small tarballs; raw Nsight reports stay out
+# of them) and prints a short table last.
+#
+#   bash scripts/gpu_check.sh [stage ...]     stages: build tests bench headline ncu nsys (default: all)
+#
+# On the lent H100: nsys's importer needs libdw1/libelf1 unpacked from .device/debs (carry .device);
+# the commit being measured is read from .device/git_sha (the copy of the tree has no .git).
+set -u
+export PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/faprof_out}
+mkdir -p "$OUT/runs" "$OUT/logs"
+if [ -d .device/debs ]; then
+  mkdir -p /tmp/dw && for f in .device/debs/*.deb; do dpkg -x "$f" /tmp/dw; done
+  export LD_LIBRARY_PATH=/tmp/dw/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+fi
+[ -f .device/git_sha ] && export FAPROF_GIT_SHA=$(cat .device/git_sha)
+export FAPROF_CACHE=${FAPROF_CACHE:-/tmp/faprof_cache}
+STAGES=${*:-build tests bench headline ncu nsys}
+PY=python3
+FP="$PY -m faprof"
+summary=()
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+stamp() { date +%s; }
+
+if has build; then
+  t=$(stamp)
+  $FP build --arch sm_90 --load 2>&1 | tee "$OUT/logs/build.log" | tail -30
+  summary+=("build: $(( $(stamp) - t )) s  $(grep -E 'cold|warm' "$OUT/logs/build.log" | tr '\n' ' ')")
+fi
+if has tests; then
+  t=$(stamp)
+  $PY -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/logs/gpu_tests.log" | tail -25
+  summary+=("gpu tests: $(tail -1 "$OUT/logs/gpu_tests.log")  ($(( $(stamp) - t )) s)")
+fi
+run_scn() {  # name, extra args...
+  local name=$1; shift
+  local t=$(stamp)
+  $FP profile --scenario "$name" --out "$OUT/runs" "$@" 2>&1 | tee "$OUT/logs/$name$(echo "$@" | tr -d ' -').log" | tail -80
+  summary+=("$name $*: $(( $(stamp) - t )) s, $(grep '^status:' "$OUT/logs/$name$(echo "$@" | tr -d ' -').log" | tail -1)")
+}
+if has bench; then
+  run_scn l4_causal
+  run_scn rtx4070_cpu_baseline
+fi
+if has headline; then
+  run_scn h100_headline
+  run_scn rtx3090_tensorcore
+fi
+if has ncu; then run_scn l4_causal --ncu full; fi
+if has nsys; then run_scn l4_causal --nsys; fi
+
+# Bundles without raw Nsight files (small) in one tarball; raw reports separately when small.
+(cd "$OUT" && tar czf bundles.tgz --exclude='*/raw/*' runs && tar czf logs.tgz logs)
+find "$OUT/runs" -path '*/raw/*' -type f -size -12M \( -name '*.ncu-rep' -o -name '*.nsys-rep' -o -name '*.sqlite' -o -name '*.json' \) \
+  | tar czf "$OUT/raw_small.tgz" -T - 2>/dev/null
+rm -rf "$OUT/runs" "$OUT/logs"
+echo
+echo "=== summary ==="
+for s in "${summary[@]}"; do echo "$s"; done
