@@ -196,7 +196,7 @@ def findings(df: pd.DataFrame, baseline: str, bundle: Bundle | None = None) -> l
     if not ok_all.empty and (ok_all["status"] == "ok").all():
         out.append(f"All {ok_all['variant'].nunique()} variants that ran are within tolerance of the reference "
                    f"(largest max abs error {ok_all['max_abs_err'].max():.2e}).")
-    for sid, g in t.groupby("shape_id", sort=False):
+    for _sid, g in t.groupby("shape_id", sort=False):
         g = g.sort_values("median_ms")
         best = g.iloc[0]
         msg = f"{_shape(best)}: fastest is **{best['variant']}** ({best['median_ms']:.4g} ms, {best['tflops']:.3g} TFLOP/s)"
@@ -229,7 +229,7 @@ def findings(df: pd.DataFrame, baseline: str, bundle: Bundle | None = None) -> l
 
 
 def _ncu_findings(s: pd.DataFrame) -> list[str]:
-    out = []
+    out: list[str] = []
     if s.empty:
         return out
     cols = set(s.columns)
@@ -325,7 +325,9 @@ def render_markdown(bundle: Bundle) -> str:
 def render_html(bundle: Bundle) -> str:
     """The Markdown report as a standalone HTML page (tables rendered, no external assets)."""
     md = render_markdown(bundle)
-    body, in_table, rows = [], False, []
+    body: list[str] = []
+    in_table = False
+    rows: list[list[str]] = []
 
     def flush():
         nonlocal rows
