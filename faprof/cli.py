@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -266,31 +265,36 @@ def export(run: str, csv_dir: Path, runs_dir: Path) -> None:
 # ------------------------------------------------------------------------------- build
 @main.command()
 @click.option("--arch", default="sm_80,sm_89,sm_90", show_default=True, help="Comma-separated archs to compile for with nvcc (no GPU needed).")
-@click.option("--load", "do_load", is_flag=True, help="Also JIT-build and load the torch extension for the GPU present, printing cold/warm times.")
+@click.option("--load", "do_load", is_flag=True, help="Instead: JIT-build (or load from the cache) the torch extension for the GPU present and print the time.")
 def build(arch: str, do_load: bool) -> None:
-    """Compile the kernels with nvcc and print ptxas' resource usage and the occupancy it implies."""
-    try:
-        from faprof import build as b
-    except ImportError as e:  # pragma: no cover
-        raise FaprofError(f"the kernel build module is missing: {e}") from None
-    if shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists():
-        raise FaprofError("nvcc was not found: install the CUDA toolkit (or put nvcc on PATH) to compile the kernels")
+    """Compile the kernels with nvcc and print ptxas' resource usage and the occupancy it implies.
+
+    With --load, build the torch extension for this GPU instead: the first run compiles (cold),
+    later runs in new processes reuse the cached build (warm) while sources and flags are unchanged.
+    """
+    from faprof import build as b
+
+    if do_load:
+        info = b.load()
+        console.print(f"extension: {info.summary()}")
+        return
     archs = tuple(a.strip() for a in arch.split(",") if a.strip())
     with console.status(f"compiling kernels/*.cu for {', '.join(archs)}"):
         df = b.resource_report(archs=archs)
-    t = Table(title="ptxas resource usage and theoretical occupancy", header_style="bold")
-    cols = [c for c in ("file", "kernel", "arch", "registers", "smem_static", "dyn_smem", "stack", "spill_stores",
-                        "spill_loads", "threads", "blocks_per_sm", "occupancy_pct", "limiter") if c in df.columns]
-    for c in cols:
-        t.add_column(c)
+    t = Table(title="ptxas resource usage per kernel and arch, and the theoretical occupancy it implies", header_style="bold")
+    cols = [("file", "file"), ("name", "kernel"), ("template_args", "template"), ("D", "D"), ("arch", "arch"), ("threads", "threads"),
+            ("registers", "regs"), ("smem_static_bytes", "smem static B"), ("dyn_smem_bytes", "smem dyn B"),
+            ("stack_frame_bytes", "stack B"), ("spill_store_bytes", "spill st B"), ("spill_load_bytes", "spill ld B"),
+            ("blocks_per_sm", "blocks/SM"), ("occupancy_pct", "occupancy %"), ("limiter", "limiter")]
+    cols = [(c, label) for c, label in cols if c in df.columns]
+    for _, label in cols:
+        t.add_column(label)
     for _, r in df.iterrows():
-        t.add_row(*[_fmt(r[c], "g") for c in cols])
+        t.add_row(*[_fmt(r[c], "g") for c, _ in cols])
     console.print(t)
-    if do_load:
-        for _ in range(2):
-            info = b.load()
-            console.print(f"extension {'built (cold)' if info.cold else 'loaded from cache (warm)'} in {info.seconds:.1f} s "
-                          f"for {info.arch} at {info.build_dir}")
+    spills = df[(df.get("spill_store_bytes", 0) > 0) | (df.get("spill_load_bytes", 0) > 0)] if "spill_store_bytes" in df else df.iloc[0:0]
+    if not spills.empty:
+        console.print(f"[yellow]{len(spills)} kernel/arch pair(s) spill registers to local memory[/]")
 
 
 # ------------------------------------------------------------------------------ report

@@ -27,7 +27,8 @@ stamp() { date +%s; }
 
 if has build; then
   t=$(stamp)
-  $FP build --arch sm_90 --load 2>&1 | tee "$OUT/logs/build.log" | tail -30
+  rm -rf "$FAPROF_CACHE"
+  { $FP build --load; $FP build --load; $FP build --arch sm_90; } 2>&1 | tee "$OUT/logs/build.log" | tail -30
   summary+=("build: $(( $(stamp) - t )) s  $(grep -E 'cold|warm' "$OUT/logs/build.log" | tr '\n' ' ')")
 fi
 if has tests; then

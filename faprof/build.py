@@ -1,0 +1,851 @@
+"""JIT build of kernels/ as one torch extension, and ptxas' resource report of every kernel.
+
+Two entry points:
+
+* `load()` compiles `kernels/binding.cpp` and every `kernels/*.cu` into one shared library with
+  `torch.utils.cpp_extension.load` (ninja compiles the .cu files in parallel) and loads it, so
+  that the ops are `torch.ops.faprof.<name>`. The build directory is keyed by a hash of the
+  sources, the flags, torch and the target architecture, and reused while none of them changes.
+* `resource_report()` compiles each kernel file with nvcc for a list of architectures, without a
+  GPU, and turns ptxas' `-v` output into a table: registers, shared memory, spills, barriers per
+  kernel instantiation, with the launch configuration and the theoretical occupancy they imply.
+
+Compiler flags (one list for both, so that the report describes the code that runs):
+``-O3 -lineinfo -std=c++17`` plus the half/bfloat16 macros torch passes to nvcc. No
+``--use_fast_math``: it would flush denormals and swap division, sqrt and expf for their
+approximate forms; the kernels call exp2f/log2f explicitly where a fast exponential is wanted,
+and fp32 results then match a float64 reference to about 1e-6.
+
+Launch configurations for the occupancy columns come from annotations beside each kernel in its
+.cu file, one line per kernel, in which `D` is the head-dimension template argument::
+
+    // faprof:launch kernel=fa2_fwd_kernel threads=128 dyn_smem=4*(32*D+64*(D+4)+64*D+4*8*64)
+
+An annotation sits next to the tile struct it describes, so the two are edited together; a
+Python table would drift from the code more easily.
+"""
+
+from __future__ import annotations
+
+import ast
+import concurrent.futures
+import hashlib
+import json
+import math
+import operator
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from faprof.errors import FaprofError
+
+#: Where the CUDA sources live: the repository's kernels/ folder beside the package.
+KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
+
+#: Name of the shared library (and of torch's extension); ops live in the `faprof` namespace.
+EXTENSION_NAME = "faprof_ext"
+
+#: Bump to invalidate every cached build (e.g. when the way the build is done changes).
+BUILD_FORMAT = 1
+
+#: nvcc flags common to the extension build and the resource report.
+NVCC_OPT_FLAGS = ("-O3", "-lineinfo", "-std=c++17")
+
+#: What torch.utils.cpp_extension adds to every nvcc command line (COMMON_NVCC_FLAGS); repeated
+#: here so that resource_report compiles the same device code without importing torch.
+TORCH_NVCC_FLAGS = (
+    "-D__CUDA_NO_HALF_OPERATORS__",
+    "-D__CUDA_NO_HALF_CONVERSIONS__",
+    "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
+    "-D__CUDA_NO_HALF2_OPERATORS__",
+    "--expt-relaxed-constexpr",
+)
+
+#: Host compiler flags for binding.cpp (torch chooses the C++ standard its headers need).
+HOST_CFLAGS = ("-O3",)
+
+#: Architectures resource_report compiles for by default: Ampere, Ada and Hopper.
+DEFAULT_REPORT_ARCHS = ("sm_80", "sm_89", "sm_90")
+
+#: File extensions whose contents go into the build hash.
+_SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cpp")
+
+_MARKER = "faprof_build.json"
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    """What `load()` did."""
+
+    build_dir: Path
+    """Build directory (ninja file, objects, the shared library)."""
+    arch: str
+    """Target architecture, e.g. 'sm_90a' or 'sm_89'."""
+    seconds: float
+    """Wall time of this load: compile + link when cold, loading the library when warm."""
+    cold: bool
+    """True when something was compiled; False when a cached library was reused."""
+    library: Path
+    """The shared library that was loaded into the process."""
+    nvcc_flags: tuple[str, ...] = field(default_factory=tuple)
+    """Flags passed to nvcc for the .cu files (besides torch's own)."""
+
+    def summary(self) -> str:
+        """One line for the CLI: 'cold build for sm_90a in 41.2 s (…/build/ab12…)'."""
+        kind = "cold build" if self.cold else "warm load (cached build)"
+        return f"{kind} for {self.arch} in {self.seconds:.1f} s ({self.build_dir})"
+
+
+_LOCK = threading.Lock()
+_LOADED: BuildInfo | None = None
+
+
+# ----------------------------------------------------------------------------- toolchain
+def find_cuda_home() -> Path | None:
+    """The CUDA toolkit's root (the folder holding bin/nvcc and include/), or None.
+
+    Looks at $CUDA_HOME, $CUDA_PATH, the nvcc on PATH (also when PATH holds a wrapper script,
+    as in some images, by checking which candidate has include/cuda_runtime.h), then
+    /usr/local/cuda.
+    """
+    candidates: list[Path] = []
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append(Path(os.environ[var]))
+    which = shutil.which("nvcc")
+    if which:
+        candidates.append(Path(which).parent.parent)
+        candidates.append(Path(which).resolve().parent.parent)
+    candidates.append(Path("/usr/local/cuda"))
+    for c in candidates:
+        if (c / "bin" / "nvcc").exists() and (c / "include" / "cuda_runtime.h").exists():
+            return c
+    return None
+
+
+def find_nvcc() -> str:
+    """Path of nvcc; FaprofError saying what to install when there is none."""
+    home = find_cuda_home()
+    if home is not None:
+        return str(home / "bin" / "nvcc")
+    which = shutil.which("nvcc")
+    if which:
+        return which
+    raise FaprofError(
+        "nvcc (the CUDA compiler) was not found on PATH, in $CUDA_HOME/bin or in /usr/local/cuda/bin. "
+        "Install the CUDA toolkit matching your torch build (e.g. `apt install cuda-toolkit-13-0`, or "
+        "`pip install nvidia-cuda-nvcc` and set CUDA_HOME), or set CUDA_HOME to its folder."
+    )
+
+
+def normalize_arch(arch: str) -> str:
+    """'sm_89', '89', '8.9', 'compute_89' -> 'sm_89'. Compute capability 9.0 becomes 'sm_90a'.
+
+    Hopper builds use the arch-specific target sm_90a, which every CC 9.0 device runs, so that a
+    kernel may use Hopper-only instructions (wgmma, TMA); the report does the same so its numbers
+    describe the code that runs.
+    """
+    s = arch.strip().lower()
+    m = re.fullmatch(r"(?:sm_|compute_)?(\d+)\.?(\d)?([af]?)", s)
+    if not m:
+        raise FaprofError(f"cannot read CUDA architecture {arch!r}; write it like 'sm_89' or 'sm_90a'")
+    digits = m.group(1) + (m.group(2) or "")
+    suffix = m.group(3)
+    if digits == "90":
+        suffix = "a"
+    if int(digits) < 75:
+        raise FaprofError(f"CUDA architecture {arch!r} is older than sm_75, which CUDA 13 does not target")
+    return f"sm_{digits}{suffix}"
+
+
+def gencode_flag(arch: str) -> str:
+    """nvcc's -gencode flag for one architecture: SASS only, no PTX."""
+    a = normalize_arch(arch)[3:]
+    return f"-gencode=arch=compute_{a},code=sm_{a}"
+
+
+def target_arch() -> str:
+    """The architecture to build for: $FAPROF_CUDA_ARCH, else the current GPU's."""
+    env = os.environ.get("FAPROF_CUDA_ARCH")
+    if env:
+        return normalize_arch(env)
+    import torch
+
+    if not torch.cuda.is_available():
+        raise FaprofError(
+            "no CUDA GPU is visible, so faprof cannot tell which architecture to build for; run on a GPU "
+            "machine, or set FAPROF_CUDA_ARCH (e.g. sm_89) to build anyway"
+        )
+    major, minor = torch.cuda.get_device_capability()
+    return normalize_arch(f"{major}{minor}")
+
+
+def extension_nvcc_flags(arch: str) -> list[str]:
+    """nvcc flags for the extension's .cu files (torch adds its include paths and macros)."""
+    return [*NVCC_OPT_FLAGS, gencode_flag(arch)]
+
+
+def shared_libstdcxx_ldflags() -> list[str]:
+    """Link flags that make the extension use the C++ runtime torch already loaded.
+
+    Some toolchains link libstdc++ statically into shared objects (seen with a g++ wrapper whose
+    -B directory holds only libstdc++.a). The extension then carries its own copy of the C++
+    runtime beside torch's, and the first iostream call that formats a number (TORCH_CHECK's
+    message with a tensor's sizes) crashes on the two copies' locale facets. Naming the
+    libstdc++.so that this process loaded (torch brings it in) on the link line makes the linker
+    resolve every C++ runtime symbol against it, whatever the toolchain's default. Empty off
+    Linux or when no shared libstdc++ is loaded.
+    """
+    if not sys.platform.startswith("linux"):
+        return []
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return []
+    for line in maps.splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and re.search(r"/libstdc\+\+\.so[.\d]*$", fields[-1]):
+            return [fields[-1]]
+    return []
+
+
+def cache_root() -> Path:
+    """$FAPROF_CACHE, else ~/.cache/faprof; builds go under <root>/build/<hash>."""
+    env = os.environ.get("FAPROF_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "faprof"
+
+
+def kernel_sources(kernels_dir: Path = KERNELS_DIR) -> list[Path]:
+    """binding.cpp first, then every .cu file, sorted: what the extension is built from."""
+    binding = kernels_dir / "binding.cpp"
+    if not binding.exists():
+        raise FaprofError(
+            f"{binding} is missing: faprof's kernels/ folder is incomplete (is this a full checkout?)"
+        )
+    return [binding, *sorted(kernels_dir.glob("*.cu"))]
+
+
+def build_hash(
+    arch: str,
+    nvcc_flags: Sequence[str],
+    torch_version: str,
+    torch_cuda: str | None,
+    kernels_dir: Path = KERNELS_DIR,
+    ldflags: Sequence[str] = (),
+) -> str:
+    """16 hex digits over the sources' contents, the flags, torch, the arch and the platform."""
+    files = sorted(p for p in kernels_dir.iterdir() if p.suffix in _SOURCE_SUFFIXES and p.is_file())
+    payload = {
+        "format": BUILD_FORMAT,
+        "name": EXTENSION_NAME,
+        "sources": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files},
+        "nvcc_flags": list(nvcc_flags),
+        "cflags": list(HOST_CFLAGS),
+        "ldflags": list(ldflags),
+        "torch": torch_version,
+        "torch_cuda": torch_cuda,
+        "arch": arch,
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "machine": platform.machine(),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------- load
+def load(verbose: bool = False, on_status: Callable[[str], None] | None = None) -> BuildInfo:
+    """Build (if needed) and load the faprof extension; afterwards ops are torch.ops.faprof.*.
+
+    Cheap after the first call in a process (it returns the first call's BuildInfo: a library
+    registering the `faprof` op namespace can be loaded only once per process, so source edits
+    need a new process). Across processes, an unchanged build directory is reused without
+    running the compiler.
+
+    Args:
+        verbose: show torch's and ninja's build output.
+        on_status: called with a short message before a cold build starts (the CLI prints it).
+
+    Returns:
+        BuildInfo with the build directory, architecture, time taken and whether it compiled.
+
+    Raises:
+        FaprofError: torch without CUDA, no nvcc, no GPU and no FAPROF_CUDA_ARCH, or a failed build.
+    """
+    global _LOADED
+    with _LOCK:
+        if _LOADED is not None:
+            return _LOADED
+        _LOADED = _load_locked(verbose, on_status)
+        return _LOADED
+
+
+def _load_locked(verbose: bool, on_status: Callable[[str], None] | None) -> BuildInfo:
+    t0 = time.perf_counter()
+    import torch
+
+    if torch.version.cuda is None:
+        raise FaprofError(
+            f"torch {torch.__version__} is a CPU-only build, so faprof's CUDA kernels cannot be built; install a "
+            "CUDA build of torch (see https://pytorch.org/get-started/locally/)"
+        )
+    arch = target_arch()
+    flags = extension_nvcc_flags(arch)
+    ldflags = shared_libstdcxx_ldflags()  # after `import torch`, which loads libstdc++
+    key = build_hash(arch, flags, torch.__version__, torch.version.cuda, ldflags=ldflags)
+    build_dir = cache_root() / "build" / key
+    library = build_dir / f"{EXTENSION_NAME}.so"
+    marker = build_dir / _MARKER
+
+    if marker.exists() and library.exists():
+        try:
+            torch.ops.load_library(str(library))
+        except OSError as e:
+            raise FaprofError(
+                f"could not load the cached faprof extension {library}: {e}; delete {build_dir} and try again"
+            ) from e
+        return BuildInfo(build_dir, arch, time.perf_counter() - t0, False, library, tuple(flags))
+
+    home = find_cuda_home()
+    nvcc = find_nvcc()  # raises with install advice
+    if home is not None and not os.environ.get("CUDA_HOME"):
+        # torch.utils.cpp_extension reads CUDA_HOME when first imported; a wrapper nvcc on PATH
+        # would otherwise make it guess the wrong toolkit root.
+        os.environ["CUDA_HOME"] = str(home)
+    os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
+    from torch.utils import cpp_extension
+
+    if cpp_extension.CUDA_HOME is None and home is not None:
+        cpp_extension.CUDA_HOME = str(home)
+
+    build_dir.mkdir(parents=True, exist_ok=True)
+    sources = kernel_sources()
+    before = library.stat().st_mtime_ns if library.exists() else None
+    if on_status is not None:
+        on_status(
+            f"building the faprof extension for {arch} with {nvcc} "
+            f"({len(sources)} sources, {os.environ['MAX_JOBS']} jobs) in {build_dir}"
+        )
+    try:
+        cpp_extension.load(
+            name=EXTENSION_NAME,
+            sources=[str(s) for s in sources],
+            extra_cflags=list(HOST_CFLAGS),
+            extra_cuda_cflags=flags,
+            extra_ldflags=ldflags,
+            extra_include_paths=[str(KERNELS_DIR)],
+            build_directory=str(build_dir),
+            is_python_module=False,
+            verbose=verbose,
+        )
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
+        raise FaprofError(
+            f"building the faprof extension in {build_dir} failed: {e}\n(run `faprof build --verbose` to see "
+            "the compiler's output)"
+        ) from e
+    after = library.stat().st_mtime_ns if library.exists() else None
+    seconds = time.perf_counter() - t0
+    marker.write_text(
+        json.dumps(
+            {
+                "arch": arch,
+                "nvcc_flags": flags,
+                "ldflags": ldflags,
+                "torch": torch.__version__,
+                "torch_cuda": torch.version.cuda,
+                "nvcc": nvcc,
+                "seconds": round(seconds, 2),
+                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+            indent=2,
+        )
+    )
+    return BuildInfo(build_dir, arch, seconds, before is None or before != after, library, tuple(flags))
+
+
+# ------------------------------------------------------------------------ ptxas parsing
+_RE_ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)' for '(?P<arch>[^']+)'")
+_RE_PROPS = re.compile(r"Function properties for (?P<name>\S+)")
+_RE_STACK = re.compile(
+    r"(?P<stack>\d+) bytes stack frame, (?P<ss>\d+) bytes spill stores, (?P<sl>\d+) bytes spill loads"
+)
+_RE_USED = re.compile(r"Used (?P<regs>\d+) registers(?P<rest>.*)$")
+_RE_BARRIERS = re.compile(r"used (\d+) barriers")
+_RE_SMEM = re.compile(r"(\d+) bytes smem")
+_RE_CMEM = re.compile(r"(\d+) bytes cmem\[\d+\]")
+
+
+def ptxas_parse(text: str) -> list[dict[str, Any]]:
+    """Parse `ptxas -v` output (as printed by `nvcc -Xptxas -v`) into one dict per kernel.
+
+    Only entry functions (kernels) are returned, in the order ptxas compiled them. Keys:
+    kernel (mangled name), arch, registers, smem_static_bytes, stack_frame_bytes,
+    spill_store_bytes, spill_load_bytes, cmem_bytes (sum over constant banks; None when ptxas
+    does not print it, as CUDA 13 does not for sm_90), barriers.
+
+    Args:
+        text: ptxas' informational output; other lines (nvcc warnings) are ignored.
+
+    Returns:
+        A list of dicts as above.
+    """
+    kernels: dict[str, dict[str, Any]] = {}
+    stack: dict[str, tuple[int, int, int]] = {}
+    entry: str | None = None
+    props: str | None = None
+    for line in text.splitlines():
+        if m := _RE_ENTRY.search(line):
+            entry = m.group("name")
+            kernels[entry] = {
+                "kernel": entry,
+                "arch": m.group("arch"),
+                "registers": None,
+                "smem_static_bytes": 0,
+                "stack_frame_bytes": None,
+                "spill_store_bytes": None,
+                "spill_load_bytes": None,
+                "cmem_bytes": None,
+                "barriers": 0,
+            }
+            continue
+        if m := _RE_PROPS.search(line):
+            props = m.group("name")
+            continue
+        if (m := _RE_STACK.search(line)) and props is not None:
+            stack[props] = (int(m.group("stack")), int(m.group("ss")), int(m.group("sl")))
+            continue
+        if (m := _RE_USED.search(line)) and entry is not None:
+            rec = kernels[entry]
+            rec["registers"] = int(m.group("regs"))
+            rest = m.group("rest")
+            if b := _RE_BARRIERS.search(rest):
+                rec["barriers"] = int(b.group(1))
+            if s := _RE_SMEM.search(rest):
+                rec["smem_static_bytes"] = int(s.group(1))
+            cmem = [int(c) for c in _RE_CMEM.findall(rest)]
+            rec["cmem_bytes"] = sum(cmem) if cmem else None
+    for name, rec in kernels.items():
+        if name in stack:
+            rec["stack_frame_bytes"], rec["spill_store_bytes"], rec["spill_load_bytes"] = stack[name]
+    return list(kernels.values())
+
+
+# ------------------------------------------------------------------------------ occupancy
+@dataclass(frozen=True)
+class ArchLimits:
+    """Per-SM limits of one architecture that bound occupancy (CUDA programming guide, table
+    'Technical Specifications per Compute Capability', and cuda_occupancy.h)."""
+
+    max_warps: int
+    """Resident warps per SM."""
+    max_blocks: int
+    """Resident blocks per SM."""
+    smem_per_sm: int
+    """Largest shared-memory carveout per SM, bytes (includes the per-block reserve)."""
+    smem_per_block: int
+    """Largest opt-in dynamic + static shared memory per block, bytes."""
+    regs_per_sm: int = 65536
+    """32-bit registers per SM."""
+    regs_per_block: int = 65536
+    """Registers one block may hold."""
+    reg_alloc_unit: int = 256
+    """Registers are allocated per warp in units of this many."""
+    smem_alloc_unit: int = 128
+    """Shared memory is allocated per block in units of this many bytes."""
+    smem_reserved_per_block: int = 1024
+    """Shared memory the driver reserves per block (sm_80 and later)."""
+    sub_partitions: int = 4
+    """Register files per SM: a warp's registers come from one of them."""
+    max_threads_per_block: int = 1024
+    """Threads per block."""
+
+
+#: Per-architecture limits. sm_90a and friends share their base architecture's entry.
+ARCH_LIMITS: dict[str, ArchLimits] = {
+    "sm_80": ArchLimits(max_warps=64, max_blocks=32, smem_per_sm=164 * 1024, smem_per_block=163 * 1024),
+    "sm_86": ArchLimits(max_warps=48, max_blocks=16, smem_per_sm=100 * 1024, smem_per_block=99 * 1024),
+    "sm_87": ArchLimits(max_warps=48, max_blocks=16, smem_per_sm=164 * 1024, smem_per_block=163 * 1024),
+    "sm_89": ArchLimits(max_warps=48, max_blocks=24, smem_per_sm=100 * 1024, smem_per_block=99 * 1024),
+    "sm_90": ArchLimits(max_warps=64, max_blocks=32, smem_per_sm=228 * 1024, smem_per_block=227 * 1024),
+    "sm_100": ArchLimits(max_warps=64, max_blocks=32, smem_per_sm=228 * 1024, smem_per_block=227 * 1024),
+    "sm_120": ArchLimits(max_warps=48, max_blocks=24, smem_per_sm=100 * 1024, smem_per_block=99 * 1024),
+}
+
+#: Order in which limiters are named when several allow the same number of blocks: the hardware
+#: caps first (a kernel at 64 of 64 warps is limited by warps, whatever else would also allow it),
+#: then the resources a kernel can change.
+LIMITER_ORDER = ("warps", "blocks", "registers", "shared memory")
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """Theoretical occupancy of one kernel launch on one SM."""
+
+    blocks_per_sm: int
+    """Resident blocks per SM."""
+    active_warps: int
+    """Resident warps per SM (blocks x warps per block)."""
+    occupancy_pct: float
+    """active_warps / max warps per SM, in percent."""
+    limiter: str
+    """What bounds blocks_per_sm: 'registers', 'shared memory', 'warps', 'blocks' (or 'threads'
+    when the block is larger than 1024 threads)."""
+
+
+def _round_up(x: int, unit: int) -> int:
+    return -(-x // unit) * unit
+
+
+def arch_limits(arch: str) -> ArchLimits:
+    """Limits of `arch` ('sm_90a' uses sm_90's); FaprofError for an architecture not in the table."""
+    base = re.sub(r"[af]$", "", normalize_arch(arch))
+    if base not in ARCH_LIMITS:
+        raise FaprofError(f"no occupancy limits known for {arch}; known: {', '.join(ARCH_LIMITS)}")
+    return ARCH_LIMITS[base]
+
+
+def occupancy(arch: str, threads: int, registers: int, smem_bytes: int) -> Occupancy:
+    """Theoretical occupancy, computed as CUDA's cuda_occupancy.h does.
+
+    Registers: each warp gets ceil(registers·32 / 256)·256 registers from one of the SM's four
+    register files (16384 registers each); blocks = (warps that fit per file · 4) // warps per
+    block. Shared memory: each block takes round_up(static + dynamic + 1 KB reserved, 128 B) of
+    the SM's largest carveout. Warps and blocks: the per-SM maxima.
+
+    Args:
+        arch: 'sm_80', 'sm_89', 'sm_90a', ...
+        threads: threads per block.
+        registers: registers per thread (from ptxas).
+        smem_bytes: static + dynamic shared memory per block, bytes.
+
+    Returns:
+        Occupancy with blocks per SM, active warps, percentage and the limiting resource.
+    """
+    lim = arch_limits(arch)
+    if threads < 1 or threads > lim.max_threads_per_block:
+        return Occupancy(0, 0, 0.0, "threads")
+    warps = -(-threads // 32)
+    by_warps = lim.max_warps // warps
+    by_blocks = lim.max_blocks
+
+    regs_per_warp = _round_up(registers * 32, lim.reg_alloc_unit)
+    if regs_per_warp == 0:
+        by_regs = by_blocks
+    elif (
+        regs_per_warp * _round_up(warps, lim.sub_partitions) > lim.regs_per_block
+        or regs_per_warp * warps > lim.regs_per_block
+        or registers > 255
+    ):
+        by_regs = 0
+    else:
+        warps_per_partition = (lim.regs_per_sm // lim.sub_partitions) // regs_per_warp
+        by_regs = warps_per_partition * lim.sub_partitions // warps
+
+    if smem_bytes > lim.smem_per_block:
+        by_smem = 0
+    else:
+        per_block = _round_up(smem_bytes + lim.smem_reserved_per_block, lim.smem_alloc_unit)
+        by_smem = lim.smem_per_sm // per_block
+
+    limits = {"registers": by_regs, "shared memory": by_smem, "warps": by_warps, "blocks": by_blocks}
+    blocks = min(limits.values())
+    limiter = next(name for name in LIMITER_ORDER if limits[name] == blocks)
+    return Occupancy(blocks, blocks * warps, 100.0 * blocks * warps / lim.max_warps, limiter)
+
+
+# --------------------------------------------------------------------- launch annotations
+_RE_LAUNCH = re.compile(r"//\s*faprof:launch\s+(?P<fields>.+?)\s*$", re.M)
+
+_BINOPS: dict[type, Callable[[int, int], int]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+}
+
+
+def parse_launch_annotations(text: str) -> dict[str, dict[str, str]]:
+    """`// faprof:launch kernel=NAME [D=EXPR] threads=EXPR dyn_smem=EXPR` lines -> {NAME: {field: EXPR}}.
+
+    NAME is the kernel's name without namespaces or template arguments. Expressions may use D
+    and A0, A1, ... (see eval_launch_expr); `D=` sets the report's D column for kernels whose
+    head dimension is not their only integer template argument (e.g. D=A0).
+    """
+    out: dict[str, dict[str, str]] = {}
+    for m in _RE_LAUNCH.finditer(text):
+        fields = dict(tok.split("=", 1) for tok in m.group("fields").split() if "=" in tok)
+        if "kernel" in fields:
+            out[fields.pop("kernel")] = fields
+    return out
+
+
+def eval_launch_expr(expr: str, D: int | None, args: Sequence[int] = ()) -> int:
+    """Evaluate an annotation's integer expression: +, -, *, //, parentheses, integers, the
+    name D (the head dimension) and A0, A1, ... (the kernel's integer template arguments)."""
+
+    def ev(node: ast.AST) -> int:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name) and node.id == "D":
+            if D is None:
+                raise ValueError(
+                    f"{expr!r} uses D but the kernel's D is unknown (add D=... to the annotation)"
+                )
+            return D
+        if isinstance(node, ast.Name) and re.fullmatch(r"A\d+", node.id):
+            i = int(node.id[1:])
+            if i >= len(args):
+                raise ValueError(
+                    f"{expr!r} uses {node.id} but the kernel has {len(args)} integer template arguments"
+                )
+            return args[i]
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
+        raise ValueError(f"unsupported element in launch expression {expr!r}")
+
+    return ev(ast.parse(expr, mode="eval"))
+
+
+# ------------------------------------------------------------------------------ demangling
+def _demangler() -> str | None:
+    home = find_cuda_home()
+    for cand in ([str(home / "bin" / "cu++filt")] if home else []) + ["cu++filt", "c++filt"]:
+        path = shutil.which(cand) if os.sep not in cand else (cand if os.path.exists(cand) else None)
+        if path:
+            return path
+    return None
+
+
+def demangle(names: Iterable[str]) -> dict[str, str]:
+    """Mangled -> demangled C++ names with cu++filt (CUDA's), else c++filt; identity without either."""
+    names = list(dict.fromkeys(names))
+    tool = _demangler()
+    if not names or tool is None:
+        return {n: n for n in names}
+    try:
+        res = subprocess.run(
+            [tool], input="\n".join(names) + "\n", capture_output=True, text=True, timeout=60, check=True
+        )
+        lines = res.stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return {n: n for n in names}
+    if len(lines) != len(names):
+        return {n: n for n in names}
+    return dict(zip(names, lines, strict=True))
+
+
+_RE_MANGLED = re.compile(r"^_Z(?P<len>\d+)")
+_RE_TEMPLATE_INT = re.compile(r"\b(true|false|\d+)\b")
+
+
+@dataclass(frozen=True)
+class KernelName:
+    """The parts of a kernel's (demangled) name that the report uses."""
+
+    name: str
+    """Qualified name without template arguments: 'fa2_fwd_kernel', 'ns::k'."""
+    template_args: str
+    """The template argument list as written, without the outer <>: '64', '__half, Cfg<64, 4>, true'."""
+    int_args: tuple[int, ...]
+    """Integer (and bool, as 0/1) template arguments in order, nested ones included."""
+
+    @property
+    def base(self) -> str:
+        """The name without namespaces."""
+        return self.name.rsplit("::", 1)[-1]
+
+    @property
+    def D(self) -> int | None:
+        """The head dimension when the kernel has exactly one integer template argument."""
+        return self.int_args[0] if len(self.int_args) == 1 else None
+
+
+def parse_kernel_name(kernel: str) -> KernelName:
+    """Split 'void ns::k<__half, Cfg<64, 4>, true>(float const*, ...)' (or, without a demangler,
+    a simple mangled name '_Z14fa2_fwd_kernelILi64EEv...') into name and template arguments."""
+    s = kernel.strip()
+    if s.startswith("_Z"):
+        m = _RE_MANGLED.match(s)
+        if m:
+            n = int(m.group("len"))
+            name = s[m.end() : m.end() + n]
+            t = re.match(r"IL[ij](\d+)EE", s[m.end() + n :])
+            return KernelName(name, t.group(1) if t else "", (int(t.group(1)),) if t else ())
+        return KernelName(s, "", ())
+    if s.startswith("void "):
+        s = s[5:]
+    # The name runs to the first '<' or '(' at depth 0; template arguments are the balanced <...>.
+    i = 0
+    while i < len(s) and s[i] not in "<(":
+        i += 1
+    name = s[:i].strip()
+    targs = ""
+    if i < len(s) and s[i] == "<":
+        depth, j = 0, i
+        while j < len(s):
+            depth += {"<": 1, ">": -1}.get(s[j], 0)
+            if depth == 0:
+                break
+            j += 1
+        targs = s[i + 1 : j].strip()
+    ints = tuple(1 if t == "true" else 0 if t == "false" else int(t) for t in _RE_TEMPLATE_INT.findall(targs))
+    return KernelName(name, targs, ints)
+
+
+# ------------------------------------------------------------------------ resource report
+def nvcc_resource_command(nvcc: str, source: Path, arch: str, output: Path) -> list[str]:
+    """The nvcc command line that compiles one kernel file for one arch and prints ptxas' usage."""
+    return [
+        nvcc,
+        "-cubin",
+        *NVCC_OPT_FLAGS,
+        *TORCH_NVCC_FLAGS,
+        "-Xptxas",
+        "-v",
+        gencode_flag(arch),
+        "-I",
+        str(source.parent),
+        "-o",
+        str(output),
+        str(source),
+    ]
+
+
+def _ptxas_log(nvcc: str, source: Path, arch: str) -> str:
+    with tempfile.TemporaryDirectory(prefix="faprof_ptxas_") as tmp:
+        cmd = nvcc_resource_command(nvcc, source, arch, Path(tmp) / "out.cubin")
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise FaprofError(f"could not run nvcc on {source.name} for {arch}: {e}") from e
+    if res.returncode != 0:
+        raise FaprofError(
+            f"nvcc failed on {source.name} for {arch} (exit {res.returncode}):\n{res.stderr.strip()}"
+        )
+    return res.stdout + res.stderr
+
+
+#: Column order of resource_report's table.
+REPORT_COLUMNS = (
+    "file",
+    "kernel",
+    "name",
+    "template_args",
+    "D",
+    "arch",
+    "registers",
+    "smem_static_bytes",
+    "dyn_smem_bytes",
+    "threads",
+    "stack_frame_bytes",
+    "spill_store_bytes",
+    "spill_load_bytes",
+    "cmem_bytes",
+    "barriers",
+    "blocks_per_sm",
+    "active_warps",
+    "occupancy_pct",
+    "limiter",
+    "mangled",
+)
+
+
+def resource_report(
+    archs: Sequence[str] = DEFAULT_REPORT_ARCHS,
+    sources: Sequence[str | Path] | None = None,
+    jobs: int | None = None,
+):
+    """Compile kernel files with nvcc (no GPU needed) and tabulate ptxas' resource usage.
+
+    One row per kernel instantiation and architecture, with its launch configuration (from the
+    `faprof:launch` annotations) and the theoretical occupancy that implies.
+
+    Args:
+        archs: architectures, e.g. ('sm_80', 'sm_89', 'sm_90'); sm_90 compiles as sm_90a.
+        sources: .cu files to compile; default every kernels/*.cu (binding.cpp has no kernels).
+        jobs: parallel nvcc processes; default the number of CPU cores.
+
+    Returns:
+        A pandas DataFrame with REPORT_COLUMNS.
+
+    Raises:
+        FaprofError: nvcc missing or failing (with its stderr), a malformed annotation.
+    """
+    import pandas as pd
+
+    nvcc = find_nvcc()
+    files = [Path(s) for s in sources] if sources is not None else sorted(KERNELS_DIR.glob("*.cu"))
+    if not files:
+        raise FaprofError(f"no .cu files to compile in {KERNELS_DIR}")
+    norm_archs = [normalize_arch(a) for a in archs]
+    tasks = [(f, a) for f in files for a in norm_archs]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        logs = list(pool.map(lambda t: _ptxas_log(nvcc, *t), tasks))
+
+    parsed = [(f, a, rec) for (f, a), log in zip(tasks, logs, strict=True) for rec in ptxas_parse(log)]
+    names = demangle(rec["kernel"] for _, _, rec in parsed)
+    annotations = {f: parse_launch_annotations(f.read_text()) for f in files}
+
+    rows = []
+    for f, arch, rec in parsed:
+        pretty = names.get(rec["kernel"], rec["kernel"])
+        kn = parse_kernel_name(pretty)
+        D = kn.D
+        row: dict[str, Any] = {
+            **rec,
+            "file": f.name,
+            "kernel": pretty,
+            "name": kn.name,
+            "template_args": kn.template_args,
+            "D": D,
+            "arch": arch,
+            "mangled": rec["kernel"],
+            "threads": None,
+            "dyn_smem_bytes": None,
+            "blocks_per_sm": None,
+            "active_warps": None,
+            "occupancy_pct": math.nan,
+            "limiter": None,
+        }
+        ann = annotations[f].get(kn.base)
+        if ann is not None:
+            try:
+                if "D" in ann:
+                    D = row["D"] = eval_launch_expr(ann["D"], None, kn.int_args)
+                threads = eval_launch_expr(ann.get("threads", "0"), D, kn.int_args)
+                dyn = eval_launch_expr(ann.get("dyn_smem", "0"), D, kn.int_args)
+            except (ValueError, SyntaxError) as e:
+                raise FaprofError(f"{f.name}: bad faprof:launch annotation for {kn.base}: {e}") from e
+            occ = occupancy(arch, threads, rec["registers"] or 0, rec["smem_static_bytes"] + dyn)
+            row.update(threads=threads, dyn_smem_bytes=dyn, **asdict(occ))
+        rows.append(row)
+
+    df = pd.DataFrame(rows, columns=list(REPORT_COLUMNS))
+    for col in (
+        "D",
+        "registers",
+        "smem_static_bytes",
+        "dyn_smem_bytes",
+        "threads",
+        "stack_frame_bytes",
+        "spill_store_bytes",
+        "spill_load_bytes",
+        "cmem_bytes",
+        "barriers",
+        "blocks_per_sm",
+        "active_warps",
+    ):
+        df[col] = df[col].astype("Int64")
+    return df.sort_values(
+        ["file", "name", "D", "template_args", "arch"], na_position="first", kind="stable"
+    ).reset_index(drop=True)

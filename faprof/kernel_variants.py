@@ -1,0 +1,255 @@
+"""faprof's own CUDA kernels (kernels/*.cu) as registry variants.
+
+Importing this module only registers the variants; the extension is built the first time one of
+them runs (`faprof.build.load()`, cheap after the first call in a process). Each fn follows the
+registry's signature fn(q, k, v, causal, scale, out=None) -> out, allocates the workspaces its op
+needs (scores, l and m, lse), writes into `out` when given (so the harness can poison it) and
+returns it.
+
+One block per variant: to add one, write its .cu file and launcher, its op in binding.cpp, and a
+Variant below.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from faprof.problem import AttentionProblem
+from faprof.variants import Variant, register
+
+#: Head dimensions the fa1 and fa2 CUDA-core kernels are instantiated for (kernels/fa1.cu,
+#: kernels/fa2.cu: kFaprofFa1HeadDims / kFaprofFa2HeadDims in faprof_kernels.h).
+FA1_HEAD_DIMS = (32, 64, 128)
+FA2_HEAD_DIMS = (32, 64, 128)
+
+#: Head dimensions of the tensor-core kernels fa2_wmma and fa2_mma (kFaprofTcHeadDims in
+#: faprof_kernels.h): each has a tile config for these three.
+TC_HEAD_DIMS = (64, 128, 256)
+
+#: The naive kernel materializes fp32 scores B·H·Sq·Sk·4 bytes; past 8 GiB that matrix alone
+#: outgrows most GPUs (and the point of the comparison is made long before).
+NAIVE_MAX_SCORE_BYTES = 8 * 2**30
+
+#: The kernels index rows with 32-bit ints; B·H, Sq, Sk and Sq·D must stay below this.
+INT32_MAX = 2**31 - 1
+
+
+def _ops():
+    """torch.ops.faprof, building/loading the extension first."""
+    import torch
+
+    from faprof import build
+
+    build.load()
+    return torch.ops.faprof
+
+
+def _alloc_out(q, out):
+    import torch
+
+    return torch.empty_like(q, memory_format=torch.contiguous_format) if out is None else out
+
+
+def _int32_check(problem: AttentionProblem) -> str | None:
+    if (
+        problem.B * problem.H > INT32_MAX
+        or problem.Sq * problem.D > INT32_MAX
+        or problem.Sk * problem.D > INT32_MAX
+    ):
+        return "the CUDA-core kernels index with 32-bit ints: B·H and S·D must stay below 2^31"
+    return None
+
+
+def _head_dim_check(variant: str, dims: tuple[int, ...]):
+    def check(problem: AttentionProblem) -> str | None:
+        if problem.D not in dims:
+            return f"D={problem.D} not supported by {variant} (supported: {', '.join(map(str, dims))})"
+        return _int32_check(problem)
+
+    return check
+
+
+def naive_score_bytes(problem: AttentionProblem) -> int:
+    """Bytes of the naive kernel's fp32 score workspace [B, H, Sq, Sk]."""
+    return problem.B * problem.H * problem.Sq * problem.Sk * 4
+
+
+def _naive_check(problem: AttentionProblem) -> str | None:
+    need = naive_score_bytes(problem)
+    if need > NAIVE_MAX_SCORE_BYTES:
+        return (
+            f"naive materializes the fp32 score matrix B·H·Sq·Sk: {need / 2**30:.1f} GiB, over the "
+            f"{NAIVE_MAX_SCORE_BYTES / 2**30:.0f} GiB faprof allows it"
+        )
+    return _int32_check(problem)
+
+
+# ------------------------------------------------------------------------------ naive
+def naive_fwd(q, k, v, causal: bool, scale: float, out=None):
+    """Three kernels: S = scale·QKᵀ to global memory, row softmax in place, O = P·V."""
+    import torch
+
+    ops = _ops()
+    out = _alloc_out(q, out)
+    B, H, Sq, _ = q.shape
+    scores = torch.empty((B, H, Sq, k.shape[2]), dtype=torch.float32, device=q.device)
+    ops.naive_fwd(q, k, v, out, scores, bool(causal), float(scale))
+    return out
+
+
+# -------------------------------------------------------------------------------- fa1
+def fa1_fwd(q, k, v, causal: bool, scale: float, out=None, return_lm: bool = False):
+    """FlashAttention-1 loop order; with return_lm, also the global l and m ([B, H, Sq] fp32)."""
+    import torch
+
+    ops = _ops()
+    out = _alloc_out(q, out)
+    B, H, Sq, _ = q.shape
+    l = torch.empty((B, H, Sq), dtype=torch.float32, device=q.device)  # noqa: E741 (the paper's name)
+    m = torch.empty((B, H, Sq), dtype=torch.float32, device=q.device)
+    ops.fa1_fwd(q, k, v, out, l, m, bool(causal), float(scale))
+    return (out, l, m) if return_lm else out
+
+
+# -------------------------------------------------------------------------------- fa2
+def fa2_fwd(q, k, v, causal: bool, scale: float, out=None, return_lse: bool = False):
+    """FlashAttention-2 partition; with return_lse, also lse = m + log(l) ([B, H, Sq] fp32)."""
+    import torch
+
+    ops = _ops()
+    out = _alloc_out(q, out)
+    B, H, Sq, _ = q.shape
+    lse = torch.empty((B, H, Sq), dtype=torch.float32, device=q.device)
+    ops.fa2_fwd(q, k, v, out, lse, bool(causal), float(scale))
+    return (out, lse) if return_lse else out
+
+
+# ------------------------------------------------------------------- fa2_wmma, fa2_mma
+def _tc_fwd(op_name: str):
+    def fn(q, k, v, causal: bool, scale: float, out=None, return_lse: bool = False):
+        import torch
+
+        ops = _ops()
+        out = _alloc_out(q, out)
+        B, H, Sq, _ = q.shape
+        lse = torch.empty((B, H, Sq), dtype=torch.float32, device=q.device)
+        getattr(ops, op_name)(q, k, v, out, lse, bool(causal), float(scale))
+        return (out, lse) if return_lse else out
+
+    fn.__name__ = op_name
+    fn.__doc__ = f"torch.ops.faprof.{op_name}; with return_lse, also lse = m + log(l) ([B, H, Sq] fp32)."
+    return fn
+
+
+fa2_wmma_fwd = _tc_fwd("fa2_wmma_fwd")
+fa2_mma_fwd = _tc_fwd("fa2_mma_fwd")
+
+
+def _tc_check(variant: str):
+    head_dims = _head_dim_check(variant, TC_HEAD_DIMS)
+
+    def check(problem: AttentionProblem) -> str | None:
+        if problem.softmax_scale <= 0:
+            return f"{variant} needs scale > 0 (its running max is taken on raw scores), got {problem.softmax_scale:g}"
+        if problem.B > 65535 or problem.H > 65535:
+            return f"{variant} launches a (query tiles, H, B) grid: B and H must be at most 65535"
+        return head_dims(problem)
+
+    return check
+
+
+# ------------------------------------------------------------------------------ fault
+def fault_oob(q, k, v, causal: bool, scale: float, out=None):
+    """TEST ONLY: launches a kernel that writes to an unmapped address (illegal memory access).
+
+    The launch itself succeeds; the error surfaces at the next synchronization and leaves the
+    process's CUDA context unusable. Run it only in a process you can throw away.
+    """
+    ops = _ops()
+    out = _alloc_out(q, out)
+    ops.fault_oob(q, out)
+    return out
+
+
+def _register() -> None:
+    common: dict[str, Any] = dict(
+        dtypes=("fp32",), directions=("fwd",), device="cuda", compute="cuda_core", needs_extension=True
+    )
+    register(
+        Variant(
+            "naive",
+            "cuda",
+            "three CUDA-core kernels: scores to global memory, row softmax, P·V (fp32)",
+            naive_fwd,
+            check=_naive_check,
+            source="kernels/naive.cu",
+            tags=("cuda_core", "materializes_scores"),
+            **common,
+        )
+    )
+    register(
+        Variant(
+            "fa1",
+            "cuda",
+            "FlashAttention-1 loop order on CUDA cores: block per (b, h), O/l/m in global memory (fp32)",
+            fa1_fwd,
+            check=_head_dim_check("fa1", FA1_HEAD_DIMS),
+            source="kernels/fa1.cu",
+            tags=("cuda_core", "flash"),
+            **common,
+        )
+    )
+    register(
+        Variant(
+            "fa2",
+            "cuda",
+            "FlashAttention-2 partition on CUDA cores: grid over query tiles x B·H, O on chip (fp32)",
+            fa2_fwd,
+            check=_head_dim_check("fa2", FA2_HEAD_DIMS),
+            source="kernels/fa2.cu",
+            tags=("cuda_core", "flash"),
+            **common,
+        )
+    )
+    tc: dict[str, Any] = dict(
+        dtypes=("fp16", "bf16"), directions=("fwd",), device="cuda", compute="tensor", needs_extension=True
+    )
+    register(
+        Variant(
+            "fa2_wmma",
+            "cuda",
+            "FlashAttention-2 on tensor cores via nvcuda::wmma 16x16x16, softmax through shared memory (fp16/bf16)",
+            fa2_wmma_fwd,
+            check=_tc_check("fa2_wmma"),
+            source="kernels/fa2_wmma.cu",
+            tags=("tensor_core", "flash", "wmma"),
+            **tc,
+        )
+    )
+    register(
+        Variant(
+            "fa2_mma",
+            "cuda",
+            "FlashAttention-2 via mma.sync m16n8k16 + ldmatrix, swizzled smem, cp.async K/V pipeline, P in registers",
+            fa2_mma_fwd,
+            check=_tc_check("fa2_mma"),
+            source="kernels/fa2_mma.cu",
+            tags=("tensor_core", "flash", "mma"),
+            **tc,
+        )
+    )
+    register(
+        Variant(
+            "_fault_oob",
+            "cuda",
+            "TEST ONLY: a kernel that faults with an out-of-bounds write (illegal memory access)",
+            fault_oob,
+            hidden=True,
+            source="kernels/fault.cu",
+            tags=("test",),
+            **common,
+        )
+    )
+
+
+_register()

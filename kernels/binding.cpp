@@ -1,0 +1,252 @@
+// The faprof extension's ops: schemas (TORCH_LIBRARY), input checks and launches. The only file
+// in kernels/ that includes torch; the kernels are plain CUDA behind kernels/faprof_kernels.h.
+//
+// Every op takes its outputs as arguments (`Tensor(a!)`), so the harness can hand in outputs
+// poisoned with NaN and see each element the kernel failed to write. Inputs are checked here
+// with TORCH_CHECK (a Python RuntimeError with a message that says what to change), never in the
+// kernels. The same functions are registered for the CPU dispatch key so that a CPU tensor gets
+// the same clear message instead of "could not run ... with arguments from the 'CPU' backend".
+//
+// Called from Python as torch.ops.faprof.<name> once faprof.build.load() has loaded the library.
+// To add an op: a launcher in faprof_kernels.h, a function below, one m.def and one m.impl line
+// per dispatch key.
+#include <ATen/core/Tensor.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "faprof_kernels.h"
+
+namespace {
+
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+
+// A tensor every kernel reads or writes: CUDA, on q's device, fp32, contiguous.
+void check_tensor(const char* op, const char* name, const at::Tensor& t, const at::Tensor& q) {
+    TORCH_CHECK(t.defined(), op, ": ", name, " is undefined");
+    TORCH_CHECK(t.is_cuda(), op, ": ", name, " must be a CUDA tensor, got a tensor on ", t.device(),
+                " (move it with .cuda())");
+    TORCH_CHECK(t.device() == q.device(), op, ": ", name, " is on ", t.device(), " but q is on ", q.device(),
+                "; all tensors must be on the same GPU");
+    TORCH_CHECK(t.scalar_type() == at::kFloat, op, ": ", name, " must be float32, got ", t.scalar_type(),
+                " (this kernel is fp32 only; convert with .float())");
+    TORCH_CHECK(t.is_contiguous(), op, ": ", name, " must be contiguous, got shape ", t.sizes(), " with strides ",
+                t.strides(), "; call .contiguous()");
+}
+
+// A tensor of the tensor-core kernels (fa2_wmma, fa2_mma): like check_tensor, but fp16 or bf16,
+// in q's dtype.
+void check_tc_tensor(const char* op, const char* name, const at::Tensor& t, const at::Tensor& q) {
+    TORCH_CHECK(t.defined(), op, ": ", name, " is undefined");
+    TORCH_CHECK(t.is_cuda(), op, ": ", name, " must be a CUDA tensor, got a tensor on ", t.device(),
+                " (move it with .cuda())");
+    TORCH_CHECK(t.device() == q.device(), op, ": ", name, " is on ", t.device(), " but q is on ", q.device(),
+                "; all tensors must be on the same GPU");
+    TORCH_CHECK(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16, op, ": ", name,
+                " must be float16 or bfloat16, got ", t.scalar_type(), " (tensor-core kernel; convert with .half())");
+    TORCH_CHECK(t.scalar_type() == q.scalar_type(), op, ": ", name, " is ", t.scalar_type(), " but q is ",
+                q.scalar_type(), "; q, k, v and out must share one dtype");
+    TORCH_CHECK(t.is_contiguous(), op, ": ", name, " must be contiguous, got shape ", t.sizes(), " with strides ",
+                t.strides(), "; call .contiguous()");
+}
+
+// 16-byte alignment: fa1/fa2 move rows with 16-byte cp.async / float4 accesses.
+void check_aligned(const char* op, const char* name, const at::Tensor& t) {
+    TORCH_CHECK(reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0, op, ": ", name,
+                " must be 16-byte aligned (its storage offset is not a multiple of 4 floats); pass a "
+                "fresh contiguous tensor, e.g. .clone()");
+}
+
+struct Dims {
+    int B, H, Sq, Sk, D;
+};
+
+// A per-tensor check: check_tensor (fp32) or check_tc_tensor (fp16/bf16).
+using TensorCheck = void (*)(const char* op, const char* name, const at::Tensor& t, const at::Tensor& q);
+
+// q [B, H, Sq, D], k and v [B, H, Sk, D]; returns the sizes as int (what the launchers take).
+Dims check_qkv(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+               TensorCheck check = check_tensor) {
+    check(op, "q", q, q);
+    check(op, "k", k, q);
+    check(op, "v", v, q);
+    TORCH_CHECK(q.dim() == 4, op, ": q must be 4-D [B, H, Sq, D], got shape ", q.sizes());
+    TORCH_CHECK(k.dim() == 4, op, ": k must be 4-D [B, H, Sk, D], got shape ", k.sizes());
+    TORCH_CHECK(k.sizes() == v.sizes(), op, ": k and v must have the same shape [B, H, Sk, D], got ", k.sizes(),
+                " and ", v.sizes());
+    TORCH_CHECK(q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3), op, ": q ",
+                q.sizes(), " and k ", k.sizes(), " must have the same B, H and D");
+    TORCH_CHECK(q.numel() > 0 && k.numel() > 0, op, ": empty tensors are not supported, got q ", q.sizes(),
+                " and k ", k.sizes());
+    for (int i = 0; i < 4; ++i) {
+        TORCH_CHECK(q.size(i) <= kIntMax && k.size(i) <= kIntMax, op, ": sizes must fit in int32, got q ",
+                    q.sizes(), " and k ", k.sizes());
+    }
+    TORCH_CHECK(q.size(0) * q.size(1) <= kIntMax, op, ": B*H must fit in int32, got ", q.size(0) * q.size(1));
+    return Dims{static_cast<int>(q.size(0)), static_cast<int>(q.size(1)), static_cast<int>(q.size(2)),
+                static_cast<int>(k.size(2)), static_cast<int>(q.size(3))};
+}
+
+template <size_t N>
+void check_head_dim(const char* variant, int D, const int (&supported)[N]) {
+    for (int s : supported)
+        if (s == D) return;
+    std::ostringstream msg;
+    msg << "D=" << D << " not supported by " << variant << " (supported: ";
+    for (size_t i = 0; i < N; ++i) msg << (i ? ", " : "") << supported[i];
+    msg << ")";
+    TORCH_CHECK(false, msg.str());
+}
+
+void check_output(const char* op, const char* name, const at::Tensor& t, const at::Tensor& q,
+                  std::vector<int64_t> expected, TensorCheck check = check_tensor) {
+    check(op, name, t, q);
+    TORCH_CHECK(t.sizes() == at::IntArrayRef(expected), op, ": ", name, " must have shape ",
+                at::IntArrayRef(expected), ", got ", t.sizes());
+}
+
+void check_scale(const char* op, double scale) {
+    TORCH_CHECK(std::isfinite(scale), op, ": scale must be finite, got ", scale);
+}
+
+void check_launch(const char* op, cudaError_t err) {
+    TORCH_CHECK(err == cudaSuccess, op, ": CUDA error ", cudaGetErrorName(err), ": ", cudaGetErrorString(err));
+}
+
+cudaStream_t stream_of(const at::Tensor& q) {
+    return c10::cuda::getCurrentCUDAStream(q.get_device()).stream();
+}
+
+// ------------------------------------------------------------------------------------ naive
+void naive_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
+               at::Tensor& scores, bool causal, double scale) {
+    constexpr const char* op = "faprof::naive_fwd";
+    const Dims d = check_qkv(op, q, k, v);
+    check_scale(op, scale);
+    check_output(op, "out", out, q, {d.B, d.H, d.Sq, d.D});
+    check_output(op, "scores", scores, q, {d.B, d.H, d.Sq, d.Sk});
+    c10::cuda::CUDAGuard guard(q.device());
+    check_launch(op, faprof_naive_fwd(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
+                                      out.data_ptr<float>(), scores.data_ptr<float>(), d.B, d.H, d.Sq, d.Sk, d.D,
+                                      causal, static_cast<float>(scale), stream_of(q)));
+}
+
+// -------------------------------------------------------------------------------------- fa1
+void fa1_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out, at::Tensor& l,
+             at::Tensor& m, bool causal, double scale) {
+    constexpr const char* op = "faprof::fa1_fwd";
+    const Dims d = check_qkv(op, q, k, v);
+    check_head_dim("fa1", d.D, kFaprofFa1HeadDims);
+    check_scale(op, scale);
+    check_output(op, "out", out, q, {d.B, d.H, d.Sq, d.D});
+    check_output(op, "l", l, q, {d.B, d.H, d.Sq});
+    check_output(op, "m", m, q, {d.B, d.H, d.Sq});
+    TORCH_CHECK(static_cast<int64_t>(d.Sq) * d.D <= kIntMax, op, ": Sq*D must fit in int32");
+    for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"q", &q}, {"k", &k}, {"v", &v},
+                                  {"out", &out}})
+        check_aligned(op, name, *t);
+    c10::cuda::CUDAGuard guard(q.device());
+    check_launch(op, faprof_fa1_fwd(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
+                                    out.data_ptr<float>(), l.data_ptr<float>(), m.data_ptr<float>(), d.B, d.H,
+                                    d.Sq, d.Sk, d.D, causal, static_cast<float>(scale), stream_of(q)));
+}
+
+// -------------------------------------------------------------------------------------- fa2
+void fa2_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out, at::Tensor& lse,
+             bool causal, double scale) {
+    constexpr const char* op = "faprof::fa2_fwd";
+    const Dims d = check_qkv(op, q, k, v);
+    check_head_dim("fa2", d.D, kFaprofFa2HeadDims);
+    check_scale(op, scale);
+    check_output(op, "out", out, q, {d.B, d.H, d.Sq, d.D});
+    check_output(op, "lse", lse, q, {d.B, d.H, d.Sq});
+    for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"q", &q}, {"k", &k}, {"v", &v},
+                                  {"out", &out}})
+        check_aligned(op, name, *t);
+    c10::cuda::CUDAGuard guard(q.device());
+    check_launch(op, faprof_fa2_fwd(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
+                                    out.data_ptr<float>(), lse.data_ptr<float>(), d.B, d.H, d.Sq, d.Sk, d.D,
+                                    causal, static_cast<float>(scale), stream_of(q)));
+}
+
+// ----------------------------------------------------------------------- fa2_wmma, fa2_mma
+using TcLauncher = cudaError_t (*)(const void*, const void*, const void*, void*, float*, int, int, int, int, int,
+                                   float, bool, bool, cudaStream_t);
+
+void tc_fwd(const char* op, const char* variant, TcLauncher launcher, const at::Tensor& q, const at::Tensor& k,
+            const at::Tensor& v, at::Tensor& out, at::Tensor& lse, bool causal, double scale) {
+    const Dims d = check_qkv(op, q, k, v, check_tc_tensor);
+    check_head_dim(variant, d.D, kFaprofTcHeadDims);
+    check_scale(op, scale);
+    TORCH_CHECK(scale > 0, op, ": scale must be > 0 (the kernel keeps its running max on raw scores), got ",
+                scale);
+    TORCH_CHECK(d.B <= 65535 && d.H <= 65535, op, ": B and H must be at most 65535 (grid z and y), got B=", d.B,
+                " H=", d.H);
+    check_output(op, "out", out, q, {d.B, d.H, d.Sq, d.D}, check_tc_tensor);
+    check_output(op, "lse", lse, q, {d.B, d.H, d.Sq});
+    for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"q", &q}, {"k", &k}, {"v", &v},
+                                  {"out", &out}})
+        check_aligned(op, name, *t);
+    c10::cuda::CUDAGuard guard(q.device());
+    check_launch(op, launcher(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr<float>(), d.B,
+                              d.H, d.Sq, d.Sk, d.D, static_cast<float>(scale), causal,
+                              q.scalar_type() == at::kBFloat16, stream_of(q)));
+}
+
+void fa2_wmma_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out, at::Tensor& lse,
+                  bool causal, double scale) {
+    tc_fwd("faprof::fa2_wmma_fwd", "fa2_wmma", faprof_fa2_wmma_fwd, q, k, v, out, lse, causal, scale);
+}
+
+void fa2_mma_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out, at::Tensor& lse,
+                 bool causal, double scale) {
+    tc_fwd("faprof::fa2_mma_fwd", "fa2_mma", faprof_fa2_mma_fwd, q, k, v, out, lse, causal, scale);
+}
+
+// ------------------------------------------------------------------------------------ fault
+// TEST ONLY: faults on purpose (see kernels/fault.cu); the error surfaces at the next sync.
+void fault_oob(const at::Tensor& q, at::Tensor& out) {
+    constexpr const char* op = "faprof::fault_oob";
+    check_tensor(op, "q", q, q);
+    check_tensor(op, "out", out, q);
+    TORCH_CHECK(q.numel() > 0 && out.numel() > 0, op, ": q and out must not be empty");
+    c10::cuda::CUDAGuard guard(q.device());
+    check_launch(op, faprof_fault_oob(q.data_ptr<float>(), out.data_ptr<float>(), stream_of(q)));
+}
+
+}  // namespace
+
+TORCH_LIBRARY(faprof, m) {
+    m.def("naive_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) scores, bool causal, float scale) -> ()");
+    m.def("fa1_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) l, Tensor(c!) m, bool causal, float scale) -> ()");
+    m.def("fa2_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
+    m.def("fa2_wmma_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
+    m.def("fa2_mma_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
+    m.def("fault_oob(Tensor q, Tensor(a!) out) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(faprof, CUDA, m) {
+    m.impl("naive_fwd", &naive_fwd);
+    m.impl("fa1_fwd", &fa1_fwd);
+    m.impl("fa2_fwd", &fa2_fwd);
+    m.impl("fa2_wmma_fwd", &fa2_wmma_fwd);
+    m.impl("fa2_mma_fwd", &fa2_mma_fwd);
+    m.impl("fault_oob", &fault_oob);
+}
+
+// CPU tensors reach the same checks, which reject them with "must be a CUDA tensor".
+TORCH_LIBRARY_IMPL(faprof, CPU, m) {
+    m.impl("naive_fwd", &naive_fwd);
+    m.impl("fa1_fwd", &fa1_fwd);
+    m.impl("fa2_fwd", &fa2_fwd);
+    m.impl("fa2_wmma_fwd", &fa2_wmma_fwd);
+    m.impl("fa2_mma_fwd", &fa2_mma_fwd);
+    m.impl("fault_oob", &fault_oob);
+}

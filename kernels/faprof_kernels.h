@@ -1,0 +1,86 @@
+// Host launchers of faprof's kernels: plain C++ declarations shared by the kernel files (.cu,
+// compiled by nvcc) and kernels/binding.cpp (compiled by the host compiler, the only file that
+// includes torch).
+//
+// Conventions, the same for every launcher:
+//   * tensors are [B, H, S, D], contiguous, fp32 unless the launcher says otherwise;
+//   * causal = PyTorch SDPA's is_causal: top-left aligned, query row i sees keys j <= i;
+//   * `scale` multiplies Q·Kᵀ before the softmax (Python passes 1/sqrt(D) by default);
+//   * a launcher returns the launch's cudaError_t (cudaGetLastError() after the launch) and
+//     cudaErrorInvalidValue for shapes it does not support, before launching anything;
+//   * kernels run on `stream` and are asynchronous: faults surface at the next synchronization.
+//
+// To add a variant: one .cu file with its kernels and launcher, one block here, one block in
+// binding.cpp (schema + impl), one Variant in faprof/kernel_variants.py.
+#pragma once
+
+#include <cuda_runtime.h>
+
+// ------------------------------------------------------------------------------------ naive
+// Three kernels: S = scale·Q·Kᵀ (masked) into `scores`, row softmax of S in place, O = P·V.
+// Any D >= 1 (the tiled matmuls mask their tails); no alignment requirement.
+cudaError_t faprof_naive_fwd(const float* q,   // [B, H, Sq, D]
+                             const float* k,   // [B, H, Sk, D]
+                             const float* v,   // [B, H, Sk, D]
+                             float* o,         // [B, H, Sq, D]
+                             float* scores,    // [B, H, Sq, Sk] workspace (S, then P in place)
+                             int B, int H, int Sq, int Sk, int D, bool causal, float scale,
+                             cudaStream_t stream);
+
+// -------------------------------------------------------------------------------------- fa1
+// FlashAttention-1 loop order (Dao et al. 2022, Algorithm 1): one block per (b, h), outer loop
+// over K/V tiles, inner loop over Q tiles; O, l and m live in global memory.
+// D in kFaprofFa1HeadDims; pointers 16-byte aligned.
+inline constexpr int kFaprofFa1HeadDims[] = {32, 64, 128};
+cudaError_t faprof_fa1_fwd(const float* q,   // [B, H, Sq, D]
+                           const float* k,   // [B, H, Sk, D]
+                           const float* v,   // [B, H, Sk, D]
+                           float* o,         // [B, H, Sq, D]
+                           float* l,         // [B, H, Sq] softmax denominators (relative to m)
+                           float* m,         // [B, H, Sq] row maxima of scale·Q·Kᵀ
+                           int B, int H, int Sq, int Sk, int D, bool causal, float scale,
+                           cudaStream_t stream);
+
+// -------------------------------------------------------------------------------------- fa2
+// FlashAttention-2 partition (Dao 2023): grid over (query tiles, B·H), O accumulated on chip,
+// online softmax, lse = m + log(l) written per row. D in kFaprofFa2HeadDims; pointers 16-byte
+// aligned.
+inline constexpr int kFaprofFa2HeadDims[] = {32, 64, 128};
+cudaError_t faprof_fa2_fwd(const float* q,   // [B, H, Sq, D]
+                           const float* k,   // [B, H, Sk, D]
+                           const float* v,   // [B, H, Sk, D]
+                           float* o,         // [B, H, Sq, D]
+                           float* lse,       // [B, H, Sq] natural-log log-sum-exp of each row
+                           int B, int H, int Sq, int Sk, int D, bool causal, float scale,
+                           cudaStream_t stream);
+
+// ----------------------------------------------------------------------- fa2_wmma, fa2_mma
+// FlashAttention-2 partition on tensor cores, fp32 accumulate and fp32 online softmax; q, k, v
+// and o are fp16 (bf16 = false) or bf16 (bf16 = true), one dtype for all four; lse is fp32.
+//   fa2_wmma: nvcuda::wmma 16x16x16 fragments, softmax through a per-warp shared-memory scratch.
+//   fa2_mma:  mma.sync m16n8k16 PTX, ldmatrix(.trans), XOR-swizzled shared memory, cp.async
+//             double buffer for K/V, P kept in registers, exp2, causal tile skipping.
+// D in kFaprofTcHeadDims; scale > 0; q, k, v, o 16-byte aligned; B and H at most 65535.
+inline constexpr int kFaprofTcHeadDims[] = {64, 128, 256};
+cudaError_t faprof_fa2_wmma_fwd(const void* q,  // [B, H, Sq, D] fp16 or bf16
+                                const void* k,  // [B, H, Sk, D]
+                                const void* v,  // [B, H, Sk, D]
+                                void* o,        // [B, H, Sq, D]
+                                float* lse,     // [B, H, Sq] natural-log log-sum-exp of each row
+                                int B, int H, int Sq, int Sk, int D, float scale, bool causal, bool bf16,
+                                cudaStream_t stream);
+cudaError_t faprof_fa2_mma_fwd(const void* q,  // [B, H, Sq, D] fp16 or bf16
+                               const void* k,  // [B, H, Sk, D]
+                               const void* v,  // [B, H, Sk, D]
+                               void* o,        // [B, H, Sq, D]
+                               float* lse,     // [B, H, Sq] natural-log log-sum-exp of each row
+                               int B, int H, int Sq, int Sk, int D, float scale, bool causal, bool bf16,
+                               cudaStream_t stream);
+
+// ------------------------------------------------------------------------------------ fault
+// TEST ONLY: a kernel that writes far outside any allocation, so that the next synchronization
+// raises "an illegal memory access was encountered" and the CUDA context is lost for the
+// process. faprof's harness uses it to check that a faulting variant is isolated.
+cudaError_t faprof_fault_oob(const float* q,   // any fp32 CUDA tensor (read, to make the launch real)
+                             float* out,       // any fp32 CUDA tensor (never written in bounds)
+                             cudaStream_t stream);
