@@ -319,6 +319,11 @@ def render_markdown(bundle: Bundle) -> str:
         parts += ["## Published figures (quoted from the seed report) beside faprof's\n",
                   "The left columns are the report's own figures on its GPU, not faprof measurements.\n\n", md_table(pub)]
     parts += ["## Findings\n", "\n".join(f"- {x}" for x in findings(df, baseline, bundle)) + "\n"]
+    adv = analysis.advise(df, bundle.read("ncu_summary"), bundle.read("stalls"), bundle.read("nsys_summary"))
+    if not adv.empty:
+        parts += ["## Why: the bottleneck advisor\n",
+                  "Each finding quotes the measurement or Nsight metric it rests on; the suggestion is the usual fix.\n\n",
+                  md_table(adv)]
     return "\n".join(parts)
 
 
