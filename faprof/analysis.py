@@ -73,20 +73,42 @@ def derive(problem: AttentionProblem, variant, row: dict[str, Any], env: dict[st
     return out
 
 
-def with_speedups(df: pd.DataFrame, baseline: str) -> pd.DataFrame:
-    """Add `speedup` = baseline median / row median, per (run, shape_id); >1 means faster than the baseline.
+def with_speedups(df: pd.DataFrame, baseline: str, group_baselines: dict[str, str] | None = None) -> pd.DataFrame:
+    """Add `baseline` (the variant each row is compared with), `baseline_ms` and `speedup` =
+    baseline median / row median, per (run, shape_id); >1 means faster than the baseline.
 
+    `group_baselines` maps a group name to its own baseline (rows of other groups use `baseline`).
     Only timed rows of the baseline count; rows without a timed baseline get NaN.
     """
     if df.empty:
         return df.assign(speedup=pd.Series(dtype=float))
     keys = ["shape_id"] + (["run_id"] if "run_id" in df.columns else [])
-    base = df[(df["variant"] == baseline) & df["status"].isin(TIMED)][[*keys, "median_ms"]]
-    base = base.rename(columns={"median_ms": "baseline_ms"})
-    out = df.drop(columns=[c for c in ("baseline_ms", "speedup") if c in df.columns]).merge(base, on=keys, how="left")
+    out = df.drop(columns=[c for c in ("baseline", "baseline_ms", "speedup") if c in df.columns])
+    groups = out["group"] if "group" in out.columns else pd.Series("", index=out.index)
+    out["baseline"] = [(group_baselines or {}).get(g, baseline) for g in groups]
+    base = out[out["status"].isin(TIMED)][[*keys, "variant", "median_ms"]]
+    base = base.rename(columns={"variant": "baseline", "median_ms": "baseline_ms"})
+    out = out.merge(base, on=[*keys, "baseline"], how="left")
     out["speedup"] = out["baseline_ms"] / out["median_ms"]
     out.loc[~out["status"].isin(TIMED), "speedup"] = float("nan")
     return out
+
+
+def baselines_of(manifest: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """(the scenario's baseline, {group: baseline} for groups with their own) from a bundle manifest."""
+    scen = manifest.get("scenario", {})
+    default = scen.get("baseline", "")
+    groups = {}
+    for g in (scen.get("raw") or {}).get("groups", []) or []:
+        if isinstance(g, dict) and g.get("baseline") and g.get("name"):
+            groups[g["name"]] = g["baseline"]
+    return default, groups
+
+
+def speedups_for(bundle_measurements: pd.DataFrame, manifest: dict[str, Any]) -> pd.DataFrame:
+    """with_speedups using the baselines the bundle's scenario names."""
+    default, groups = baselines_of(manifest)
+    return with_speedups(bundle_measurements, default, groups)
 
 
 def ranking(df: pd.DataFrame) -> pd.DataFrame:

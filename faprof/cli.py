@@ -64,7 +64,7 @@ def results_table(df, baseline: str, title: str | None = None) -> Table:
     t = Table(title=title, show_lines=False, header_style="bold")
     for col, just in (("variant", "left"), ("shape", "left"), ("status", "left"), ("median ms", "right"),
                       ("±95% CI", "right"), ("TFLOP/s", "right"), ("% peak", "right"),
-                      (f"vs {baseline}", "right"), ("max err", "right"), ("ref", "left")):
+                      ("speedup", "right"), ("max err", "right"), ("ref", "left")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for _, r in df.iterrows():
         status = r["status"]
@@ -96,6 +96,18 @@ def _shape_label(r) -> str:
     mask = " causal" if r["causal"] else ""
     d = "" if r["direction"] == "fwd" else f" {r['direction']}"
     return f"B={r['B']} H={r['H']} {s} D={r['D']} {r['dtype']}{mask}{d}"
+
+
+def _print_baselines(df) -> None:
+    """Say what the speedup column is relative to (a scenario's groups may have their own baselines)."""
+    if "baseline" not in df:
+        return
+    per = df.groupby("baseline", sort=False)["group"].unique() if "group" in df else None
+    if per is None or len(per) <= 1:
+        console.print(f"speedup = {df['baseline'].iloc[0]}'s median / the row's median (above 1: faster than it)")
+        return
+    parts = [f"{b} for {', '.join(str(g) for g in gs)}" for b, gs in per.items()]
+    console.print("speedup = the baseline's median / the row's median; baselines: " + "; ".join(parts))
 
 
 def _print_reasons(df) -> None:
@@ -177,10 +189,11 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
                               f"complete the run with `faprof profile --resume {path}`")
             sys.exit(130)
     m = bundle.manifest()
-    df = analysis.with_speedups(bundle.measurements(), m["scenario"]["baseline"])
+    df = analysis.speedups_for(bundle.measurements(), m)
     env = m.get("env", {})
     gpu = env.get("gpu_name") or "no GPU (CPU only)"
     console.print(results_table(df, m["scenario"]["baseline"], title=f"{m['scenario']['name']} on {gpu}"))
+    _print_baselines(df)
     _print_reasons(df)
     counts = df["status"].value_counts().to_dict()
     console.print("status: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
@@ -308,7 +321,7 @@ def show(run: str, runs_dir: Path) -> None:
 
     bundle = resolve_run(run, runs_dir)
     m = bundle.manifest()
-    df = analysis.with_speedups(bundle.measurements(), m["scenario"]["baseline"])
+    df = analysis.speedups_for(bundle.measurements(), m)
     if df.empty:
         raise FaprofError(f"{bundle.path} has no measurements yet (status: {m.get('status')})")
     gpu = m.get("env", {}).get("gpu_name") or "no GPU (CPU only)"
@@ -358,6 +371,40 @@ def compare(run_a: str, run_b: str, runs_dir: Path) -> None:
         t.add_row(r["variant"], r["shape_id"], _fmt(r["median_ms_a"], ".4g"), _fmt(r["median_ms_b"], ".4g"),
                   _fmt(r["ratio_b_over_a"], ".3f"), "yes" if r["ci_overlap"] else "[bold]no[/]")
     console.print(t)
+
+
+# --------------------------------------------------------------------------- dashboard
+@main.command()
+@click.argument("runs", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--port", type=int, help="Port for the Streamlit server (default: Streamlit's, 8501).")
+@click.option("--print-command", is_flag=True, help="Print the streamlit command instead of running it.")
+def dashboard(runs: tuple[Path, ...], port: int | None, print_command: bool) -> None:
+    """Open the Streamlit dashboard on run bundles (folders of runs, bundles; default: runs/).
+
+    The examples under examples/runs/ are always loaded too; bundle archives can be uploaded in the page.
+    """
+    import importlib.util
+    import os
+
+    from faprof.dashboard import APP_PATH
+
+    if importlib.util.find_spec("streamlit") is None or importlib.util.find_spec("plotly") is None:
+        raise FaprofError("the dashboard needs streamlit and plotly: pip install 'faprof[app]'")
+    if not APP_PATH.is_file():
+        raise FaprofError(f"the dashboard app is not at {APP_PATH}: run faprof from its source tree (pip install -e .)")
+    for r in runs:
+        if not r.exists():
+            raise FaprofError(f"{r} does not exist (give run bundles or folders of them)")
+    argv = [sys.executable, "-m", "streamlit", "run", str(APP_PATH), "--browser.gatherUsageStats", "false",
+            "--client.toolbarMode", "minimal"]
+    if port:
+        argv += ["--server.port", str(port)]
+    argv += ["--", *[str(r.resolve()) for r in runs]]
+    if print_command:
+        console.print(" ".join(argv), soft_wrap=True)
+        return
+    sys.stdout.flush()
+    os.execv(sys.executable, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -67,7 +67,8 @@ def results_frame(df: pd.DataFrame, baseline: str) -> pd.DataFrame:
             "median ms": _f(r.get("median_ms"), ".4g"), "±95% CI": ci,
             "GFLOP/s": _f(r["tflops"] * 1e3 if not pd.isna(r.get("tflops")) else None, ".4g"),
             "% peak": _f(r.get("pct_peak"), ".2f"),
-            f"speedup vs {baseline}": (_f(r.get("speedup"), ".2f") + "x") if not pd.isna(r.get("speedup")) else "",
+            "speedup": (_f(r.get("speedup"), ".2f") + "x") if not pd.isna(r.get("speedup")) else "",
+            "baseline": r.get("baseline") or baseline,
             "max abs err": _f(r.get("max_abs_err"), ".2e"), "n": _f(r.get("n"), ".0f"),
         })
     return pd.DataFrame(rows)
@@ -256,7 +257,7 @@ def _ncu_findings(s: pd.DataFrame) -> list[str]:
 
 def render_markdown(bundle: Bundle) -> str:
     m = bundle.manifest()
-    df = analysis.with_speedups(bundle.measurements(), m["scenario"]["baseline"])
+    df = analysis.speedups_for(bundle.measurements(), m)
     env = m.get("env", {})
     baseline = m["scenario"]["baseline"]
     timing = (m.get("settings") or {}).get("timing", {})
@@ -286,9 +287,11 @@ def render_markdown(bundle: Bundle) -> str:
         if group:
             parts.append(f"### {group}\n")
         parts.append(md_table(results_frame(g, baseline)))
-    cmp = baseline_comparison(df, baseline)
-    if not cmp.empty:
-        parts += [f"## Against {baseline}\n", md_table(cmp)]
+    for b in dict.fromkeys(df["baseline"].dropna()) if "baseline" in df else [baseline]:
+        sub = df[df["baseline"] == b] if "baseline" in df else df
+        cmp = baseline_comparison(sub, b)
+        if not cmp.empty:
+            parts += [f"## Against {b}\n", md_table(cmp)]
     parts += ["## Correctness\n", md_table(correctness_frame(df))]
     for sid in df["shape_id"].unique()[:2]:
         s = sample_frame(df, sid)

@@ -20,6 +20,7 @@ Layout of a file (every key is checked; unknown keys are errors, so typos do not
     problems = [{B = 1, H = 1, S = 128}, ...]   # S sets Sq = Sk; or give Sq and Sk
     grid = {B = [1, 2], S = [128, 256]}     # cross product, merged with the defaults
     defaults = {direction = "bwd"}           # per-group overrides
+    baseline = "sdpa_efficient"             # optional: this group's baseline
 
     [collect]   timing = true, ncu = "none"|"basic"|"detailed"|"full", nsys = false
     [timing]    warmup_ms, budget_s, min_repeats, max_repeats, target_rel_sem, flush_l2, graph
@@ -48,7 +49,7 @@ _TOP_KEYS = {
     "collect", "timing", "tolerance", "published", "notes",
 }
 _PROBLEM_KEYS = {"B", "H", "S", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale"}
-_GROUP_KEYS = {"name", "description", "problems", "grid", "defaults"}
+_GROUP_KEYS = {"name", "description", "problems", "grid", "defaults", "baseline"}
 _COLLECT_KEYS = {"timing", "ncu", "nsys", "ncu_metrics"}
 _PUBLISHED_KEYS = {"gpu", "what", "subject", "value", "unit", "shape", "maps_to", "section", "note", "stat"}
 
@@ -120,6 +121,9 @@ class ProblemGroup:
     name: str
     problems: list[AttentionProblem]
     description: str = ""
+    baseline: str | None = None
+    """This group's baseline when it differs from the scenario's (e.g. fp32 rows, where the
+    scenario's fp16-only baseline cannot run)."""
 
 
 @dataclass
@@ -148,6 +152,10 @@ class Scenario:
             for p in g.problems:
                 seen.setdefault(p.shape_id, p)
         return list(seen.values())
+
+    def group_baselines(self) -> dict[str, str]:
+        """Groups whose baseline differs from the scenario's: {group name: variant}."""
+        return {g.name: g.baseline for g in self.groups if g.baseline and g.baseline != self.baseline}
 
     def group_of(self, shape_id: str) -> str:
         for g in self.groups:
@@ -249,7 +257,16 @@ def _group(ctx: _Ctx, key: str, table: dict, defaults: dict) -> ProblemGroup:
         raise ctx.fail(k("problems"), "at least one problem (a `problems` list or a `grid`)")
     name = table.get("name", key)
     _expect(ctx, k("name"), name, (str,), "a string")
-    return ProblemGroup(name=name, problems=problems, description=str(table.get("description", "")))
+    baseline = table.get("baseline")
+    if baseline is not None:
+        from faprof import variants as registry
+
+        _expect(ctx, k("baseline"), baseline, (str,), "a variant name")
+        try:
+            registry.get(baseline)
+        except FaprofError as e:
+            raise ctx.fail(k("baseline"), f"a known variant name ({e})", baseline) from None
+    return ProblemGroup(name=name, problems=problems, description=str(table.get("description", "")), baseline=baseline)
 
 
 def parse_scenario(data: dict[str, Any], where: str, path: Path | None = None) -> Scenario:

@@ -43,8 +43,9 @@ def test_smoke_runs_end_to_end_on_the_cpu(smoke_run):
     assert (ok["max_abs_err"] < 0.05).all()
     assert ok["reference"].isin(["cpu_ref fp64", "gpu fp32"]).all()
     # the printed table has the promised columns
-    for col in ("variant", "shape", "status", "median ms", "TFLOP/s", "% peak", "vs torch_standard", "max err"):
+    for col in ("variant", "shape", "status", "median ms", "TFLOP/s", "% peak", "speedup", "max err"):
         assert col in r.output
+    assert "speedup = torch_standard's median" in r.output
 
 
 def test_show_and_export(smoke_run, tmp_path):

@@ -27,10 +27,15 @@ def test_shipped_scenarios_validate(name):
 
 def test_l4_causal_has_the_reports_exact_shapes():
     s = load_scenario("l4_causal")
-    got = [(p.B, p.H, p.Sq, p.Sk, p.D, p.dtype, p.causal) for p in s.problems]
+    got = [(p.B, p.H, p.Sq, p.Sk, p.D, p.dtype, p.causal) for p in s.groups[0].problems]
     assert got == [(1, 1, 128, 128, 64, "fp16", True), (4, 8, 128, 128, 64, "fp16", True),
                    (8, 8, 128, 128, 64, "fp16", True), (8, 8, 256, 256, 64, "fp16", True),
                    (16, 8, 512, 512, 64, "fp16", True)]
+    # the same shapes in fp32 for the CUDA-core kernels, against a baseline that takes fp32
+    fp32 = s.groups[1]
+    assert [(p.B, p.H, p.Sq) for p in fp32.problems] == [(b, h, sq) for b, h, sq, *_ in got]
+    assert all(p.dtype == "fp32" for p in fp32.problems)
+    assert s.group_baselines() == {"forward fp32": "sdpa_efficient"}
 
 
 def test_rtx3090_shapes():
@@ -125,3 +130,16 @@ def test_grid_and_group_defaults(tmp_path):
 def test_unknown_scenario_name_lists_known_ones():
     with pytest.raises(FaprofError, match="known scenarios: .*smoke"):
         load_scenario("no_such_scenario")
+
+
+def test_group_baseline_must_be_a_known_variant(tmp_path):
+    f = _write(tmp_path, """\
+        name = "x"
+        baseline = "torch_standard"
+        [[groups]]
+        name = "g"
+        baseline = "fa9"
+        problems = [{B = 1, H = 1, S = 8, D = 8}]
+        """)
+    with pytest.raises(FaprofError, match=r"key 'groups\[0\].baseline'"):
+        load_scenario(f)

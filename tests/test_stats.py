@@ -36,3 +36,22 @@ def test_t_table(dof, t):
 
 def test_t_interpolation_is_between_neighbours():
     assert 2.042 > t_quantile_975(35) > 2.021
+
+
+def test_speedups_use_each_groups_baseline():
+    import pandas as pd
+
+    from faprof.analysis import with_speedups
+
+    df = pd.DataFrame([
+        {"variant": "flash", "shape_id": "h", "group": "fp16", "status": "ok", "median_ms": 1.0},
+        {"variant": "mine", "shape_id": "h", "group": "fp16", "status": "ok", "median_ms": 4.0},
+        {"variant": "eff", "shape_id": "f", "group": "fp32", "status": "ok", "median_ms": 2.0},
+        {"variant": "mine", "shape_id": "f", "group": "fp32", "status": "ok", "median_ms": 1.0},
+        {"variant": "bad", "shape_id": "f", "group": "fp32", "status": "failed", "median_ms": None},
+    ])
+    out = with_speedups(df, "flash", {"fp32": "eff"}).set_index(["variant", "shape_id"])
+    assert out.loc[("mine", "h"), "speedup"] == 0.25 and out.loc[("mine", "h"), "baseline"] == "flash"
+    assert out.loc[("mine", "f"), "speedup"] == 2.0 and out.loc[("mine", "f"), "baseline"] == "eff"
+    assert out.loc[("eff", "f"), "speedup"] == 1.0
+    assert pd.isna(out.loc[("bad", "f"), "speedup"])
