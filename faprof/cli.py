@@ -132,13 +132,15 @@ def _print_reasons(df) -> None:
               help="Folder that receives the run bundle.")
 @click.option("--resume", "resume", type=click.Path(path_type=Path), help="Finish an interrupted run bundle instead of starting a new one.")
 @click.option("--ncu", type=click.Choice(["none", "basic", "detailed", "full"]), help="Collect Nsight Compute metrics with this section set.")
+@click.option("--ncu-cache-control", type=click.Choice(["all", "none"]), help="ncu --cache-control (default all: caches flushed before every replay pass).")
+@click.option("--ncu-clock-control", type=click.Choice(["none", "base"]), help="ncu --clock-control (default none: the card as it is; 'base' locks base clocks).")
 @click.option("--nsys/--no-nsys", default=None, help="Capture an Nsight Systems timeline.")
 @click.option("--budget", type=float, help="Timing budget per variant and shape, in seconds (overrides the scenario).")
 @click.option("--user-variants", "user_variants", multiple=True, help="A .py file or module registering extra variants (repeatable).")
 @click.option("--no-isolate", is_flag=True, help="Run variants in this process instead of a worker (no fault containment).")
 @click.option("--timeout", "task_timeout", type=float, default=600.0, show_default=True, help="Seconds before a variant counts as hung.")
 def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resume: Path | None, ncu: str | None,
-            nsys: bool | None, budget: float | None, user_variants: tuple[str, ...], no_isolate: bool, task_timeout: float) -> None:
+            ncu_cache_control: str | None, ncu_clock_control: str | None, nsys: bool | None, budget: float | None, user_variants: tuple[str, ...], no_isolate: bool, task_timeout: float) -> None:
     """Measure a scenario's variants on its problems and write a run bundle.
 
     Each variant is checked against a reference before it is timed. Rows are written as they
@@ -152,6 +154,7 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
     options = runner.ProfileOptions(
         variants=[v.strip() for v in variant_list.split(",") if v.strip()] if variant_list else None,
         out_dir=out_dir, ncu=ncu, nsys=nsys, isolate=not no_isolate, task_timeout_s=task_timeout,
+        ncu_cache_control=ncu_cache_control, ncu_clock_control=ncu_clock_control,
         user_variants=list(user_variants), settings_overrides={"budget_s": budget} if budget else {},
     )
     from faprof.variants import load_user_variants

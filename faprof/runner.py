@@ -50,6 +50,12 @@ class ProfileOptions:
     ncu: str | None = None
     """Override the scenario's ncu set ('none', 'basic', 'detailed', 'full')."""
     nsys: bool | None = None
+    ncu_cache_control: str | None = None
+    """ncu --cache-control: 'all' (flush caches before each replay pass; the default) or 'none'."""
+    ncu_clock_control: str | None = None
+    """ncu --clock-control: 'none' (profile the card as it is; the default) or 'base' (lock base clocks)."""
+    ncu_metrics: tuple[str, ...] = ()
+    """Metrics to collect on top of the section set."""
     isolate: bool = True
     """Run variants in a worker process (fault containment). False runs them in this process."""
     task_timeout_s: float = DEFAULT_TASK_TIMEOUT_S
@@ -124,6 +130,7 @@ def profile(scenario_spec: str | Path | Scenario, options: ProfileOptions | None
                 "env": env,
                 "settings": {"timing": dataclasses.asdict(timing), "variants": list(dict.fromkeys(v.name for _, v in pairs)),
                              "ncu": ncu_set, "nsys": nsys_on, "isolate": options.isolate,
+                             "ncu_cache_control": options.ncu_cache_control, "ncu_clock_control": options.ncu_clock_control,
                              "task_timeout_s": options.task_timeout_s, "user_variants": options.user_variants,
                              "check": options.check,
                              "tolerance": {k: dataclasses.asdict(t) for k, t in scenario.tolerance.items()}},
@@ -210,6 +217,8 @@ def _options_from_manifest(manifest: dict[str, Any], given: ProfileOptions) -> P
         timing=TimingSettings(**s["timing"]) if "timing" in s else given.timing,
         ncu=s.get("ncu", given.ncu) if given.ncu is None else given.ncu,
         nsys=s.get("nsys", given.nsys) if given.nsys is None else given.nsys,
+        ncu_cache_control=given.ncu_cache_control or s.get("ncu_cache_control"),
+        ncu_clock_control=given.ncu_clock_control or s.get("ncu_clock_control"),
         user_variants=s.get("user_variants", given.user_variants),
         isolate=s.get("isolate", given.isolate),
         check=s.get("check", given.check),

@@ -1,0 +1,887 @@
+"""Nsight Compute integration without a GPU: the ncu command line, finding ncu, the metric catalogue,
+and the report parser and derived tables on real reports recorded on an H100 (tests/data/ncu/).
+
+Method: the command builder's output is compared with the exact argv; `find_ncu` runs against fake
+installs in a temporary folder; the catalogue is checked against `ncu --query-metrics --chip` lists
+saved from Nsight Compute 2025.3.1 (every name faprof asks ncu for must exist on its chip). The
+fixtures hold kernels with known work (tests/data/ncu/tiny_kernels.cu: exact FFMA and HMMA counts,
+a 32-way bank conflict) and faprof's own naive/fa1/fa2 kernels; parsed values are compared with what
+`ncu --import R --page raw --csv --print-units base` printed for the same report (the *_ncu_raw.csv
+files), then the derived tables with the kernels' known work. `collect()` runs end to end against a
+fake ncu (a script) for the paths a user hits: no ncu, no GPU, no counter permission, no report,
+and a successful run. Reports are read with the PyPI package `ncu-report`; tests that need it skip
+when it cannot load.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import stat
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from faprof import runner
+from faprof.errors import FaprofError
+from faprof.nsight import metrics as cat
+from faprof.nsight import ncu
+from faprof.scenarios import load_scenario, parse_scenario
+from faprof.store import Bundle
+
+DATA = Path(__file__).parent / "data" / "ncu"
+PY = sys.executable
+
+#: ncu's L2 hit rate of kernels that move a few KB reads slightly above 100% (101.3% in tiny_basic):
+#: sectors that hit count against a lookup total that misses some; a few % of slack, not more.
+L2_HIT_SLACK_PCT = 3.0
+
+#: Hardware over analytic FLOPs of faprof's kernels on the fixture's shapes: 1.12 (fa2, 64x64) to
+#: 2.37 (fa2, Sq=17 Sk=113 causal: padded tiles); below 1 a kernel would skip required math.
+HW_OVER_ANALYTIC_FIXTURE = (0.99, 3.0)
+
+#: Relative tolerance between our reading of a report and ncu's CSV of the same report: the CSV
+#: prints values rounded to a few significant digits.
+CSV_REL_TOL = 1e-3
+
+
+# ------------------------------------------------------------------------------------ argv
+
+
+def test_command_basic_exact_argv():
+    argv = ncu.ncu_command(
+        "/b/raw/ncu",
+        ncu="/opt/ncu",
+        scenario="/b/raw/ncu_scenario.toml",
+        variants=["naive", "fa2"],
+        plan_out="/b/raw/ncu_plan.json",
+        python="/usr/bin/python3",
+    )
+    assert argv == [
+        "/opt/ncu",
+        "--nvtx",
+        "--nvtx-include",
+        "naive/",
+        "--nvtx-include",
+        "fa2/",
+        "--set",
+        "basic",
+        "--cache-control",
+        "all",
+        "--clock-control",
+        "none",
+        "-f",
+        "-o",
+        "/b/raw/ncu",
+        "/usr/bin/python3",
+        "-m",
+        "faprof.nsight.target",
+        "--scenario",
+        "/b/raw/ncu_scenario.toml",
+        "--tool",
+        "ncu",
+        "--variants",
+        "naive,fa2",
+        "--plan-out",
+        "/b/raw/ncu_plan.json",
+        "--iters",
+        "1",
+    ]
+
+
+def test_command_full_with_metrics_source_shapes_and_user_variants():
+    argv = ncu.ncu_command(
+        Path("r"),
+        ncu="ncu",
+        scenario="smoke",
+        variants=["fa2", "fa2"],
+        plan_out="p.json",
+        ncu_set="full",
+        metrics=["dram__bytes_read.sum", "lts__t_sector_hit_rate.pct", "dram__bytes_read.sum"],
+        cache_control="none",
+        clock_control="base",
+        import_source=True,
+        shapes=["s1", "s2"],
+        iters=2,
+        user_variants=["my.py"],
+        python="py",
+    )
+    assert argv == [
+        "ncu",
+        "--nvtx",
+        "--nvtx-include",
+        "fa2/",
+        "--set",
+        "full",
+        "--metrics",
+        "dram__bytes_read.sum,lts__t_sector_hit_rate.pct",
+        "--cache-control",
+        "none",
+        "--clock-control",
+        "base",
+        "--import-source",
+        "yes",
+        "-f",
+        "-o",
+        "r",
+        "py",
+        "-m",
+        "faprof.nsight.target",
+        "--scenario",
+        "smoke",
+        "--tool",
+        "ncu",
+        "--variants",
+        "fa2",
+        "--plan-out",
+        "p.json",
+        "--iters",
+        "2",
+        "--shapes",
+        "s1,s2",
+        "--user-variants",
+        "my.py",
+    ]
+
+
+def test_command_metrics_only_and_warmup_exclusion_with_own_target():
+    argv = ncu.ncu_command(
+        "out",
+        ncu_set=None,
+        metrics=["gpu__time_duration.sum"],
+        nvtx_variants=[],
+        target=["./tiny", "plan.json"],
+    )
+    assert argv == [
+        "ncu",
+        "--nvtx",
+        "--nvtx-exclude",
+        "faprof_warmup/",
+        "--metrics",
+        "gpu__time_duration.sum",
+        "--cache-control",
+        "all",
+        "--clock-control",
+        "none",
+        "-f",
+        "-o",
+        "out",
+        "./tiny",
+        "plan.json",
+    ]
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"ncu_set": "everything"}, "ncu set"),
+        ({"ncu_set": None}, "metrics"),
+        ({"cache_control": "some"}, "cache control"),
+        ({"clock_control": "reset"}, "clock control"),
+        ({"iters": 0}, "iterations"),
+    ],
+)
+def test_command_rejects_bad_options(kwargs, words):
+    with pytest.raises(FaprofError, match=words):
+        ncu.ncu_command("r", scenario="smoke", variants=["fa2"], plan_out="p", **kwargs)
+
+
+def test_nvtx_filter_includes_each_variant_range_once():
+    assert ncu.nvtx_filter(["a", "b", "a", ""]) == ["--nvtx", "--nvtx-include", "a/", "--nvtx-include", "b/"]
+    assert ncu.nvtx_filter([]) == ["--nvtx", "--nvtx-exclude", "faprof_warmup/"]
+
+
+# ------------------------------------------------------------------------------- find_ncu
+
+
+def _fake_exe(path: Path, body: str = "echo fake") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+@pytest.fixture
+def no_installs(monkeypatch):
+    monkeypatch.setattr(ncu, "CUDA_NCU_GLOBS", ())
+    monkeypatch.setattr(ncu, "NSIGHT_NCU_GLOBS", ())
+
+
+def test_find_ncu_prefers_explicit_env_then_path(tmp_path, no_installs):
+    on_path = _fake_exe(tmp_path / "bin" / "ncu")
+    explicit = _fake_exe(tmp_path / "custom" / "ncu")
+    assert ncu.find_ncu({"PATH": str(on_path.parent)}) == on_path
+    assert ncu.find_ncu({"PATH": str(on_path.parent), "NCU": str(explicit)}) == explicit
+    assert ncu.find_ncu({"PATH": "", "NCU": str(explicit.parent)}) == explicit  # a folder holding ncu
+    assert ncu.find_ncu({"PATH": str(on_path.parent), "NCU": str(tmp_path / "missing")}) == on_path
+    assert ncu.find_ncu({"PATH": ""}) is None
+
+
+def test_find_ncu_under_cuda_home_and_newest_nsight_install(tmp_path, monkeypatch, no_installs):
+    cuda = _fake_exe(tmp_path / "cuda-12.4" / "bin" / "ncu")
+    assert ncu.find_ncu({"PATH": "", "CUDA_HOME": str(cuda.parent.parent)}) == cuda
+    for v in ("2023.3.0", "2025.3.1", "2024.1.1"):
+        _fake_exe(tmp_path / "nsight-compute" / v / "ncu")
+    (tmp_path / "nsight-compute" / "2026.1.0").mkdir()  # a folder without ncu is skipped
+    monkeypatch.setattr(ncu, "NSIGHT_NCU_GLOBS", (str(tmp_path / "nsight-compute" / "*" / "ncu"),))
+    assert ncu.find_ncu({"PATH": ""}) == tmp_path / "nsight-compute" / "2025.3.1" / "ncu"
+
+
+def test_find_ncu_skips_non_executables(tmp_path, no_installs):
+    f = tmp_path / "bin" / "ncu"
+    f.parent.mkdir()
+    f.write_text("not executable")
+    assert ncu.find_ncu({"PATH": str(f.parent), "NCU": str(f)}) is None
+
+
+def test_ncu_version_parsed_from_the_tool(tmp_path):
+    exe = _fake_exe(
+        tmp_path / "ncu",
+        'echo "NVIDIA (R) Nsight Compute Command Line Profiler"; '
+        'echo "Version 2025.3.1.0 (build 36398880) (public-release)"',
+    )
+    text, version = ncu.ncu_version(exe)
+    assert text == "2025.3.1.0" and version == (2025, 3, 1)
+    assert ncu.supports_import_source(version) and not ncu.supports_import_source((2019, 5, 0))
+    assert ncu.ncu_version(tmp_path / "absent") == (None, None)
+
+
+# ------------------------------------------------------------------------------- catalogue
+
+
+def _query_names(chip: str) -> set[str]:
+    return ncu.parse_query_metrics(
+        gzip.decompress((DATA / f"query_metrics_{chip}.txt.gz").read_bytes()).decode()
+    )
+
+
+def test_cc_key_maps_unknown_ccs_to_the_nearest_older_known_one():
+    assert [cat.cc_key(c) for c in ("8.0", "8.6", "8.9", "9.0")] == ["8.0", "8.6", "8.9", "9.0"]
+    assert cat.cc_key((8, 7)) == "8.6" and cat.cc_key("10.0") == "9.0" and cat.cc_key("12.0") == "9.0"
+    assert cat.cc_key("7.5") == "8.0" and cat.cc_key(None) == "9.0" and cat.cc_key("x") == "9.0"
+
+
+def test_catalogue_names_differ_per_cc_where_chips_differ():
+    assert cat.names_for("tensor_gmma_inst", "9.0") and not cat.names_for("tensor_gmma_inst", "8.0")
+    assert cat.names_for("peak_tensor_gmma_per_cycle", "9.0") and not cat.names_for(
+        "peak_tensor_gmma_per_cycle", "8.9"
+    )
+    # Ada counts HMMA with corrected `_v2` counters; the others (and Ada as a fallback) without
+    assert cat.names_for("tensor_hmma_inst", "8.9") == (
+        "sm__inst_executed_pipe_tensor_op_hmma_v2.sum",
+        "sm__inst_executed_pipe_tensor_op_hmma.sum",
+    )
+    assert cat.names_for("tensor_hmma_inst", "8.6") == ("sm__inst_executed_pipe_tensor_op_hmma.sum",)
+    # Hopper's fp16 tensor counter has no destination type; Ampere/Ada split fp16 and fp32 accumulate
+    assert cat.names_for("tensor_ops_fp16", "9.0") == ("sm__ops_path_tensor_src_fp16.sum",)
+    assert cat.names_for("tensor_ops_fp16", "8.0") == ("sm__ops_path_tensor_src_fp16_dst_fp32.sum",)
+    assert cat.names_for("tensor_ops_fp8", "8.9") and not cat.names_for("tensor_ops_fp8", "8.6")
+    assert cat.names_for("tensor_fp_util", "9.0")[0].startswith(
+        "sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma"
+    )
+    for cc in cat.KNOWN_CCS:
+        assert cat.names_for("duration", cc) == ("gpu__time_duration.sum",)
+        assert cat.names_for("inst_ffma", cc)[0] == "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"
+    with pytest.raises(KeyError, match="known"):
+        cat.concept("no_such_thing")
+
+
+@pytest.mark.parametrize("cc", cat.KNOWN_CCS)
+def test_every_requested_metric_exists_on_its_chip(cc):
+    names = _query_names(cat.CC_CHIPS[cc])
+    assert len(names) > 500
+    requested = cat.requested_metrics(cc, names)
+    assert requested == cat.requested_metrics(cc)  # nothing had to be dropped: the catalogue is right
+    for m in requested:
+        assert cat.base_name(m) in names, (cc, m)
+    # the concepts the summary needs most are requested on every chip
+    for key in ("dram_bytes_read", "inst_ffma", "tensor_hmma_inst", "l2_hit_rate", "peak_ffma_per_cycle"):
+        assert cat.base_name(cat.names_for(key, cc)[0]) in names, (cc, key)
+
+
+def test_requested_metrics_drop_what_the_chip_lacks():
+    got = cat.requested_metrics("9.0", {"dram__bytes_read", "lts__t_sector_hit_rate"})
+    assert got == ["dram__bytes_read.sum", "lts__t_sector_hit_rate.pct"]
+
+
+def test_parse_query_metrics_reads_the_first_word_of_rows():
+    text = "Device GH100\n----\nMetric Name  Metric Description\ndram__bytes  # bytes\n  sm__cycles_elapsed  # cycles\nfoo bar\n"
+    assert ncu.parse_query_metrics(text) == {"dram__bytes", "sm__cycles_elapsed"}
+
+
+@pytest.mark.parametrize(
+    "name, parsed",
+    [
+        (
+            "smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio",
+            ("warp_latency", "long_scoreboard"),
+        ),
+        (
+            "smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio",
+            ("warp_state", "no_instructions"),
+        ),
+        ("smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio", ("warp_state", "barrier")),
+        ("smsp__pcsamp_warps_issue_stalled_mio_throttle", ("pc_sampling", "mio_throttle")),
+        ("smsp__pcsamp_warps_issue_stalled_mio_throttle_not_issued", None),
+        ("smsp__warps_issue_stalled_barrier", None),
+        ("gpu__time_duration.sum", None),
+    ],
+)
+def test_stall_metric_names(name, parsed):
+    assert cat.stall_metric(name) == parsed
+
+
+@pytest.mark.parametrize(
+    "unit, factor, base",
+    [
+        ("nsecond", 1e-9, "second"),
+        ("usecond", 1e-6, "second"),
+        ("msecond", 1e-3, "second"),
+        ("Kbyte", 1e3, "byte"),
+        ("Gbyte/second", 1e9, "byte/second"),
+        ("cycle/nsecond", 1e9, "cycle/second"),
+        ("byte/block", 1.0, "byte/block"),
+        ("%", 1.0, "%"),
+        ("", 1.0, ""),
+        ("register/thread", 1.0, "register/thread"),
+    ],
+)
+def test_unit_scale(unit, factor, base):
+    f, b = cat.unit_scale(unit)
+    assert f == pytest.approx(factor) and b == base
+
+
+def test_derived_tables_of_an_empty_report_have_their_columns():
+    empty = pd.DataFrame(columns=list(ncu.METRICS_COLUMNS))
+    assert list(cat.summarize(empty).columns) == list(cat.SUMMARY_COLUMNS)
+    assert list(cat.stall_table(empty).columns) == list(cat.STALL_COLUMNS)
+    assert list(cat.roofline_table(empty).columns) == list(cat.ROOFLINE_COLUMNS)
+
+
+# --------------------------------------------------------------------------- NVTX attribution
+
+
+def test_attribute_uses_the_plan_pairs_then_the_iter_range():
+    pairs = {("fa2", "b1"), ("naive", "b1")}
+    assert ncu.attribute(["fa2", "b1", "iter0"], pairs) == ("fa2", "b1", 0)
+    assert ncu.attribute(["outer", "naive", "b1", "iter3"], pairs) == ("naive", "b1", 3)
+    assert ncu.attribute(["b1", "fa2", "iter0"], pairs) == ("fa2", "b1", 0)  # both open, any order
+    assert ncu.attribute(["faprof_warmup"], pairs) == (None, None, None)
+    assert ncu.attribute([], pairs) == (None, None, None)
+    assert ncu.attribute(["v", "s", "iter1"]) == ("v", "s", 1)
+    assert ncu.attribute(["v", "s"]) == (None, None, None)
+
+
+# ------------------------------------------------------------------------------ scenario file
+
+
+@pytest.mark.parametrize("name", ["smoke", "l4_causal", "rtx3090_tensorcore", "l20_fwd_bwd"])
+def test_scenario_written_for_the_target_round_trips(tmp_path, name):
+    import tomllib
+
+    s = load_scenario(name)
+    text = ncu.toml_dumps(s.raw)
+    assert tomllib.loads(text) == s.raw
+    again = parse_scenario(tomllib.loads(text), "round trip")
+    assert [p.shape_id for p in again.problems] == [p.shape_id for p in s.problems]
+
+
+# ------------------------------------------------------------------------ real reports (fixtures)
+
+
+def _reader():
+    try:
+        mod, _ = ncu.load_report_module()
+    except FaprofError as e:
+        pytest.skip(f"ncu_report cannot load here: {e}")
+    return mod
+
+
+FIXTURES = ("tiny_full", "tiny_basic", "fa_basic", "fa_full")
+
+
+@pytest.fixture(scope="session")
+def report_files(tmp_path_factory) -> dict[str, Path]:
+    """The fixtures, unpacked: they are committed gzipped (ncu's files compress 5-10x)."""
+    d = tmp_path_factory.mktemp("ncu_reports")
+    out = {}
+    for name in FIXTURES:
+        gz = DATA / f"{name}.ncu-rep.gz"
+        if gz.exists():
+            out[name] = d / f"{name}.ncu-rep"
+            out[name].write_bytes(gzip.decompress(gz.read_bytes()))
+    return out
+
+
+@pytest.fixture(scope="module")
+def reports(report_files):
+    mod = _reader()
+    out = {}
+    for name, rep in report_files.items():
+        plan = ncu.load_plan(DATA / f"{name}_plan.json")
+        out[name] = (ncu.read_report(rep, plan, mod), plan)
+    return out
+
+
+def _report(reports, name):
+    if name not in reports:
+        pytest.skip(f"fixture {name}.ncu-rep not recorded")
+    return reports[name]
+
+
+def _ncu_csv(name: str) -> pd.DataFrame:
+    """ncu's own CSV of the fixture: one row per kernel, metric columns; units row dropped."""
+    df = pd.read_csv(DATA / f"{name}_ncu_raw.csv", dtype=str)
+    return df.iloc[1:].reset_index(drop=True)
+
+
+def _num(text: str) -> float:
+    return float(str(text).replace(",", ""))
+
+
+def _resolution(text: str) -> float:
+    """Half a unit of the last decimal ncu printed ("0.03" -> 0.005, "4,032" -> 0.5)."""
+    t = str(text).replace(",", "")
+    decimals = len(t.split(".", 1)[1]) if "." in t else 0
+    return 0.5 * 10.0**-decimals
+
+
+def test_fixtures_are_small(report_files):
+    assert set(report_files) == set(FIXTURES)
+    for name, p in report_files.items():
+        assert (DATA / f"{name}.ncu-rep.gz").stat().st_size < 2 * 2**20, name
+        assert p.stat().st_size < 10 * 2**20, name
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_parsed_values_equal_ncus_own_csv(reports, name):
+    df, _ = _report(reports, name)
+    csv = _ncu_csv(name)
+    assert df["kernel_id"].nunique() == len(csv)
+    checked = 0
+    for kid, row in csv.iterrows():
+        got = df[df["kernel_id"] == kid]
+        assert got["kernel"].iloc[0] in row["Kernel Name"]
+        values = dict(zip(got["metric"], got["value"], strict=True))
+        for metric in csv.columns[2:]:
+            if pd.isna(row[metric]) or metric not in values:
+                continue
+            # both are in the units ncu stores (--print-units base): no conversion; the CSV rounds
+            # to the decimals it prints
+            assert values[metric] == pytest.approx(
+                _num(row[metric]), rel=CSV_REL_TOL, abs=_resolution(row[metric])
+            ), (kid, metric)
+            checked += 1
+    assert checked >= 10 * len(csv)
+
+
+def test_ranges_attribute_every_kernel_of_the_faprof_target(reports):
+    df, plan = _report(reports, "fa_basic")
+    assert df["variant"].notna().all()
+    per = df.drop_duplicates("kernel_id").groupby(["variant", "shape_id"])["launch"].apply(list).to_dict()
+    ran = [(p["variant"], p["shape_id"]) for p in plan["pairs"] if p["ran"]]
+    assert sorted(per) == sorted(ran)
+    for (variant, _), launches in per.items():
+        assert launches == list(range({"naive": 3}.get(variant, 1)))
+    assert set(df["iteration"].dropna()) == {0}
+    assert df["nvtx"].str.endswith("/iter0").all()
+
+
+def test_kernels_outside_every_range_stay_unattributed(reports):
+    df, _ = _report(reports, "tiny_basic")
+    outside = df[df["variant"].isna()].drop_duplicates("kernel_id")
+    assert list(outside["kernel"]) == ["tiny_setup"] and (outside["launch"] == -1).all()
+    assert cat.ALL_KERNELS not in set(outside["kernel"])
+    s = cat.summarize(df)
+    assert "tiny_setup" not in set(s["kernel"])
+
+
+def _expected(plan, variant):
+    return [p["expected"] for p in plan["pairs"] if p["variant"] == variant]
+
+
+@pytest.mark.parametrize("name", ["tiny_full", "tiny_basic"])
+def test_hardware_flops_match_the_kernels_known_work(reports, name):
+    df, plan = _report(reports, name)
+    s = cat.summarize(df, plan)
+    k = s[s["kernel"] != cat.ALL_KERNELS].set_index("shape_id")
+    for p in plan["pairs"]:
+        exp, row = p["expected"], k.loc[p["shape_id"]]
+        assert row["kernel"] == exp["kernel"]
+        assert row["grid_size"] == exp["blocks"] and row["block_size"] == exp["threads_per_block"]
+        if "ffma" in exp:
+            assert row["fp32_flops"] == exp["fp32_flops"]  # exact: every FFMA, no other FP32 op
+            # ptxas moves constants with zero-operand HFMA2 (one per thread here): counted as fp16
+            assert 0 <= row["fp16_flops"] <= 2 * exp["blocks"] * exp["threads_per_block"]
+            assert row["tensor_flops"] == 0  # the tensor FLOP counters see no MMA, whatever moves ran
+            assert row["hw_flops"] == row["fp32_flops"] + row["fp16_flops"]
+        if "wmma_m16n16k16" in exp:
+            assert row["tensor_flops"] == exp["tensor_flops"]
+            assert row["fp32_flops"] == 0
+            assert row["tensor_pipe_util_pct"] > 0
+        if "static_smem_bytes" in exp:
+            assert row["smem_static_bytes"] == exp["static_smem_bytes"]
+            assert row["smem_bank_conflicts"] > 0 and row["smem_bank_conflicts_ld"] > 0
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_summary_values_are_sane(reports, name):
+    df, plan = _report(reports, name)
+    s = cat.summarize(df, plan)
+    assert list(s.columns) == list(cat.SUMMARY_COLUMNS)
+    k = s[s["kernel"] != cat.ALL_KERNELS]
+    assert len(k) == df[df["variant"].notna()]["kernel_id"].nunique()
+    assert (k["duration_ms"] > 0).all() and (k["duration_ms"] < 100).all()
+    assert k["achieved_occupancy_pct"].between(0, 100, inclusive="right").all()
+    assert k["theoretical_occupancy_pct"].between(0, 100, inclusive="right").all()
+    assert k["occupancy_limiter"].isin(cat.OCCUPANCY_LIMITERS).all()
+    assert (k["cc"] == "9.0").all() and (k["sm_count"] == 132).all()
+    assert k["l2_hit_rate_pct"].between(0, 100 + L2_HIT_SLACK_PCT).all()
+    assert (k["dram_bytes"] >= 0).all()
+    assert (k["hw_flops"] > 0).sum() >= 1
+    agg = s[s["kernel"] == cat.ALL_KERNELS]
+    assert len(agg) == k.groupby(["variant", "shape_id"]).ngroups
+    for _, a in agg.iterrows():
+        g = k[(k["variant"] == a["variant"]) & (k["shape_id"] == a["shape_id"])]
+        assert a["kernels"] == len(g)
+        assert a["duration_ms"] == pytest.approx(g["duration_ms"].sum())
+        assert a["hw_flops"] == pytest.approx(g["hw_flops"].sum())
+
+
+def test_faprof_kernels_compare_with_the_analytic_flops(reports):
+    from faprof.problem import AttentionProblem
+
+    df, plan = _report(reports, "fa_basic")
+    s = cat.summarize(df, plan)
+    agg = s[s["kernel"] == cat.ALL_KERNELS].set_index(["variant", "shape_id"])
+    assert len(agg) == sum(p["ran"] for p in plan["pairs"]) == 8
+    for (variant, shape_id), row in agg.iterrows():
+        entry = next(p for p in plan["pairs"] if (p["variant"], p["shape_id"]) == (variant, shape_id))
+        assert row["analytic_flops"] == AttentionProblem(**entry["problem"]).flops()
+        # A kernel cannot do less math than the analytic count (causal already halved); the softmax
+        # (scale, exp, sums) and computed-then-masked tiles put the hardware count above it.
+        assert HW_OVER_ANALYTIC_FIXTURE[0] < row["hw_over_analytic"] < HW_OVER_ANALYTIC_FIXTURE[1], (
+            variant,
+            shape_id,
+        )
+        if variant in ("fa2_wmma", "fa2_mma"):
+            assert row["tensor_flops"] >= row["analytic_flops"] and row["fp32_flops"] < row["tensor_flops"]
+        else:
+            assert row["tensor_flops"] == 0 and row["fp32_flops"] >= row["analytic_flops"]
+    # fa2_mma computes every causal tile in full (2x the causal count); fa2_wmma skips some.
+    mma = agg.loc[("fa2_mma", "b1_h2_sq128_sk128_d64_fp16_causal_fwd")]
+    assert mma["tensor_flops"] == 2 * mma["analytic_flops"]
+
+
+def test_move_idiom_hmma_instructions_are_not_counted_as_tensor_flops(reports):
+    df, plan = _report(reports, "fa_basic")
+    s = cat.summarize(df, plan)
+    fa2 = s[(s["variant"] == "fa2") & (s["kernel"] != cat.ALL_KERNELS)]
+    # ptxas's HFMA2.MMA register moves issue on the HMMA pipe: the instruction counter sees them,
+    # the tensor FLOP counters do not.
+    assert (fa2["tensor_hmma_inst"] > 0).all() and (fa2["tensor_flops"] == 0).all()
+
+
+def test_hopper_mma_sync_kernel_gets_the_hmma_tensor_roof(reports):
+    df, plan = _report(reports, "fa_basic")
+    r = cat.roofline_table(df, plan)
+    mma = r[(r["variant"] == "fa2_mma") & (r["kernel"] == cat.ALL_KERNELS)].set_index("ceiling_source")
+    assert set(mma["precision"]) == {"tensor"}
+    # mma.sync peaks at 2/3 of wgmma on an H100 (360,448 vs 540,672 dense fp16 FLOP/cycle); the
+    # datasheet's 989 TFLOP/s is the wgmma figure.
+    ratio = mma.loc["ncu", "peak_flops_per_s"] / mma.loc["gpu_db", "peak_flops_per_s"]
+    assert 0.6 < ratio < 0.8
+
+
+@pytest.mark.parametrize("name", ["tiny_full", "fa_full"])
+def test_stall_shares_sum_to_one(reports, name):
+    df, _ = _report(reports, name)
+    st = cat.stall_table(df)
+    assert not st.empty
+    assert set(st["reason"]) <= set(cat.STALL_REASONS)
+    assert "selected" not in set(st["reason"])
+    sums = st.groupby(["kernel_id", "source"])["share"].sum()
+    assert sums.to_numpy() == pytest.approx(1.0)
+    assert st["share"].between(0, 1).all()
+    assert set(st["source"]) <= set(cat.STALL_SOURCES)
+
+
+def test_basic_set_has_no_stalls(reports):
+    df, _ = _report(reports, "fa_basic")
+    st = cat.stall_table(df)
+    assert st.empty and list(st.columns) == list(cat.STALL_COLUMNS)
+
+
+def test_smem_kernel_stalls_on_shared_memory(reports):
+    df, plan = _report(reports, "tiny_full")
+    st = cat.stall_table(df)
+    smem = st[(st["variant"] == "tiny_smem") & (st["source"] == "warp_state")]
+    top = smem.sort_values("share", ascending=False)["reason"].iloc[0]
+    # 32-way conflicts serialize the shared loads: the warps wait on the MIO queue / its results.
+    assert top in ("mio_throttle", "short_scoreboard", "lg_throttle"), smem[["reason", "share"]]
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_roofline_points_and_ceilings(reports, name):
+    df, plan = _report(reports, name)
+    r = cat.roofline_table(df, plan)
+    assert list(r.columns) == list(cat.ROOFLINE_COLUMNS)
+    assert set(r["ceiling_source"]) == {"ncu", "gpu_db"}
+    assert (r["ceiling_label"][r["ceiling_source"] == "gpu_db"] == "H100 SXM5").all()
+    fp32 = r[(r["precision"] == "fp32")]
+    ncu_fp32 = fp32[fp32["ceiling_source"] == "ncu"]["peak_flops_per_s"]
+    db_fp32 = fp32[fp32["ceiling_source"] == "gpu_db"]["peak_flops_per_s"]
+    # ncu's peak uses the clock measured during the kernel; the datasheet's the boost clock.
+    assert ((ncu_fp32 > 0.5 * db_fp32.iloc[0]) & (ncu_fp32 < 1.1 * db_fp32.iloc[0])).all()
+    bw = r[r["ceiling_source"] == "ncu"]["peak_dram_bytes_per_s"]
+    assert bw.between(2.5e12, 3.5e12).all()  # H100 SXM HBM3: 3.35 TB/s
+    pts = r[
+        (r["ceiling_source"] == "ncu")
+        & (r["flops"] > 0)
+        & (r["dram_bytes"] > 0)
+        & r["peak_flops_per_s"].notna()
+    ]
+    assert not pts.empty
+    assert (pts["achieved_flops_per_s"] <= pts["peak_flops_per_s"] * 1.05).all()
+    assert pts["bound"].isin(["memory", "compute"]).all()
+
+
+def test_tensor_kernel_uses_the_tensor_ceiling(reports):
+    df, plan = _report(reports, "tiny_full")
+    r = cat.roofline_table(df, plan)
+    h = r[(r["variant"] == "tiny_hmma") & (r["kernel"] == "tiny_hmma")]
+    assert set(h["precision"]) == {"tensor"}
+    db = h[h["ceiling_source"] == "gpu_db"]["peak_flops_per_s"].iloc[0]
+    assert db == pytest.approx(989.4e12, rel=0.05)  # H100 SXM dense fp16, fp32 accumulate
+
+
+# -------------------------------------------------------------------- the reader in a child process
+
+
+FAKE_READER = textwrap.dedent("""\
+    # A stand-in for Nsight Compute's extras/python/ncu_report.py whose native code dies on one metric.
+    import os, signal
+
+    class _M:
+        def __init__(self, name, v): self.n, self.v = name, v
+        def has_value(self): return True
+        def value(self):
+            if self.n == "crashing__metric.sum":
+                os.kill(os.getpid(), signal.SIGSEGV)
+            return self.v
+        def unit(self): raise AssertionError("unit() must not be called on this reader copy")
+
+    class _R:
+        def __init__(self, n): self.n = n
+        def name(self): return self.n
+
+    class _D:
+        def push_pop_ranges(self): return ("a", "b", "c")
+        def push_pop_range(self, i): return _R(["fa2", "s1", "iter0"][i])
+
+    class _S:
+        def domains(self): return (0,)
+        def domain_by_id(self, i): return _D()
+
+    class IAction:
+        NameBase_FUNCTION, NameBase_DEMANGLED = 0, 1
+        def name(self, base=0): return "fa2_fwd_kernel"
+        def nvtx_state(self): return _S()
+        def metric_names(self): return ("crashing__metric.sum", "gpu__time_duration.sum", "launch__grid_size")
+        def metric_by_name(self, n): return _M(n, {"gpu__time_duration.sum": 1000.0}.get(n, 8.0))
+
+    class _Range:
+        def num_actions(self): return 1
+        def action_by_idx(self, i): return IAction()
+
+    class _Ctx:
+        def num_ranges(self): return 1
+        def range_by_idx(self, i): return _Range()
+
+    def load_report(path): return _Ctx()
+""")
+
+
+def test_reader_crash_on_a_metric_is_survived(tmp_path, monkeypatch):
+    (tmp_path / "mod").mkdir()
+    (tmp_path / "mod" / "ncu_report.py").write_text(FAKE_READER)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "mod"))
+    monkeypatch.setenv("NCU", "")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    report = tmp_path / "r.ncu-rep"
+    report.write_bytes(b"fake")
+    df, info = ncu.read_report_isolated(report, tmp_path / "out.parquet")
+    assert info["skipped_metrics"] == ["crashing__metric.sum"]
+    assert "mod" in info["reader"]
+    assert sorted(df["metric"]) == ["gpu__time_duration.sum", "launch__grid_size"]
+    assert set(df["variant"]) == {"fa2"} and set(df["unit"]) == {""}  # no ncu to ask for units
+
+
+def test_reader_failure_is_a_faprof_error(tmp_path):
+    bad = tmp_path / "bad.ncu-rep"
+    bad.write_bytes(b"not a report")
+    with pytest.raises(FaprofError):
+        ncu.read_report_isolated(bad, tmp_path / "out.parquet")
+
+
+# ------------------------------------------------------------------------ collect() with fakes
+
+
+FAKE_NCU = textwrap.dedent("""\
+    #!{py}
+    import json, os, shutil, sys
+    args = sys.argv[1:]
+    if args[:1] == ["--version"]:
+        print("NVIDIA (R) Nsight Compute Command Line Profiler")
+        print("Version 2025.3.1.0 (build 1) (public-release)")
+        sys.exit(0)
+    if args[:1] == ["--query-metrics"]:
+        print("==ERROR== no device")
+        sys.exit(1)
+    with open(os.environ["FAKE_NCU_ARGS"], "w") as f:
+        json.dump(args, f)
+    mode = os.environ.get("FAKE_NCU_MODE", "ok")
+    print("==PROF== Connected to process 1 (python)")
+    if mode == "perm":
+        print("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
+              "Performance Counters on the target device 0.")
+        sys.exit(1)
+    if mode == "noreport":
+        print("==ERROR== The application returned an error code (1).")
+        sys.exit(1)
+    out = args[args.index("-o") + 1]
+    plan = args[args.index("--plan-out") + 1]
+    shutil.copy(os.environ["FAKE_NCU_REPORT"], out + ".ncu-rep")
+    shutil.copy(os.environ["FAKE_NCU_PLAN"], plan)
+    for i, k in enumerate(["naive_scores_kernel", "fa2_fwd_kernel"]):
+        print(f'==PROF== Profiling "{{k}}" - {{i}}: 0%....50%....100% - 9 passes')
+    print("==PROF== Disconnected from process 1")
+""")
+
+
+@pytest.fixture
+def fake_env(tmp_path, monkeypatch, report_files):
+    exe = _fake_exe(tmp_path / "bin" / "ncu")
+    exe.write_text(FAKE_NCU.format(py=PY))
+    monkeypatch.setenv("NCU", str(exe))
+    monkeypatch.setenv("FAKE_NCU_ARGS", str(tmp_path / "args.json"))
+    monkeypatch.setenv("FAKE_NCU_REPORT", str(report_files.get("fa_basic", tmp_path / "missing")))
+    monkeypatch.setenv("FAKE_NCU_PLAN", str(DATA / "fa_basic_plan.json"))
+    ncu._VERSION_CACHE.clear()
+    ncu._QUERY_CACHE.clear()
+    scenario = load_scenario("smoke")
+    bundle = Bundle.create(
+        tmp_path / "runs",
+        "smoke",
+        "NVIDIA H100 80GB HBM3",
+        {"env": {"gpu_name": "NVIDIA H100 80GB HBM3", "cc": "9.0"}},
+    )
+    events: list[tuple[str, dict]] = []
+    opts = runner.ProfileOptions(variants=["cpu_ref", "naive", "fa2"], out_dir=tmp_path / "runs")
+    return {
+        "bundle": bundle,
+        "scenario": scenario,
+        "opts": opts,
+        "events": events,
+        "args": tmp_path / "args.json",
+        "progress": lambda e, i: events.append((e, i)),
+    }
+
+
+def _collect(env, cuda_ok=True, ncu_set="basic"):
+    ncu.collect(env["bundle"], env["scenario"], env["opts"], ncu_set, env["progress"], cuda_ok)
+    return env["bundle"].manifest()
+
+
+def test_collect_without_ncu_warns_and_goes_on(fake_env, monkeypatch, no_installs):
+    monkeypatch.setenv("NCU", "")
+    monkeypatch.setenv("PATH", "")
+    m = _collect(fake_env)
+    assert m["ncu"]["status"] == "skipped" and "not found" in m["ncu"]["reason"]
+    assert any(e == "warning" and "ncu" in i["message"] for e, i in fake_env["events"])
+    assert any("not found" in line for line in m["log"])
+    assert not fake_env["bundle"].has("ncu_summary")
+
+
+def test_collect_without_gpu_warns_and_goes_on(fake_env):
+    m = _collect(fake_env, cuda_ok=False)
+    assert m["ncu"]["status"] == "skipped" and "GPU" in m["ncu"]["reason"]
+    assert not fake_env["args"].exists()  # ncu never ran
+
+
+def test_collect_without_counter_permission_explains_the_fix(fake_env, monkeypatch):
+    monkeypatch.setenv("FAKE_NCU_MODE", "perm")
+    m = _collect(fake_env)
+    assert m["ncu"]["status"] == "no_permission"
+    for words in ("ERR_NVGPUCTRPERM", "NVreg_RestrictProfilingToAdminUsers=0", "root"):
+        assert words in m["ncu"]["reason"]
+    assert any(
+        e == "warning" and "NVreg_RestrictProfilingToAdminUsers" in i["message"]
+        for e, i in fake_env["events"]
+    )
+
+
+def test_collect_without_report_says_why(fake_env, monkeypatch):
+    monkeypatch.setenv("FAKE_NCU_MODE", "noreport")
+    m = _collect(fake_env)
+    assert m["ncu"]["status"] == "failed" and "returned an error code" in m["ncu"]["reason"]
+    assert (fake_env["bundle"].path / "raw" / ncu.LOG_FILE).read_text().count("==ERROR==") == 1
+
+
+def test_collect_runs_ncu_and_writes_the_tables(fake_env):
+    if not (DATA / "fa_basic.ncu-rep.gz").exists():
+        pytest.skip("fixture fa_basic.ncu-rep not recorded")
+    _reader()
+    m = _collect(fake_env)
+    rec = m["ncu"]
+    assert rec["status"] == "ok", rec
+    args = json.loads(fake_env["args"].read_text())
+    raw = fake_env["bundle"].path / "raw"
+    # cpu_ref runs on the host: no NVTX range of it is profiled
+    assert args[:6] == ["--nvtx", "--nvtx-include", "naive/", "--nvtx-include", "fa2/", "--set"]
+    assert (
+        args[args.index("--cache-control") + 1] == "all" and args[args.index("--clock-control") + 1] == "none"
+    )
+    assert "--import-source" not in args  # only the full set imports sources
+    assert args[args.index("--scenario") + 1] == str(raw / ncu.SCENARIO_FILE)
+    assert args[args.index("--variants") + 1] == "naive,fa2"
+    assert rec["command"][1:] == args and rec["kernels_profiled"] == 2
+    assert rec["cache_control"] == "all" and rec["clock_control"] == "none" and rec["set"] == "basic"
+    # no --query-metrics answer (no GPU here): every catalogue metric for sm_90 is asked for
+    assert args[args.index("--metrics") + 1].split(",") == cat.requested_metrics("9.0") == rec["metrics"]
+    assert rec["reader_skipped_metrics"] == [] and "ncu_report" in rec["reader"]
+    assert [i["message"] for e, i in fake_env["events"] if e == "nsight"][-2:] == [
+        "ncu: profiled kernel 1: naive_scores_kernel",
+        "ncu: profiled kernel 2: fa2_fwd_kernel",
+    ]
+    b = fake_env["bundle"]
+    for table in ("ncu_metrics", "ncu_summary", "stalls", "roofline"):
+        assert rec["tables"][table] == len(b.read(table))
+    assert not b.read("ncu_summary").empty and not b.read("roofline").empty
+    assert load_scenario(raw / ncu.SCENARIO_FILE).raw == fake_env["scenario"].raw
+
+
+def test_doctor_checks_report_ncu_reader_and_counters(fake_env, monkeypatch):
+    checks = {c.name: c for c in ncu.doctor_checks()}
+    assert checks["ncu"].status == "ok" and "2025.3.1.0" in checks["ncu"].detail
+    assert checks["ncu report reader"].status in ("ok", "warn")
+    assert checks["ncu counters"].status in ("info", "ok", "warn", "fail")
+
+
+def test_doctor_without_ncu(monkeypatch, no_installs):
+    monkeypatch.setenv("NCU", "")
+    monkeypatch.setenv("PATH", "")
+    checks = {c.name: c for c in ncu.doctor_checks()}
+    assert checks["ncu"].status == "warn" and "Nsight Compute" in checks["ncu"].hint
+    assert checks["ncu counters"].status == "info"
+
+
+def test_environment_settings_are_used_and_recorded(monkeypatch):
+    monkeypatch.setenv("FAPROF_NCU_CLOCK_CONTROL", "base")
+    s = ncu.NcuSettings.resolve(runner.ProfileOptions(), load_scenario("smoke"), "full")
+    assert s.clock_control == "base" and s.cache_control == "all" and s.ncu_set == "full"
+    assert os.environ["FAPROF_NCU_CLOCK_CONTROL"] == "base"
