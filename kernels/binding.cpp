@@ -189,6 +189,10 @@ void tc_fwd(const char* op, const char* variant, TcLauncher launcher, const at::
                 scale);
     TORCH_CHECK(d.B <= 65535 && d.H <= 65535, op, ": B and H must be at most 65535 (grid z and y), got B=", d.B,
                 " H=", d.H);
+    int cc_major = 0;
+    cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, q.get_device());
+    TORCH_CHECK(cc_major >= 8, op, ": needs an sm_80 or newer GPU (cp.async, ldmatrix, bf16 tensor cores); ",
+                "this one is compute capability ", cc_major, ".x");
     check_output(op, "out", out, q, {d.B, d.H, d.Sq, d.D}, check_tc_tensor);
     check_output(op, "lse", lse, q, {d.B, d.H, d.Sq});
     for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"q", &q}, {"k", &k}, {"v", &v},

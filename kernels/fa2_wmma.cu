@@ -115,6 +115,9 @@ fa2_wmma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
                     T* __restrict__ o,        // [B, H, Sq, D]
                     float* __restrict__ lse,  // [B, H, Sq]
                     int Sq, int Sk, float scale, float scale_log2) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();  // cp.async, ldmatrix and bf16 mma need sm_80+; the launcher refuses older GPUs first
+#else
   using namespace nvcuda;
   constexpr int D = C::D, BR = C::BR, BC = C::BC, LDH = C::LDH;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -276,6 +279,7 @@ fa2_wmma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
       }
     if (hf == 0) lse[static_cast<size_t>(bh) * Sq + row] = l > 0.f ? m_run * scale + __logf(l) : -INFINITY;
   }
+#endif
 }
 
 using CfgD64 = WmmaConfig<64, 64>;
@@ -320,6 +324,11 @@ cudaError_t faprof_fa2_wmma_fwd(const void* q, const void* k, const void* v, voi
   const uintptr_t bits = reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k) |
                          reinterpret_cast<uintptr_t>(v) | reinterpret_cast<uintptr_t>(o);
   if ((bits & 15u) != 0) return cudaErrorInvalidValue;
+  int dev = 0, major = 0;  // cp.async and bf16 wmma exist from sm_80 on (older GPUs get a trapping stub)
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (err != cudaSuccess) return err;
+  if (major < 8) return cudaErrorNotSupported;
   switch (D) {
     case 64:
       return dispatch<CfgD64>(q, k, v, o, lse, B, H, Sq, Sk, scale, causal, bf16, stream);
