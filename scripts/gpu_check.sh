@@ -33,13 +33,13 @@ if has build; then
 fi
 if has tests; then
   t=$(stamp)
-  $PY -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/logs/gpu_tests.log" | tail -25
+  timeout ${TESTS_TIMEOUT:-300} $PY -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/logs/gpu_tests.log" | tail -25
   summary+=("gpu tests: $(tail -1 "$OUT/logs/gpu_tests.log")  ($(( $(stamp) - t )) s)")
 fi
-run_scn() {  # name, extra args...
+run_scn() {  # name, extra args... (a stage past its time limit keeps the rows it finished)
   local name=$1; shift
   local t=$(stamp)
-  $FP profile --scenario "$name" --out "$OUT/runs" "$@" 2>&1 | tee "$OUT/logs/$name$(echo "$@" | tr -d ' -').log" | tail -80
+  timeout ${SCN_TIMEOUT:-300} $FP profile --scenario "$name" --out "$OUT/runs" "$@" 2>&1 | tee "$OUT/logs/$name$(echo "$@" | tr -d ' -').log" | tail -80
   summary+=("$name $*: $(( $(stamp) - t )) s, $(grep '^status:' "$OUT/logs/$name$(echo "$@" | tr -d ' -').log" | tail -1)")
 }
 if has bench; then
