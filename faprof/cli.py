@@ -392,14 +392,17 @@ def dashboard(runs: tuple[Path, ...], port: int | None, print_command: bool) -> 
     from faprof.dashboard import APP_PATH
 
     if importlib.util.find_spec("streamlit") is None or importlib.util.find_spec("plotly") is None:
-        raise FaprofError("the dashboard needs streamlit and plotly: pip install 'faprof[app]'")
+        # Printed here, not raised: rich would take "[app]" for markup.
+        err_console.print("error: the dashboard needs streamlit and plotly: pip install 'faprof[app]'",
+                          markup=False, style="bold red")
+        sys.exit(2)
     if not APP_PATH.is_file():
         raise FaprofError(f"the dashboard app is not at {APP_PATH}: run faprof from its source tree (pip install -e .)")
     for r in runs:
         if not r.exists():
             raise FaprofError(f"{r} does not exist (give run bundles or folders of them)")
     argv = [sys.executable, "-m", "streamlit", "run", str(APP_PATH), "--browser.gatherUsageStats", "false",
-            "--client.toolbarMode", "minimal"]
+            "--client.toolbarMode", "minimal", "--server.maxUploadSize", "4096"]  # MB: archives with raw reports
     if port:
         argv += ["--server.port", str(port)]
     argv += ["--", *[str(r.resolve()) for r in runs]]

@@ -89,6 +89,9 @@ class Bundle:
 
     path: Path
 
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+
     # ------------------------------------------------------------ creation
     @classmethod
     def create(cls, out_dir: Path, scenario: str, gpu_name: str, manifest: dict[str, Any],

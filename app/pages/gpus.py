@@ -1,0 +1,143 @@
+"""GPUs: one scenario across GPUs, raw and as % of each GPU's peak, beside the seed report's published figures."""
+
+from __future__ import annotations
+
+import faprof_ui as ui
+import plotly.graph_objects as go
+import streamlit as st
+
+from faprof import dashboard as fd
+
+ctx = ui.context()
+df = ctx.measurements
+
+st.title("GPUs")
+if df.empty:
+    ui.no_data("No measurements pass the filters (or none are loaded).", "faprof profile --scenario l4_causal")
+    st.stop()
+
+published_all = fd.published_figures(ctx.runs)
+scenarios = sorted(df["scenario"].unique())
+gpus_per = {s: df.loc[df["scenario"] == s, "gpu"].nunique() for s in scenarios}
+has_pub = {s: int((published_all["scenario"] == s).sum()) if not published_all.empty else 0 for s in scenarios}
+default = max(scenarios, key=lambda s: (gpus_per[s], has_pub[s]))
+top = st.columns([2, 3])
+scenario = top[0].selectbox("Scenario", scenarios, index=scenarios.index(default), key="gpus_scenario",
+                            format_func=lambda s: f"{s} ({gpus_per[s]} GPU{'s' if gpus_per[s] > 1 else ''}"
+                                                  f"{', published figures' if has_pub[s] else ''})")
+meas = fd.gpu_comparison(df, scenario)
+pub = published_all[published_all["scenario"] == scenario] if not published_all.empty else published_all
+pub_plot = pub[pub["problem"].notna()] if not pub.empty else pub
+
+variants = sorted(meas["variant"].unique()) if not meas.empty else []
+n_gpus = meas["gpu"].nunique() if not meas.empty else 0
+on_all = set(meas.groupby("variant")["gpu"].nunique().loc[lambda s: s == n_gpus].index) if n_gpus > 1 else set()
+wanted = (set(meas["baseline"].astype(str)) if "baseline" in meas else set()) | \
+    {str(v) for v in pub.get("maps_to", []) if v} | on_all
+default_v = [v for v in variants if v in wanted] or variants[:4]
+chosen = top[1].multiselect("Variants", variants, default=default_v, key="gpus_variants",
+                            help="Preselected: the scenario's baseline, the variants its report's figures map to, and the "
+                                 "variants measured on every GPU.")
+meas = meas[meas["variant"].isin(chosen)] if chosen else meas
+gpus = sorted(meas["gpu"].unique()) if not meas.empty else []
+
+if n_gpus < 2:
+    st.info(f"Scenario `{scenario}` was measured on {n_gpus or 'no'} machine{'s' if n_gpus != 1 else ''} in "
+            f"these runs. Run `faprof profile --scenario {scenario}` on another GPU and load both bundles to compare "
+            "them; the report's published figures are shown beside what is loaded.", icon=":material/info:")
+st.caption("**measured (faprof, GPU)**: filled markers, one colour per variant, one marker shape and line style "
+           "per GPU. **published (report NNN, GPU)**: figures quoted from the seed report the scenario reproduces, drawn "
+           "as black/grey open stars on dotted lines: the report's numbers, not measurements. The legend groups "
+           "the lines by source.")
+
+order = fd.problem_order(df[df["scenario"] == scenario])
+for p in pub_plot.get("problem", []):
+    if p not in order:
+        order.append(p)
+short, shared = fd.short_labels(order)
+short = {k: ui.wrap_label(v) for k, v in short.items()}
+x_title = f"problem ({shared})" if shared else "problem"
+palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f", "#d62728"]
+colors = {v: palette[i % len(palette)] for i, v in enumerate(sorted(meas["variant"].unique()) if not meas.empty else [])}
+symbols = ["circle", "square", "diamond", "triangle-up", "triangle-down", "pentagon"]
+gpu_symbol = {g: symbols[i % len(symbols)] for i, g in enumerate(gpus)}
+gpu_dash = {g: ("solid", "dash", "longdash", "dashdot")[i % 4] for i, g in enumerate(gpus)}
+pub_styles = [("star-open", "#000000"), ("star-triangle-up-open", "#555555"), ("hexagram-open", "#333333"),
+              ("cross-open", "#777777")]
+
+
+def comparison(y: str, pub_col: str | None, title: str, key: str) -> bool:
+    """Measured lines per (GPU, variant) and published points per (report, subject) on one chart.
+
+    The legend groups traces by source: 'measured (faprof, GPU)' and 'published (report NNN, GPU)'.
+    """
+    fig = go.Figure()
+    rank = {p: i for i, p in enumerate(order)}
+    m = meas[meas[y].notna() & (meas[y] > 0)] if y in meas else meas.iloc[0:0]
+    for (gpu, variant), g in m.groupby(["gpu", "variant"], sort=True):
+        g = g.assign(_o=g["problem"].map(rank)).sort_values("_o")
+        source = fd.measured_label(gpu)
+        fig.add_trace(go.Scatter(
+            x=g["problem"].map(short), y=g[y], mode="lines+markers", name=variant,
+            legendgroup=source, legendgrouptitle_text=source,
+            line=dict(color=colors.get(variant), width=2, dash=gpu_dash[gpu]),
+            marker=dict(symbol=gpu_symbol[gpu], size=9, color=colors.get(variant)),
+            customdata=g[["status", "median_ms", "problem"]].to_numpy(),
+            hovertemplate="%{customdata[2]}<br>" + fd.label(y) + ": %{y:.4g}<br>status %{customdata[0]}, "
+                          f"median %{{customdata[1]:.4g}} ms<extra>{variant}<br>{source}</extra>"))
+    if pub_col is not None and not pub_plot.empty:
+        p = pub_plot[pub_plot[pub_col].notna()]
+        for i, ((source, subject), g) in enumerate(p.groupby(["source", "subject"], sort=True)):
+            sym, col = pub_styles[i % len(pub_styles)]
+            g = g.assign(_o=g["problem"].map(rank)).sort_values("_o")
+            fig.add_trace(go.Scatter(
+                x=g["problem"].map(short), y=g[pub_col], mode="lines+markers", name=subject,
+                legendgroup=source, legendgrouptitle_text=source,
+                line=dict(color=col, dash="dot", width=1.5), marker=dict(symbol=sym, size=13, color=col, line=dict(width=2)),
+                customdata=g[["stat", "section", "problem"]].fillna("").to_numpy(),
+                hovertemplate="%{customdata[2]}<br>" + fd.label(y) + ": %{y:.4g} %{customdata[0]}<br>%{customdata[1]}"
+                              f"<extra>{subject}<br>{source}</extra>"))
+    if not fig.data:
+        return False
+    fig.update_yaxes(type="log", title=fd.label(y))
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=[short[o] for o in order],
+                     tickangle=0, title=x_title)
+    fig.update_layout(legend=dict(groupclick="toggleitem", tracegroupgap=12))
+    ui.show(ui.style(fig, title=title, height=480), key=key)
+    return True
+
+
+st.subheader("Normalized: % of each GPU's peak")
+if not comparison("pct_peak", "pct_peak", "% of peak (each GPU's own dense peak; log scale)", "gpus_pct_peak"):
+    st.caption("No % of peak: the runs of this scenario ran on the CPU, or their GPUs are not in faprof's database.")
+else:
+    st.caption("Published points: faprof's FLOP count over the report's published latency, as % of the report GPU's "
+               "peak in faprof's database (`faprof list gpus`), so they compare with measured points in one convention.")
+
+st.subheader("Raw")
+if not comparison("median_ms", "ms", "Latency (ms, log scale; lower is better)", "gpus_latency"):
+    st.caption("No timed rows.")
+if not comparison("tflops", "tflops", "Throughput (TFLOP/s, log scale; FlashAttention's FLOP count)", "gpus_tflops"):
+    st.caption("No timed rows.")
+
+st.subheader("Measured, side by side")
+if meas.empty:
+    st.caption("No timed rows for this scenario.")
+else:
+    wide = meas.pivot_table(index=["variant", "problem"], columns="gpu", values=["median_ms", "tflops", "pct_peak"],
+                            aggfunc="median")
+    wide.columns = [f"{fd.label(v)} · {g}" for v, g in wide.columns]
+    wide = wide.reset_index()
+    wide = wide.assign(_o=wide["problem"].map({p: i for i, p in enumerate(order)})).sort_values(["variant", "_o"]).drop(columns="_o")
+    ui.table(wide, f"gpus_measured_{scenario}", caption="Medians per GPU (several runs on one GPU: the median of them).")
+
+st.subheader("Published figures")
+if pub.empty:
+    st.caption(f"Scenario `{scenario}` quotes no published figures (its file has no [[published]] entries).")
+else:
+    cols = ["source", "subject", "what", "value", "unit", "stat", "problem", "maps_to", "section", "note", "ms",
+            "tflops", "pct_peak"]
+    ui.table(pub[cols], f"gpus_published_{scenario}",
+             caption="Quoted from the report as published (value, unit, statistic); `ms`, `tflops` and `pct_peak` are "
+                     "faprof's conversions of published latencies (FlashAttention FLOP count; causal halved). A "
+                     "published throughput keeps the report's own FLOP count (see its note).")

@@ -1,0 +1,209 @@
+"""Variants: latency, TFLOP/s, speedup, % of peak and error per variant in one run; the seed-style tables."""
+
+from __future__ import annotations
+
+import faprof_ui as ui
+import numpy as np
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+import streamlit as st
+
+from faprof import dashboard as fd
+
+ctx = ui.context()
+df = ctx.measurements
+
+st.title("Variants")
+if df.empty:
+    ui.no_data("No measurements pass the filters (or none are loaded).", f"faprof profile --scenario {ctx.scenario_hint() or 'smoke'}")
+    st.stop()
+
+# ------------------------------------------------------------------------------ choose a run
+runs = ctx.runs.runs
+runs = runs[runs["run_id"].isin(df["run_id"].unique())].copy()
+runs["has_gpu"] = runs["gpu"] != "CPU (no GPU)"
+runs = runs.sort_values(["has_gpu", "created", "run_id"], ascending=False)
+titles = dict(zip(runs["run_id"], [fd.run_title(ctx.runs.manifests[r]) for r in runs["run_id"]], strict=True))
+ids = list(titles)
+wanted_run = st.query_params.get("run")  # ?run=<run_id> links straight to a run
+top = st.columns([3, 2])
+run_id = top[0].selectbox("Run", ids, index=ids.index(wanted_run) if wanted_run in ids else 0,
+                          format_func=lambda r: titles[r], key="variants_run")
+run = df[df["run_id"] == run_id].copy()
+baselines = [str(b) for b in dict.fromkeys(run["baseline"].dropna()) if b] if "baseline" in run else []
+baseline = " / ".join(baselines)  # a scenario may give some groups their own baseline
+x_name = top[1].radio("x axis", list(fd.X_AXES), index=list(fd.X_AXES).index(fd.default_x_axis(run)),
+                      horizontal=True, key="variants_x")
+x = fd.X_AXES[x_name]
+short, shared = fd.short_labels(fd.problem_order(run))
+short = {k: ui.wrap_label(v) for k, v in short.items()}
+run["problem_x"] = run["problem"].map(short)
+order = [short[p] for p in fd.problem_order(run)]
+if x == "problem":
+    x = "problem_x"
+x_title = fd.label(x) if x != "problem_x" else (f"problem ({shared})" if shared else "problem")
+config_short, _ = fd.short_labels(list(run["config"].unique()))
+run["config_x"] = run["config"].map(config_short)
+t = fd.timed(run)
+bad = fd.flagged(run).drop(columns=["run"], errors="ignore")
+
+n_wrong, n_failed = int((run["status"] == "wrong").sum()), int((run["status"] == "failed").sum())
+if n_wrong or n_failed:
+    st.warning(f"{n_wrong} wrong and {n_failed} failed rows in this run. Wrong rows are timed and drawn as red "
+             "crosses; failed rows have no timing. Their reasons are in the table below.", icon=":material/warning:")
+
+
+def line_chart(y: str, title: str, log_y: bool = True, key: str = "") -> go.Figure | None:
+    """One line per variant (dashed by problem configuration on the sequence-length axis)."""
+    d = t[pd.to_numeric(t[y], errors="coerce").notna()].copy() if y in t else t.iloc[0:0]
+    if log_y:
+        d = d[d[y] > 0]
+    if d.empty:
+        return None
+    d = d.sort_values([x, "variant"]) if x != "problem_x" else d.assign(
+        _o=d["problem_x"].map({p: i for i, p in enumerate(order)})).sort_values(["_o", "variant"])
+    dash = "config_x" if x == "seq_len" and d["config"].nunique() > 1 else None
+    fig = px.line(d, x=x, y=y, color="variant", line_dash=dash, markers=True, log_y=log_y,
+                  category_orders={"problem_x": order}, labels={**fd.LABELS, y: fd.label(y), x: x_title, "config_x": "problem"},
+                  hover_data={"problem": True, "status": True, "median_ms": ":.4g", "n": True, x: False,
+                              **({dash: False} if dash else {})})
+    wrong = d[d["status"] == "wrong"]
+    if not wrong.empty:
+        fig.add_trace(go.Scatter(
+            x=wrong[x], y=wrong[y], mode="markers", name="wrong result",
+            marker=dict(symbol="x", size=15, color=ui.STATUS_COLORS["wrong"], line=dict(width=1, color="white")),
+            text=wrong["variant"] + ": " + wrong["reason"].fillna(""), hovertemplate="%{text}<extra>wrong</extra>"))
+    if x in ("seq_len", "flops"):
+        vals = sorted(d[x].dropna().unique())
+        fig.update_xaxes(type="log", tickvals=vals if x == "seq_len" and len(vals) <= 12 else None)
+    else:
+        fig.update_xaxes(tickangle=0)
+    return ui.style(fig, title=title, legend_title="variant" + (" and problem" if dash else ""), legend_below=True)
+
+
+def draw(fig: go.Figure | None, key: str, empty: str) -> None:
+    if fig is None:
+        st.caption(empty)
+    else:
+        ui.show(fig, key=key)
+
+
+st.subheader("Latency and throughput")
+c = st.columns(2)
+with c[0]:
+    draw(line_chart("median_ms", "Median latency (ms, lower is better)", key="lat"), "variants_latency",
+         "No timed rows.")
+with c[1]:
+    draw(line_chart("tflops", "Throughput (TFLOP/s, higher is better)", key="tfl"), "variants_tflops",
+         "No timed rows.")
+if n_failed:
+    st.caption(f"{n_failed} failed rows are not on the charts (they have no timing).")
+
+st.subheader(f"Speedup over the baseline ({baseline}) and % of peak")
+c = st.columns(2)
+with c[0]:
+    fig = line_chart("speedup", f"Speedup over {baseline} (x, above 1 is faster)")
+    if fig is not None:
+        ui.hline(fig, 1.0, "baseline = 1x", position="right")
+    draw(fig, "variants_speedup", f"No row has a timed {baseline} to compare with.")
+with c[1]:
+    fig = line_chart("pct_peak", "% of the GPU's peak")
+    draw(fig, "variants_pct_peak", "No % of peak: these rows ran on the CPU, or the GPU is not in faprof's database.")
+    labels = sorted(t["peak_label"].dropna().unique()) if "peak_label" in t else []
+    if fig is not None and labels:
+        st.caption("Peak used: " + "; ".join(str(v) for v in labels) + " (`faprof list gpus`).")
+
+st.subheader("Error against the reference")
+err = t[(t["variant"] != "cpu_ref") & (pd.to_numeric(t["rel_err"], errors="coerce") > 0)
+        & (pd.to_numeric(t["rtol"], errors="coerce") > 0)] if "rel_err" in t else t.iloc[0:0]
+if err.empty:
+    st.caption("No errors recorded (the reference itself has none).")
+else:
+    e = err.copy()
+    e["err_over_tol"] = e["rel_err"] / e["rtol"]
+    e = e.assign(_o=e["problem_x"].map({p: i for i, p in enumerate(order)})).sort_values(["_o", "variant"])
+    several = e["status"].nunique() > 1
+    fig = px.scatter(e, x="problem_x", y="err_over_tol", color="variant", symbol="status" if several else None,
+                     log_y=True, symbol_map=ui.STATUS_SYMBOLS, category_orders={"problem_x": order},
+                     labels={**fd.LABELS, "err_over_tol": "relative error ÷ the dtype's tolerance",
+                             "problem_x": f"problem ({shared})" if shared else "problem"},
+                     hover_data={"problem": True, "rel_err": ":.2e", "rtol": ":g", "max_abs_err": ":.2e",
+                                 "reference": True, "reason": True, "problem_x": False})
+    fig.update_traces(marker=dict(size=10))
+    ui.hline(fig, 1.0, "tolerance (rtol of the dtype)", color=ui.STATUS_COLORS["wrong"], dash="dash")
+    fig.update_xaxes(tickangle=0)
+    ui.show(ui.style(fig, title="Relative error ‖out − ref‖ / ‖ref‖ over the tolerance (log): above 1 fails",
+                     legend_title="variant, status" if several else "variant"), key="variants_error")
+    tols = ", ".join(f"{d} {r:g}" for d, r in err.groupby("dtype")["rtol"].max().items())
+    st.caption(f"Tolerances: {tols} (faprof/scenarios.py). A row also fails when max |error| exceeds atol, so "
+               "a wrong row can sit under the line.")
+
+st.subheader("Wrong and failed rows")
+if bad.empty:
+    st.success("Every row that ran matched the reference (no wrong or failed rows).", icon=":material/check_circle:")
+else:
+    ui.table(bad, f"flagged_{run_id}", caption="Wrong: timed, but the output differs from the reference beyond the "
+             "dtype's tolerance. Failed: the call raised or crashed; the reason is its error.")
+skipped = fd.not_run(run)
+if not skipped.empty:
+    with st.expander(f"Not run: {int(skipped['problems'].sum())} rows unsupported or skipped"):
+        ui.table(skipped, f"not_run_{run_id}")
+
+st.subheader("Ranking (median TFLOP/s over the problems)")
+rank = fd.ranking_table(t)
+if rank.empty:
+    st.caption("No timed rows to rank.")
+else:
+    ui.table(rank, f"ranking_{run_id}", caption=f"`wrong`: rows of the variant that failed the check. Speedup is over {baseline}.")
+
+fb = fd.fwd_bwd_tables(run)
+st.subheader("Forward and backward")
+if fb.empty:
+    st.caption("No variant has both forward and backward rows in this run (scenario `l20_fwd_bwd` measures them).")
+else:
+    ui.table(fb, f"fwd_bwd_{run_id}", caption="Median ms of each direction; `bwd_over_fwd` is backward / forward.")
+
+mem = fd.memory_tables(run, baselines[0] if baselines else None)
+st.subheader("Memory: standard vs flash attention")
+if mem.empty:
+    st.caption("No peak-memory measurements to compare (they come from CUDA runs with torch_standard and sdpa_flash).")
+else:
+    ui.table(mem, f"memory_{run_id}", labels={v: f"{v}: extra memory (bytes, measured)" for v in
+                                              ("torch_standard", "sdpa_flash", *baselines)}, caption="Extra device memory of one call (bytes, measured) beside the analytic "
+             "footprints; reductions are standard / flash.")
+
+st.subheader("Roofline from timing (minimum traffic)")
+rf = fd.roofline_from_timing(run)
+if rf.empty:
+    st.caption("No GPU rows in this run: a roofline needs a GPU's peak and bandwidth.")
+else:
+    manifest = ctx.runs.manifests[run_id]
+    ceilings: dict[str, float] = {}
+    for dt in sorted(rf["dtype"].unique()):  # one compute roof per dtype present (tensor for fp16/bf16)
+        ceilings.update(fd.gpu_ceilings(manifest, dt, "tensor" if dt in ("fp16", "bf16") else "cuda_core"))
+    fig = px.scatter(rf, x="intensity", y="tflops", color="variant",
+                     symbol="status" if rf["status"].nunique() > 1 else None, symbol_map=ui.STATUS_SYMBOLS,
+                     log_x=True, log_y=True, labels={**fd.LABELS, "intensity": "arithmetic intensity (FLOP/byte of minimum traffic)"},
+                     hover_data={"problem": True, "median_ms": ":.4g", "dtype": True})
+    fig.update_traces(marker=dict(size=10))
+    xs = np.logspace(np.log10(max(rf["intensity"].min() / 4, 1e-2)), np.log10(rf["intensity"].max() * 40), 200)
+    for kind, dash, color in (("datasheet", "solid", "#444"), ("measured", "dash", "#999")):
+        bws = [v for k, v in ceilings.items() if k.startswith(kind) and k.endswith("gbs")]
+        for k, v in sorted(((k, v) for k, v in ceilings.items() if k.startswith(kind) and k.endswith("tflops")),
+                           key=lambda kv: -kv[1]):
+            if not bws:
+                continue
+            fig.add_trace(go.Scatter(x=xs, y=fd.roofline_curve(v, bws[0], xs), mode="lines",
+                                     line=dict(color=color, dash=dash, width=1.3),
+                                     name=f"{k.replace(' tflops', '')} {v:.0f} TFLOP/s ({bws[0]:.0f} GB/s)"))
+    ui.show(ui.style(fig, title="Achieved TFLOP/s against FLOPs per byte of minimum traffic, under the GPU's roofs",
+                     height=460, legend_title="variant / roof"), key="variants_roofline")
+    st.caption("Intensity counts each input read once and each output written once, so real kernels sit left of "
+               "these points; Nsight Compute measures the real traffic (see the Nsight Compute page).")
+
+st.subheader("All rows of this run")
+show_cols = ["variant", "problem", "status", "median_ms", "ci95_low_ms", "ci95_high_ms", "n", "tflops", "pct_peak",
+             "speedup", "baseline", "max_abs_err", "rel_err", "reference", "e2e_ms", "graph_ms", "extra_mem_bytes", "reason"]
+ui.table(run[[c for c in show_cols if c in run]], f"rows_{run_id}", download=run.drop(columns=["problem_x", "config_x"]),
+         caption="The CSV holds every column of the rows (raw samples as JSON lists).")

@@ -1,0 +1,467 @@
+"""The dashboard on real run bundles: every page through Streamlit's AppTest, and its data functions.
+
+Fixtures (tests/data/bundles/, copies of real runs; its README says how each was made): an H100
+`smoke` and `l4_causal` run (torch baselines), H100 `smoke` runs with Nsight Compute
+(`--ncu full`) and Nsight Systems (`--nsys`) tables, the same `l4_causal` on the CPU (a second machine for the GPUs and Diff
+pages), and a CPU `flags` run whose two buggy user variants give real `wrong` and `failed` rows. Checks are what a user looks for: each page renders without an
+exception, shows its charts and tables, flags wrong/failed rows, labels published figures as
+published, and says which flag produces data it lacks.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from faprof import dashboard as fd
+from faprof.errors import FaprofError
+from faprof.store import Bundle
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLES = ROOT / "tests" / "data" / "bundles"
+APP = ROOT / "app" / "dashboard.py"
+H100_L4 = "20261121T192510Z_nvidia-h100-80gb-hbm3_l4-causal"
+H100_NCU = "20261121T195544Z_nvidia-h100-80gb-hbm3_smoke"
+H100_NSYS = "20261121T194831Z_nvidia-h100-80gb-hbm3_smoke"
+CPU_L4 = "20261121T193107Z_cpu_l4-causal"
+FLAGS = "20261121T193159Z_cpu_flags"
+PAGES = ("overview", "variants", "gpus", "ncu", "timeline", "diff")
+
+#: AppTest's per-run timeout: the first run imports plotly and loads every bundle (2-core CI).
+APPTEST_TIMEOUT_S = 60
+
+
+@pytest.fixture(scope="module")
+def runs() -> fd.RunSet:
+    return fd.load_runs([(BUNDLES, "command line"), (fd.EXAMPLES_DIR, "example")])
+
+
+# --------------------------------------------------------------------------------- data layer
+def test_loads_every_fixture_bundle_once(runs):
+    ids = set(runs.runs["run_id"])
+    assert {H100_L4, CPU_L4, FLAGS} <= ids
+    assert runs.runs["run_id"].is_unique  # examples/runs copies of the fixtures are not loaded twice
+    assert not runs.warnings
+    row = runs.runs.set_index("run_id").loc[FLAGS]
+    assert (row["gpu"], row["scenario"], row["wrong"], row["failed"]) == ("CPU (no GPU)", "flags", 3, 6)
+    h100 = runs.runs.set_index("run_id").loc[H100_L4]
+    assert h100["gpu"] == "NVIDIA H100 80GB HBM3" and h100["torch"].startswith("2.11")
+
+
+def test_speedup_is_over_each_runs_own_baseline(runs):
+    m = runs.measurements
+    h = m[(m["run_id"] == H100_L4) & (m["variant"] == "sdpa_flash")]
+    assert np.allclose(h["speedup"], 1.0)  # l4_causal's baseline is sdpa_flash
+    f = m[(m["run_id"] == FLAGS) & (m["variant"] == "torch_standard")]
+    assert np.allclose(f["speedup"], 1.0)  # flags' baseline is torch_standard
+    assert m.loc[(m["run_id"] == FLAGS) & (m["status"] == "failed"), "speedup"].isna().all()
+
+
+def test_missing_and_damaged_sources_become_warnings(tmp_path):
+    bad = tmp_path / "broken"
+    bad.mkdir()
+    (bad / "manifest.json").write_text("{not json")
+    rs = fd.load_runs([(tmp_path / "nope", "command line"), (bad, "command line"), (tmp_path, "command line")])
+    assert rs.runs.empty and rs.measurements.empty
+    assert any("does not exist" in w for w in rs.warnings)
+    assert any("could not be read" in w for w in rs.warnings)
+
+
+def test_flagged_rows_carry_their_reasons(runs):
+    bad = fd.flagged(runs.measurements[runs.measurements["run_id"] == FLAGS])
+    assert sorted(bad["status"].value_counts().items()) == [("failed", 6), ("wrong", 3)]
+    assert bad.loc[bad["status"] == "failed", "reason"].str.contains("RuntimeError").all()
+    wrong = bad[bad["status"] == "wrong"]
+    assert (wrong["variant"] == "user_nomask").all() and wrong["problem"].str.contains("causal").all()
+    assert (wrong["rel_err"] > wrong["rtol"]).all()
+
+
+def test_x_axis_follows_the_grid(runs):
+    m = runs.measurements
+    # flags: a clean S grid per mask -> lines over S; l4_causal changes B, H and S together -> per problem.
+    assert fd.default_x_axis(m[m["run_id"] == FLAGS]) == "sequence length"
+    assert fd.default_x_axis(m[m["run_id"] == H100_L4]) == "problem (ordered by FLOPs)"
+    order = fd.problem_order(m[m["run_id"] == H100_L4])
+    assert order[0].startswith("B=1 H=1 S=128") and order[-1].startswith("B=16 H=8 S=512")
+
+
+def test_short_labels_drop_only_shared_words():
+    short, common = fd.short_labels(["B=1 H=2 S=64 D=32 fp32", "B=1 H=2 S=64 D=32 fp32 causal", "B=1 H=2 S=128 D=32 fp32"])
+    assert common == "B=1 H=2 D=32 fp32"
+    assert short["B=1 H=2 S=64 D=32 fp32 causal"] == "S=64 causal"
+    assert fd.short_labels(["only one"]) == ({"only one": "only one"}, "")
+
+
+def test_published_figures_are_labelled_and_converted(runs):
+    pub = fd.published_figures(runs, ["l4_causal"])
+    assert (pub["source"] == "published (report 003, NVIDIA L4)").all()
+    lat = pub[(pub["what"] == "latency") & (pub["subject"] == "PyTorch SDPA")]
+    assert len(lat) == 5 and lat["problem"].notna().all()
+    big = lat[lat["problem"].str.startswith("B=16 H=8 S=512")].iloc[0]
+    # faprof's FLOP count (causal halved): 4*16*8*512*512*64/2 FLOP in 0.326 ms.
+    assert big["tflops"] == pytest.approx(4 * 16 * 8 * 512 * 512 * 64 / 2 / 0.326e-3 / 1e12)
+    assert 0 < big["pct_peak"] < 100
+    thr = pub[pub["what"] == "throughput"]
+    assert thr["tflops"].isna().all()  # the report's own FLOP convention is not mixed into faprof's
+    assert fd.measured_label("NVIDIA H100 80GB HBM3") == "measured (faprof, NVIDIA H100 80GB HBM3)"
+
+
+def test_seed_tables_from_real_runs(runs):
+    m = runs.measurements
+    h = m[m["run_id"] == H100_L4]
+    rank = fd.ranking_table(fd.timed(h))
+    assert rank["median_tflops"].is_monotonic_decreasing and set(rank["variant"]) >= {"sdpa_flash", "torch_standard"}
+    mem = fd.memory_tables(h, "sdpa_flash")
+    assert len(mem) == 5 and (mem["measured_reduction"] > 1).all()
+    fb = fd.fwd_bwd_tables(m[m["scenario"] == "smoke"])
+    assert not fb.empty and (fb["bwd_over_fwd"] > 0).all()
+    assert fd.memory_tables(m[m["run_id"] == CPU_L4]).empty  # no peak memory on the CPU
+
+
+# ------------------------------------------------------------------------------ significance
+def test_mann_whitney_matches_a_hand_computation():
+    # x = [1, 2, 3], y = [4, 5]: U_x = 0; mean 3, var = 3*2*(6)/12 = 3; z = (3 - 0.5)/sqrt(3).
+    u, p = fd.mann_whitney_u([1, 2, 3], [4, 5])
+    assert u == 0
+    assert p == pytest.approx(math.erfc((2.5 / math.sqrt(3)) / math.sqrt(2)))
+    # Ties: x = [1, 1, 2], y = [1, 3]: ranks 2,2,4 | 2,5 -> U_x = 8 - 6 = 2; tie term for the
+    # three 1s: 3^3 - 3 = 24; var = 6/12 * (6 - 24/20) = 2.4; z = (|2 - 3| - 0.5)/sqrt(2.4).
+    u, p = fd.mann_whitney_u([1, 1, 2], [1, 3])
+    assert u == 2
+    assert p == pytest.approx(math.erfc((0.5 / math.sqrt(2.4)) / math.sqrt(2)))
+    assert fd.mann_whitney_u([1.0, 1.0], [1.0, 1.0]) == (2.0, 1.0)
+    assert math.isnan(fd.mann_whitney_u([], [1.0])[1])
+
+
+def test_mann_whitney_agrees_with_scipy_when_present():
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        x = np.round(rng.gamma(2.0, 1.0, rng.integers(3, 80)), 1)
+        y = np.round(rng.gamma(2.0, 1.1, rng.integers(3, 80)), 1)
+        ref = stats.mannwhitneyu(x, y, alternative="two-sided", method="asymptotic", use_continuity=True)
+        u, p = fd.mann_whitney_u(x, y)
+        assert u == pytest.approx(ref.statistic) and p == pytest.approx(ref.pvalue, rel=1e-9, abs=1e-15)
+
+
+def test_diff_of_two_real_runs(runs):
+    m = runs.measurements
+    d = fd.diff_runs(m[m["run_id"] == H100_L4], m[m["run_id"] == CPU_L4])
+    both = d[d["ratio"].notna()]
+    assert set(both["variant"]) == {"cpu_ref", "torch_standard", "sdpa_math"}  # timed on both machines
+    tsd = both[(both["variant"] == "torch_standard") & both["problem"].str.startswith("B=16 H=8 S=512")].iloc[0]
+    assert tsd["ratio"] > 10 and tsd["verdict"] == "B slower" and tsd["significant"]  # the CPU is far slower
+    assert (d.loc[d["ratio"].isna(), "verdict"].str.contains("only in|not comparable|too few")).all()
+    same = fd.diff_runs(m[m["run_id"] == H100_L4], m[m["run_id"] == H100_L4])
+    assert (same["ratio"] == 1).all() and not same["significant"].any()
+
+
+# ---------------------------------------------------------------------------- archives, CSV
+def _archive(tmp_path: Path, run_id: str) -> bytes:
+    return Bundle(BUNDLES / run_id).archive(tmp_path / f"{run_id}.tar.gz").read_bytes()
+
+
+def test_archive_round_trip(tmp_path):
+    found = fd.safe_extract(_archive(tmp_path, FLAGS), tmp_path / "out")
+    assert [p.name for p in found] == [FLAGS]
+    rs = fd.load_runs([(found[0], "upload")])
+    assert len(rs.measurements) == 30
+
+
+def _tar(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buf.getvalue()
+
+
+def _file(name: str, data: bytes = b"{}") -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info, data
+
+
+@pytest.mark.parametrize("member", [
+    _file("../evil/manifest.json"),
+    _file("/tmp/evil/manifest.json"),
+    _file("run/../../manifest.json"),
+])
+def test_archive_paths_that_leave_the_folder_are_refused(tmp_path, member):
+    dest = tmp_path / "out"
+    with pytest.raises(FaprofError, match="refused"):
+        fd.safe_extract(_tar([member]), dest)
+    assert not (tmp_path / "evil").exists() and not list(dest.rglob("*.json"))
+
+
+def test_archive_links_are_refused(tmp_path):
+    link = tarfile.TarInfo("run/manifest.json")
+    link.type = tarfile.SYMTYPE
+    link.linkname = "/etc/passwd"
+    with pytest.raises(FaprofError, match="link"):
+        fd.safe_extract(_tar([(link, None)]), tmp_path / "out")
+    with pytest.raises(FaprofError, match="not a bundle archive"):
+        fd.safe_extract(b"plain text, not a tar", tmp_path / "out2")
+    with pytest.raises(FaprofError, match="no run bundle"):
+        fd.safe_extract(_tar([_file("run/notes.txt", b"hi")]), tmp_path / "out3")
+
+
+def test_csv_keeps_samples_as_json(runs):
+    rows = runs.measurements[runs.measurements["run_id"] == H100_L4].head(2)
+    back = pd.read_csv(io.BytesIO(fd.csv_bytes(rows)))
+    assert list(back.columns) == list(rows.columns)
+    assert json.loads(back["samples_ms"].iloc[0]) == pytest.approx(list(rows["samples_ms"].iloc[0]))
+    assert "samples_ms" not in fd.for_display(rows)
+
+
+# ---------------------------------------------------------------------------- Nsight shaping
+def test_timeline_from_a_recorded_nsys_capture():
+    nsys = pytest.importorskip("faprof.nsight.nsys")
+    data = ROOT / "tests" / "data" / "nsys"
+    if not (data / "smoke.sqlite").exists():
+        pytest.skip("no recorded nsys capture in tests/data/nsys")
+    plan = json.loads((data / "smoke_plan.json").read_text())
+    kernels = nsys.attribute_kernels(nsys.load_sqlite(data / "smoke.sqlite"), plan).assign(run_id="r")
+    shape = kernels["shape_id"].iloc[0]
+    tl = fd.timeline(kernels, "r", shape, iterations=2)
+    assert not tl.empty and (tl["duration_us"] > 0).all()
+    assert (tl.groupby("variant")["start_us"].min() == 0).all()  # each lane starts at its first kernel
+    assert (tl.groupby("variant")["iteration"].nunique() <= 2).all()
+
+
+def test_ncu_tables_of_a_real_run(runs):
+    summary = runs.table("ncu_summary")
+    summary = summary[summary["run_id"] == H100_NCU]
+    occ = fd.occupancy(summary)
+    assert set(occ["metric"]) == {"achieved", "theoretical"} and occ["value"].between(0, 100).all()
+    assert "registers" in set(occ["limiter"])
+    assert not occ["key"].str.contains(r"\(all\)").any()  # the per-pair aggregate rows are left out
+    thr = fd.throughput(summary)
+    assert {"SM (compute)", "memory (busiest unit)", "DRAM"} <= set(thr["metric"])
+    main = fd.main_launches(summary)
+    assert len(main) == summary[summary["kernel"] != "(all)"].groupby(["variant", "shape_id"]).ngroups
+    stalls = runs.table("stalls")
+    stalls = stalls[stalls["run_id"] == H100_NCU]
+    assert fd.stall_sources(stalls)[0] == "warp_state"
+    sh = fd.stall_shares(stalls)
+    assert np.allclose(sh.groupby("key")["share_pct"].sum(), 100.0)  # one source, 100% per launch
+    rl = fd.roofline(runs.table("roofline"))
+    assert rl.source == "ncu" and rl.memory["DRAM"] > 1000  # GB/s of an H100
+    assert any(k.startswith("tensor peak") for k in rl.compute) and any(k.startswith("fp32 peak") for k in rl.compute)
+    assert (rl.points["intensity"] > 0).all() and rl.points["key"].is_unique
+
+
+def test_short_kernel_names():
+    assert fd.short_kernel("void at::native::(anonymous namespace)::fmha_fwd<float, 64>(Params)") == "fmha_fwd"
+    assert fd.short_kernel("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_64x64_nn>(Params)").startswith("cutlass_80")
+    assert fd.short_kernel("fa2_fwd_kernel") == "fa2_fwd_kernel"
+
+
+# ---------------------------------------------------------------------------------- the app
+@pytest.fixture
+def app(monkeypatch):
+    pytest.importorskip("streamlit")
+    pytest.importorskip("plotly")
+    from streamlit.testing.v1 import AppTest
+
+    def make(runs_dir: Path = BUNDLES):
+        monkeypatch.setenv("FAPROF_RUNS", str(runs_dir))
+        at = AppTest.from_file(str(APP), default_timeout=APPTEST_TIMEOUT_S)
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        return at
+
+    return make
+
+
+def _open(at, page: str):
+    at.switch_page(f"pages/{page}.py").run()
+    assert not at.exception, f"{page}: {[e.value for e in at.exception]}"
+    return at
+
+
+def _chart_specs(at) -> list[dict]:
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def _trace_names(at) -> set[str]:
+    names = set()
+    for spec in _chart_specs(at):
+        for tr in spec.get("data", []):
+            names.add(str(tr.get("name", "")))
+            if tr.get("legendgrouptitle"):
+                names.add(str(tr["legendgrouptitle"].get("text", "")))
+    return names
+
+
+def _axis_titles(at) -> list[str]:
+    out = []
+    for spec in _chart_specs(at):
+        for k, v in spec.get("layout", {}).items():
+            if k.startswith(("xaxis", "yaxis")) and isinstance(v, dict):
+                t = v.get("title")
+                out.append(t.get("text", "") if isinstance(t, dict) else str(t or ""))
+    return out
+
+
+def test_every_page_renders(app):
+    at = app()
+    for page in PAGES:
+        _open(at, page)
+        assert at.title, page
+
+
+def test_overview_lists_the_runs(app, runs):
+    at = _open(app(), "overview")
+    assert at.metric[0].value == str(len(runs.runs))
+    assert len(at.get("plotly_chart")) == 1 and at.dataframe
+    assert any("wrong" in w.value and "failed" in w.value for w in at.warning)
+    assert at.get("download_button")
+
+
+def test_variants_page_charts_and_tables(app):
+    at = _open(app(), "variants")
+    assert len(at.get("plotly_chart")) >= 5  # latency, TFLOP/s, speedup, % of peak, error, roofline
+    titles = " | ".join(_axis_titles(at))
+    for unit in ("median latency (ms)", "TFLOP/s", "% of peak", "speedup (x)"):
+        assert unit in titles
+    assert "tflops" not in titles and "median_ms" not in titles  # no raw column names on axes
+    assert len(at.dataframe) >= 3 and len(at.get("download_button")) == len(at.dataframe)
+    assert not at.warning  # the H100 run has no wrong or failed rows
+
+
+def test_variants_page_flags_wrong_and_failed_rows(app):
+    at = _open(app(), "variants")
+    at.selectbox(key="variants_run").set_value(FLAGS).run()
+    assert not at.exception
+    assert any("3 wrong and 6 failed" in w.value for w in at.warning)
+    assert "wrong result" in _trace_names(at)
+    flagged = [d.value for d in at.dataframe if "reason" in d.value.columns and set(d.value["status"]) == {"failed", "wrong"}]
+    assert flagged and flagged[0]["reason"].str.contains("RuntimeError").sum() == 6
+
+
+def test_gpus_page_labels_published_and_measured(app):
+    at = _open(app(), "gpus")
+    assert at.selectbox(key="gpus_scenario").value == "l4_causal"
+    names = _trace_names(at)
+    assert "published (report 003, NVIDIA L4)" in names
+    assert "measured (faprof, NVIDIA H100 80GB HBM3)" in names and "measured (faprof, CPU (no GPU))" in names
+    assert len(at.get("plotly_chart")) == 3
+    assert any("% of peak" in t for t in _axis_titles(at))
+
+
+@pytest.mark.parametrize("page,tables,flag", [
+    ("ncu", ("ncu_summary", "stalls", "roofline"), "--ncu full"),
+    ("timeline", ("nsys_kernels", "nsys_summary"), "--nsys"),
+])
+def test_nsight_pages_chart_or_point_to_the_flag(app, runs, page, tables, flag):
+    at = _open(app(), page)
+    if any(not runs.table(t).empty for t in tables):
+        assert at.get("plotly_chart") and at.dataframe
+        assert not any("faprof profile" in i.value for i in at.info)
+    else:
+        assert any(flag in i.value and "faprof profile --scenario" in i.value for i in at.info)
+        assert not at.get("plotly_chart")
+
+
+def test_ncu_page_shows_occupancy_stalls_and_roofline(app):
+    at = _open(app(), "ncu")
+    specs = json.dumps(_chart_specs(at))
+    assert len(at.get("plotly_chart")) == 4  # occupancy, throughput, stalls, roofline
+    assert "limited by registers" in specs and "long_scoreboard" in specs
+    assert any(n.startswith("tensor peak") for n in _trace_names(at))
+    at.radio(key="ncu_kernels").set_value("every kernel launch").run()
+    assert not at.exception and len(at.get("plotly_chart")) == 4
+
+
+def test_timeline_page_draws_kernels(app):
+    at = _open(app(), "timeline")
+    assert at.selectbox(key="tl_run").value == H100_NSYS
+    names = _trace_names(at)
+    assert any("gemm" in n or "kernel" in n for n in names)
+    assert any("µs" in t for t in _axis_titles(at))
+
+
+def test_diff_page_tests_significance(app):
+    at = _open(app(), "diff")
+    assert at.selectbox(key="diff_a").value != at.selectbox(key="diff_b").value
+    assert len(at.get("plotly_chart")) == 1
+    table = at.dataframe[0].value
+    assert {"ratio", "p_value", "significant", "verdict"} <= set(table.columns)
+    assert table["p_value"].dropna().between(0, 1).all()
+
+
+def test_sidebar_filter_narrows_every_page(app):
+    at = app()
+    at.multiselect(key="filter_scenario").set_value(["flags"]).run()
+    _open(at, "overview")
+    assert at.metric[0].value == "1"
+    _open(at, "variants")
+    assert at.selectbox(key="variants_run").value == FLAGS
+    _open(at, "diff")
+    assert any("fewer than two" in i.value for i in at.info)
+
+
+def test_upload_adds_a_bundle_and_refuses_a_bad_archive(app, tmp_path):
+    empty = tmp_path / "no_runs"
+    empty.mkdir()
+    at = app(empty)
+    before = int(at.metric[0].value)  # the shipped examples only
+    at.file_uploader(key="uploads").set_value((f"{FLAGS}.tar.gz", _archive(tmp_path, FLAGS), "application/gzip")).run()
+    assert not at.exception
+    assert int(at.metric[0].value) == before + 1
+    at.file_uploader(key="uploads").set_value(("evil.tar.gz", _tar([_file("../evil/manifest.json")]), "application/gzip")).run()
+    assert not at.exception
+    assert any("refused" in e.value for e in at.error)
+
+
+# ------------------------------------------------------------------------- faprof dashboard
+def test_dashboard_command_runs_streamlit_on_the_app(tmp_path):
+    from click.testing import CliRunner
+
+    from faprof.cli import main
+
+    pytest.importorskip("streamlit")
+    res = CliRunner().invoke(main, ["dashboard", "--print-command", "--port", "8765", str(BUNDLES)])
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.output.split())
+    assert f"-m streamlit run {APP}" in out and "--server.port 8765" in out
+    assert out.endswith(f"-- {BUNDLES.resolve()}")  # run folders go to the app after `--`
+    res = CliRunner().invoke(main, ["dashboard", str(tmp_path / "missing")])
+    assert res.exit_code == 2 and "does not exist" in res.output
+
+
+def test_dashboard_command_says_how_to_install_streamlit(monkeypatch):
+    import importlib.util
+
+    from click.testing import CliRunner
+
+    from faprof.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "streamlit" else real(name, *a))
+    res = CliRunner().invoke(main, ["dashboard"])
+    assert res.exit_code == 2 and "pip install 'faprof[app]'" in res.output
+
+
+def test_run_folders_come_from_the_environment_and_after_the_double_dash():
+    pytest.importorskip("streamlit")
+    import sys
+
+    sys.path.insert(0, str(ROOT / "app"))
+    try:
+        import faprof_ui
+    finally:
+        sys.path.remove(str(ROOT / "app"))
+    entry = str(APP)
+    assert faprof_ui.command_line_paths([entry, "a", "b"], {}) == ["a", "b"]
+    assert faprof_ui.command_line_paths([entry, "b"], {"FAPROF_RUNS": f"a{__import__('os').pathsep}b"}) == ["a", "b"]
+    # Under pytest (AppTest) sys.argv is pytest's: never taken for run folders.
+    assert "tests/test_app.py" not in faprof_ui.command_line_paths(["pytest", "tests/test_app.py"], {})

@@ -1,0 +1,178 @@
+"""The dashboard in a real browser: Debian's headless Chromium, driven by playwright, opens every page.
+
+Method: start `streamlit run app/dashboard.py -- tests/data/bundles` on a free loopback port, wait
+for its health endpoint, then for each page wait (bounded) until its title and either a rendered
+plotly chart or the page's "no data, run this" hint is on screen and the script has stopped
+running; fail on any Streamlit exception box or error alert. The server is killed at the end.
+Screenshots of every page go to $FAPROF_SHOTS when it is set (for looking at them by eye).
+
+Skips, with the reason, when chromium or playwright is missing (CI installs chromium through
+scripts/setup.sh). Never runs `playwright install`: the browser is the system's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from faprof import dashboard as fd
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLES = ROOT / "tests" / "data" / "bundles"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+SERVER_START_S = 90
+"""Streamlit's first start imports pandas, plotly and torch-free faprof: seconds, more on a busy CI."""
+
+PAGE_LOAD_S = 60
+"""A page's script (loading bundles on the first one) and plotly's first draw, on a 2-core machine."""
+
+#: url path -> (title, whether the fixture bundles give this page a chart; None: decide from the data).
+#: A deep link comes first: the first session of a fresh server opening /variants is the case where
+#: Streamlit, seeing app/pages/, would run the page without the entry file (faprof_ui.context).
+PAGES: dict[str, tuple[str, bool | None]] = {
+    "variants": ("Variants", True),
+    "": ("faprof dashboard", True),
+    "gpus": ("GPUs", True),
+    "ncu": ("Nsight Compute", None),
+    "timeline": ("Timeline", None),
+    "diff": ("Diff", True),
+}
+
+CHART = ".js-plotly-plot, [data-testid=stPlotlyChart]"
+ERRORS = "[data-testid=stException], [data-testid=stAlertContentError]"
+
+
+def _playwright():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("playwright is not installed (pip install 'faprof[dev]')")
+    if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
+        pytest.skip("chromium is not installed (apt-get install -y chromium, or scripts/setup.sh)")
+    try:
+        import streamlit  # noqa: F401
+    except ImportError:
+        pytest.skip("streamlit is not installed (pip install 'faprof[app]')")
+    return sync_playwright
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    _playwright()
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env.pop("FAPROF_RUNS", None)  # only the folder on the command line, as a user would start it
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "dashboard.py"), "--server.headless", "true",
+         "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+         "--server.fileWatcherType", "none", "--", str(BUNDLES)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + SERVER_START_S
+    try:
+        while True:
+            if proc.poll() is not None:
+                out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+                pytest.fail(f"streamlit exited with {proc.returncode}:\n{out[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{base}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"streamlit did not answer on {base} within {SERVER_START_S} s")
+            time.sleep(0.5)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        if proc.stdout:
+            proc.stdout.close()
+
+
+def _expects_chart(path: str, has_chart: bool | None) -> bool:
+    if has_chart is not None:
+        return has_chart
+    runs = fd.load_runs([(BUNDLES, "command line"), (fd.EXAMPLES_DIR, "example")])
+    names = ("ncu_summary", "stalls", "roofline") if path == "ncu" else ("nsys_kernels", "nsys_summary")
+    return any(not runs.table(n).empty for n in names)
+
+
+def _wait_idle(page, timeout_s: float) -> None:
+    """Until Streamlit's 'running' indicator has been gone for a moment (the script finished)."""
+    deadline = time.monotonic() + timeout_s
+    quiet_since = None
+    while time.monotonic() < deadline:
+        running = page.locator("[data-testid=stStatusWidgetRunningIcon], [data-testid=stStatusWidgetRunningManIcon]").count()
+        if running:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since > 1.0:
+            return
+        page.wait_for_timeout(200)
+
+
+def test_every_page_renders_in_chromium(server):
+    sync_playwright = _playwright()
+    shots = os.environ.get("FAPROF_SHOTS")
+    if shots:
+        Path(shots).mkdir(parents=True, exist_ok=True)
+    problems: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
+                                    args=CHROMIUM_ARGS, timeout=60_000)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            page.set_default_timeout(PAGE_LOAD_S * 1000)
+            for path, (title, has_chart) in PAGES.items():
+                page.goto(f"{server}/{path}", wait_until="domcontentloaded")
+                page.locator("h1").filter(has_text=title).first.wait_for(state="visible")
+                if _expects_chart(path, has_chart):
+                    page.locator(CHART).first.wait_for(state="visible")
+                    page.locator(".js-plotly-plot .main-svg").first.wait_for(state="attached")
+                else:
+                    page.locator("[data-testid=stAlertContainer]").filter(has_text="faprof profile").first.wait_for(
+                        state="visible")
+                _wait_idle(page, PAGE_LOAD_S)
+                nav = " ".join(page.locator("[data-testid=stSidebarNav]").all_inner_texts())
+                if "Nsight Compute" not in nav:
+                    problems.append(f"/{path}: the sidebar shows {nav!r}, not the app's navigation")
+                n_err = page.locator(ERRORS).count()
+                if n_err:
+                    texts = page.locator(ERRORS).all_inner_texts()
+                    problems.append(f"/{path}: {n_err} error box(es): {' | '.join(t[:300] for t in texts)}")
+                if shots:
+                    height = page.evaluate("() => (document.querySelector('[data-testid=stMainBlockContainer]')"
+                                           " || document.body).scrollHeight")
+                    page.set_viewport_size({"width": 1440, "height": min(max(900, int(height) + 120), 8000)})
+                    page.wait_for_timeout(800)
+                    page.screenshot(path=str(Path(shots) / f"{path or 'overview'}.png"), full_page=True)
+                    page.set_viewport_size({"width": 1440, "height": 900})
+        finally:
+            browser.close()
+    assert not problems, "\n".join(problems)
