@@ -305,11 +305,17 @@ def advise(measurements: pd.DataFrame, ncu_summary: pd.DataFrame | None = None, 
             if bc == bc and bc > 0:
                 add(v, sid, k, "bank conflicts", f"{bc:,.0f} shared-memory bank conflicts",
                     "pad or XOR-swizzle shared-memory rows so a warp's accesses hit distinct banks")
+
+        # Hardware vs analytic FLOPs per call: on the per-(variant, shape) rows ("(all)") when the
+        # summary has them, else on single launches.
+        calls = s[s["kernel"] == "(all)"] if "kernel" in s and (s["kernel"] == "(all)").any() else per
+        for _, r in calls.iterrows():
             ratio = _num(r.get("hw_over_analytic"))
             if ratio == ratio and ratio > ADVISE_EXTRA_FLOPS:
-                add(v, sid, k, "wasted work",
-                    f"the hardware executed {ratio:.2f}x the analytic FLOPs (masked tiles computed, or recomputation)",
-                    "skip tiles that are fully masked (causal block skipping) and avoid recomputing")
+                add(r.get("variant"), r.get("shape_id"), str(r.get("kernel")), "wasted work",
+                    f"the hardware executed {ratio:.2f}x the analytic FLOPs per call (masked or padded tiles "
+                    f"computed, recomputation, or index arithmetic counted as FP)",
+                    "skip tiles that are fully masked (causal block skipping), avoid padding waste and recomputation")
 
     st = stalls if stalls is not None else pd.DataFrame()
     if not st.empty and "share" in st:
