@@ -411,11 +411,14 @@ def default_x_axis(df: pd.DataFrame) -> str:
 
 
 def problem_order(df: pd.DataFrame) -> list[str]:
-    """Problem labels ordered by FLOPs (then by label): a category order for charts."""
+    """Problem labels ordered by dtype, then FLOPs, then label: a category order for charts."""
     if df.empty:
         return []
-    t = df[["problem", "flops"]].drop_duplicates("problem")
-    return t.sort_values(["flops", "problem"], na_position="last")["problem"].tolist()
+    # Problems of one dtype stay together (a scenario may repeat its shapes in another dtype), then FLOPs.
+    # Bundles from before every row carried its FLOPs have NaN on unsupported rows: take the max.
+    agg = {c: ("max" if c == "flops" else "first") for c in ("dtype", "flops") if c in df.columns}
+    t = df.groupby("problem", as_index=False).agg(agg) if agg else df[["problem"]].drop_duplicates()
+    return t.sort_values([*agg, "problem"], na_position="last")["problem"].tolist()
 
 
 def short_labels(labels: Sequence[str]) -> tuple[dict[str, str], str]:

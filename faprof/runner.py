@@ -185,6 +185,8 @@ def _run_one(runner, bundle: Bundle, scenario: Scenario, variant, problem: Atten
     if not ok:
         gpu_missing = not cuda_ok and variant.resolved_device(cuda_ok) == "cuda"
         row.update(status="skipped" if gpu_missing else "unsupported", reason=reason, finished_utc=_now())
+        # Work counts belong to the problem, so every row carries them (tables sort and join on them).
+        row.update({k: v for k, v in analysis.derive(problem, variant, {}, env).items() if k in row})
         return row
     t0 = time.perf_counter()
     task = {

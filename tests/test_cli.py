@@ -128,3 +128,11 @@ def test_compare_two_runs(smoke_run):
     r = CliRunner().invoke(main, ["compare", str(bundle.path), str(bundle.path)])
     assert r.exit_code == 0, r.output
     assert "1.000" in r.output  # a run against itself: every ratio is exactly 1
+
+
+def test_unsupported_and_skipped_rows_carry_the_problems_work_counts(smoke_run):
+    _, bundle = smoke_run
+    df = bundle.measurements()
+    not_run = df[df["status"].isin(["unsupported", "skipped"])]
+    assert not not_run.empty
+    assert (not_run["flops"] > 0).all() and (not_run["min_bytes"] > 0).all()

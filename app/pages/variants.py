@@ -63,7 +63,14 @@ def line_chart(y: str, title: str, log_y: bool = True, key: str = "") -> go.Figu
         return None
     d = d.sort_values([x, "variant"]) if x != "problem_x" else d.assign(
         _o=d["problem_x"].map({p: i for i, p in enumerate(order)})).sort_values(["_o", "variant"])
-    dash = "config_x" if x == "seq_len" and d["config"].nunique() > 1 else None
+    # Never join points of different dtypes (or configurations) into one line: a run like l4_causal
+    # holds the same shapes in fp16 and fp32, and one line through both would zigzag meaninglessly.
+    if x == "seq_len" and d["config"].nunique() > 1:
+        dash = "config_x"
+    elif "dtype" in d and d["dtype"].nunique() > 1:
+        dash = "dtype"
+    else:
+        dash = None
     fig = px.line(d, x=x, y=y, color="variant", line_dash=dash, markers=True, log_y=log_y,
                   category_orders={"problem_x": order}, labels={**fd.LABELS, y: fd.label(y), x: x_title, "config_x": "problem"},
                   hover_data={"problem": True, "status": True, "median_ms": ":.4g", "n": True, x: False,
