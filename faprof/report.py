@@ -13,7 +13,6 @@ labelled as the report's.
 from __future__ import annotations
 
 import html
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -400,7 +399,3 @@ def compare_runs(a: Bundle, b: Bundle) -> pd.DataFrame:
     m["ratio_b_over_a"] = m["median_ms_b"] / m["median_ms_a"]
     m["ci_overlap"] = ~((m["ci95_high_ms_b"] < m["ci95_low_ms_a"]) | (m["ci95_low_ms_b"] > m["ci95_high_ms_a"]))
     return m
-
-
-def manifest_summary(bundle: Bundle) -> str:
-    return json.dumps({k: bundle.manifest().get(k) for k in ("run_id", "status")})

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -331,7 +330,3 @@ def user_variant(
         Variant(name, "user", description, fn, dtypes=dtypes, directions=directions, device=device,
                 compute=compute, check=check, source=getattr(fn, "__module__", "user"))
     )
-
-
-def default_scale(D: int) -> float:
-    return 1.0 / math.sqrt(D)
