@@ -99,9 +99,10 @@ def baselines_of(manifest: dict[str, Any]) -> tuple[str, dict[str, str]]:
     scen = manifest.get("scenario", {})
     default = scen.get("baseline", "")
     groups = {}
-    for g in (scen.get("raw") or {}).get("groups", []) or []:
-        if isinstance(g, dict) and g.get("baseline") and g.get("name"):
-            groups[g["name"]] = g["baseline"]
+    for i, g in enumerate((scen.get("raw") or {}).get("groups", []) or []):
+        # unnamed groups are called "groups[i]", as scenarios._group names them
+        if isinstance(g, dict) and g.get("baseline"):
+            groups[g.get("name", f"groups[{i}]")] = g["baseline"]
     return default, groups
 
 
@@ -183,7 +184,7 @@ def memory_table(df: pd.DataFrame, standard: str = "torch_standard", flash: str 
 #: Thresholds of the advisor, each with its reason.
 #: A grid with fewer blocks than SMs leaves SMs idle for the whole kernel (report 003: 2 CTAs on 58 SMs).
 ADVISE_MIN_BLOCKS_PER_SM = 1.0
-#: Under this achieved occupancy a latency-bound kernel rarely has enough warps to hide memory latency.
+#: Under this theoretical occupancy a latency-bound kernel rarely has enough warps to hide memory latency.
 ADVISE_LOW_OCCUPANCY_PCT = 25.0
 #: DRAM or SM throughput above this share of peak means that unit is the bottleneck.
 ADVISE_BUSY_PCT = 60.0
@@ -193,8 +194,9 @@ ADVISE_IDLE_PCT = 40.0
 ADVISE_EXTRA_FLOPS = 1.3
 #: A stall reason with at least this share of stall cycles is worth naming.
 ADVISE_STALL_SHARE = 0.2
-#: A CUDA-graph replay under this fraction of the event time means launch overhead dominates.
-ADVISE_LAUNCH_BOUND = 0.5
+#: When enqueuing a call costs the host at least this fraction of the call's GPU time, the host
+#: cannot keep the GPU fed in a loop of such calls: launch overhead bounds the throughput.
+ADVISE_LAUNCH_BOUND = 1.0
 
 #: What each warp stall reason means and what usually fixes it (Nsight Compute's stall reasons).
 STALL_ADVICE = {
@@ -253,11 +255,11 @@ def advise(measurements: pd.DataFrame, ncu_summary: pd.DataFrame | None = None, 
             add(r["variant"], r["shape_id"], "", "correctness",
                 f"output differs from the {r.get('reference')} reference: max abs {_num(r.get('max_abs_err')):.3g}, "
                 f"rel {_num(r.get('rel_err')):.3g}", "fix correctness before reading any timing")
-        g, med = _num(r.get("graph_ms")), _num(r.get("median_ms"))
-        if g == g and med == med and med > 0 and g < ADVISE_LAUNCH_BOUND * med:
+        enq, med, g = _num(r.get("host_enqueue_ms")), _num(r.get("median_ms")), _num(r.get("graph_ms"))
+        if enq == enq and med == med and med > 0 and enq >= ADVISE_LAUNCH_BOUND * med:
+            graph = f"; a CUDA-graph replay takes {g:.4g} ms (warm L2)" if g == g else ""
             add(r["variant"], r["shape_id"], "", "launch overhead",
-                f"{med:.4g} ms per call, {g:.4g} ms replayed from a CUDA graph; the host spends "
-                f"{_num(r.get('host_enqueue_ms')):.3g} ms enqueuing each call",
+                f"the host needs {enq:.3g} ms to enqueue a call whose GPU work takes {med:.4g} ms{graph}",
                 "capture the call in a CUDA graph, fuse kernels, or cut host-side work per call")
 
     s = ncu_summary if ncu_summary is not None else pd.DataFrame()
@@ -330,11 +332,9 @@ def advise(measurements: pd.DataFrame, ncu_summary: pd.DataFrame | None = None, 
     ns = nsys_summary if nsys_summary is not None else pd.DataFrame()
     if not ns.empty:
         for _, r in ns.iterrows():
-            kpc = _num(r.get("kernels_per_call"))
-            gap, wall = _num(r.get("idle_gap_ns_median") if "idle_gap_ns_median" in r else r.get("idle_gap_ns")), _num(r.get("wall_ms"))
+            kpc, idle = _num(r.get("kernels_per_call")), _num(r.get("idle_us"))
             if kpc == kpc and kpc > 1:
                 add(r.get("variant"), r.get("shape_id"), "", "kernels per call",
-                    f"{kpc:.0f} kernels per call" + (f", {gap / 1e3:.1f} µs idle between them" if gap == gap else ""),
+                    f"{kpc:.0f} kernels per call" + (f", {idle:.1f} µs idle between them per call" if idle == idle else ""),
                     "fuse the kernels so intermediates stay on chip and launches disappear")
-            del wall
     return pd.DataFrame(rows, columns=["variant", "shape_id", "kernel", "category", "finding", "suggestion"])

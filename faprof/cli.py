@@ -151,11 +151,13 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
 
     if not scenario and not resume:
         raise FaprofError("give --scenario NAME|PATH (see `faprof list scenarios`) or --resume RUN")
+    if resume and (scenario or variant_list):
+        raise FaprofError("--resume finishes a run as it was started: drop --scenario/--variants, or start a new run")
     options = runner.ProfileOptions(
         variants=[v.strip() for v in variant_list.split(",") if v.strip()] if variant_list else None,
         out_dir=out_dir, ncu=ncu, nsys=nsys, isolate=not no_isolate, task_timeout_s=task_timeout,
         ncu_cache_control=ncu_cache_control, ncu_clock_control=ncu_clock_control,
-        user_variants=list(user_variants), settings_overrides={"budget_s": budget} if budget else {},
+        user_variants=list(user_variants), settings_overrides={"budget_s": budget} if budget is not None else {},
     )
     from faprof.variants import load_user_variants
 
@@ -360,6 +362,8 @@ def report(run: str, out_dir: Path | None, formats: str, runs_dir: Path) -> None
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
 def compare(run_a: str, run_b: str, runs_dir: Path) -> None:
     """Compare two runs row by row: medians, B/A ratio, and whether the 95% CIs overlap."""
+    import pandas as pd
+
     from faprof.report import compare_runs
     from faprof.store import resolve_run
 
@@ -368,11 +372,13 @@ def compare(run_a: str, run_b: str, runs_dir: Path) -> None:
     if df.empty:
         raise FaprofError("the two runs share no (variant, shape_id) pair to compare")
     t = Table(title=f"B = {b.run_id} over A = {a.run_id}", header_style="bold")
-    for c in ("variant", "shape_id", "A ms", "B ms", "B/A", "CIs overlap"):
+    for c in ("variant", "shape_id", "A status", "B status", "A ms", "B ms", "B/A", "CIs overlap"):
         t.add_column(c)
     for _, r in df.iterrows():
-        t.add_row(r["variant"], r["shape_id"], _fmt(r["median_ms_a"], ".4g"), _fmt(r["median_ms_b"], ".4g"),
-                  _fmt(r["ratio_b_over_a"], ".3f"), "yes" if r["ci_overlap"] else "[bold]no[/]")
+        ov = r["ci_overlap"]
+        t.add_row(r["variant"], r["shape_id"], str(r["status_a"]), str(r["status_b"]), _fmt(r["median_ms_a"], ".4g"),
+                  _fmt(r["median_ms_b"], ".4g"), _fmt(r["ratio_b_over_a"], ".3f"),
+                  "" if pd.isna(ov) else ("yes" if ov else "[bold]no[/]"))
     console.print(t)
 
 

@@ -180,6 +180,8 @@ def compare(result, ref) -> tuple[float, float, float]:
     """
     import torch
 
+    if tuple(result.shape) != tuple(ref.shape):  # never let broadcasting hide a wrong shape
+        return float("nan"), float("nan"), float(ref.abs().max())
     r = result.detach().to(ref.device, ref.dtype)
     if not torch.isfinite(r).all():
         return float("nan"), float("nan"), float(ref.abs().max())
@@ -201,7 +203,9 @@ def _prepare(problem: AttentionProblem, inputs: Inputs, device: str, variant_nam
     import torch
 
     dt = torch.float64 if variant_name == "cpu_ref" else torch_dtype(problem.dtype)
-    ts = [t.detach().to(device=device, dtype=dt).contiguous() for t in (inputs.q, inputs.k, inputs.v)]
+    # clone(): each variant gets its own copies, so one that writes into its inputs cannot change
+    # what later variants on this problem see.
+    ts = [t.detach().to(device=device, dtype=dt).contiguous().clone() for t in (inputs.q, inputs.k, inputs.v)]
     dout = inputs.dout.detach().to(device=device, dtype=dt)
     if needs_grads(problem):
         for t in ts:
@@ -370,6 +374,7 @@ def time_cuda(fn: Callable[[], Any], settings: TimingSettings, flusher: L2Flushe
     stop_reason = "max_repeats"
     while len(samples) < settings.max_repeats:
         events = []
+        batch = min(batch, settings.max_repeats - len(samples))
         for _ in range(batch):
             if flusher is not None:
                 flusher()

@@ -22,8 +22,6 @@ import pandas as pd
 from faprof import analysis
 from faprof.store import Bundle
 
-#: A call whose CUDA-graph replay is under this fraction of its event time is launch-bound.
-LAUNCH_BOUND_GRAPH_RATIO = 0.5
 #: Relative standard error above which a timing is called noisy in the findings.
 NOISY_REL_SEM = 0.02
 
@@ -204,21 +202,19 @@ def findings(df: pd.DataFrame, baseline: str, bundle: Bundle | None = None) -> l
             worst = g.iloc[-1]
             msg += f"; slowest {worst['variant']} is {worst['median_ms'] / best['median_ms']:.1f}x slower"
         out.append(msg + ".")
-    # ratio trend against the baseline (report 003: "the gap widens with size")
+    # ratio trend against each row's baseline (report 003: "the gap widens with size"), per dtype and direction
     if "speedup" in t:
-        for v, g in t[t["variant"] != baseline].groupby("variant"):
+        bcol = t["baseline"] if "baseline" in t else pd.Series(baseline, index=t.index)
+        for (v, b, dt, dr), g in t.assign(_b=bcol).groupby(["variant", "_b", "dtype", "direction"]):
+            if v == b:
+                continue
             g = g.dropna(subset=["speedup"]).sort_values("flops")
             if len(g) >= 3:
                 first, last = g.iloc[0]["speedup"], g.iloc[-1]["speedup"]
                 if first > 0 and last > 0:
                     trend = "widens" if last < first * 0.8 else ("narrows" if last > first * 1.25 else "stays similar")
-                    out.append(f"{v} runs at {first:.2f}x → {last:.2f}x of {baseline}'s speed from the smallest to the "
-                               f"largest problem: the gap {trend} with size.")
-    lb = t[t["graph_ms"].notna() & (t["graph_ms"] < LAUNCH_BOUND_GRAPH_RATIO * t["median_ms"])] if "graph_ms" in t else t.iloc[0:0]
-    for v, g in lb.groupby("variant"):
-        r = g.iloc[0]
-        out.append(f"{v} is launch-bound at small shapes: e.g. {_shape(r)} takes {r['median_ms']:.4g} ms per call but "
-                   f"{r['graph_ms']:.4g} ms replayed from a CUDA graph (host enqueue {r.get('host_enqueue_ms', float('nan')):.3g} ms).")
+                    out.append(f"{v} ({dt}, {dr}) runs at {first:.2f}x → {last:.2f}x of {b}'s speed from the smallest to "
+                               f"the largest problem: the gap {trend} with size.")
     noisy = t[t["rel_sem"] > NOISY_REL_SEM] if "rel_sem" in t else t.iloc[0:0]
     if not noisy.empty:
         out.append(f"{len(noisy)} timing(s) have a standard error above {NOISY_REL_SEM:.0%} of the mean "
@@ -313,6 +309,11 @@ def render_markdown(bundle: Bundle) -> str:
             else:
                 mem[c] = (mem[c] / 2**20).round(2)
         parts += ["## Memory (MiB: measured extra memory per call, and analytic footprints)\n", md_table(mem)]
+    sc = pd.concat([analysis.scaling(df, v, "B").assign(variant=v) for v in df["variant"].unique()], ignore_index=True) \
+        if not df.empty else pd.DataFrame()
+    if not sc.empty:
+        sc = sc[["variant", *[c for c in sc.columns if c != "variant"]]].round(3)
+        parts += ["## Scaling over batch size (throughput relative to the smallest batch)\n", md_table(sc)]
     bw = bandwidth_frame(df)
     if not bw.empty:
         parts += ["## Bandwidth utilization (minimum bytes / time)\n", md_table(bw)]
@@ -397,5 +398,7 @@ def compare_runs(a: Bundle, b: Bundle) -> pd.DataFrame:
     cols = [*keys, "status", "median_ms", "ci95_low_ms", "ci95_high_ms", "tflops"]
     m = da[[c for c in cols if c in da]].merge(db[[c for c in cols if c in db]], on=keys, suffixes=("_a", "_b"))
     m["ratio_b_over_a"] = m["median_ms_b"] / m["median_ms_a"]
-    m["ci_overlap"] = ~((m["ci95_high_ms_b"] < m["ci95_low_ms_a"]) | (m["ci95_low_ms_b"] > m["ci95_high_ms_a"]))
+    overlap = ~((m["ci95_high_ms_b"] < m["ci95_low_ms_a"]) | (m["ci95_low_ms_b"] > m["ci95_high_ms_a"]))
+    known = m[["ci95_low_ms_a", "ci95_high_ms_a", "ci95_low_ms_b", "ci95_high_ms_b"]].notna().all(axis=1)
+    m["ci_overlap"] = overlap.astype("boolean").where(known, pd.NA)
     return m

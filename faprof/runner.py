@@ -103,12 +103,17 @@ def profile(scenario_spec: str | Path | Scenario, options: ProfileOptions | None
     if resume is not None:
         bundle = Bundle.open(resume)
         manifest = bundle.manifest()
-        scenario = parse_scenario(manifest["scenario"]["raw"], f"{bundle.path}/manifest.json scenario")
+        if manifest.get("status") == "complete":
+            raise FaprofError(f"{bundle.path} is complete: nothing to resume (start a new run instead)")
         options = _options_from_manifest(manifest, options)
+        for spec in options.user_variants:  # the scenario may name user variants
+            variants.load_user_variants(spec)
+        scenario = parse_scenario(manifest["scenario"]["raw"], f"{bundle.path}/manifest.json scenario")
     else:
         scenario = scenario_spec if isinstance(scenario_spec, Scenario) else load_scenario(scenario_spec)
         bundle = None
 
+    options = dataclasses.replace(options, user_variants=[_resolved(s) for s in options.user_variants])
     for spec in options.user_variants:
         variants.load_user_variants(spec)
     timing = options.timing or scenario.timing
@@ -137,12 +142,15 @@ def profile(scenario_spec: str | Path | Scenario, options: ProfileOptions | None
                 "published": [dataclasses.asdict(p) for p in scenario.published],
             })
         else:
-            bundle.update_manifest(status="running")
-            bundle.log(f"resumed on {env.get('gpu_name') or 'cpu'}")
             old_gpu = bundle.manifest().get("env", {}).get("gpu_name")
             if old_gpu != env.get("gpu_name"):
-                raise FaprofError(f"{bundle.path} was measured on {old_gpu or 'the CPU'}; this machine has "
-                                  f"{env.get('gpu_name') or 'no GPU'}. Resume it on the same GPU, or start a new run.")
+                # checked before the manifest is touched: a refused resume leaves the bundle as it was
+                refused = FaprofError(f"{bundle.path} was measured on {old_gpu or 'the CPU'}; this machine has "
+                                      f"{env.get('gpu_name') or 'no GPU'}. Resume it on the same GPU, or start a new run.")
+                bundle = None
+                raise refused
+            bundle.update_manifest(status="running")
+            bundle.log(f"resumed on {env.get('gpu_name') or 'cpu'}")
         progress("bundle", {"path": str(bundle.path)})
         manifest_env = bundle.manifest().get("env", env)
         done = bundle.done_keys()
@@ -172,6 +180,11 @@ def profile(scenario_spec: str | Path | Scenario, options: ProfileOptions | None
         runner.close()
 
 
+def _resolved(spec: str) -> str:
+    """A user-variant file as an absolute path (so a resume from another folder finds it); modules as given."""
+    return str(Path(spec).resolve()) if spec.endswith(".py") else spec
+
+
 def _now() -> str:
     from faprof.store import utc_stamp
 
@@ -183,7 +196,9 @@ def _run_one(runner, bundle: Bundle, scenario: Scenario, variant, problem: Atten
     row = _base_row(bundle, scenario, variant, problem)
     ok, reason = variant.supports(problem, cuda_available=cuda_ok)
     if not ok:
-        gpu_missing = not cuda_ok and variant.resolved_device(cuda_ok) == "cuda"
+        # "skipped" only when a GPU would have let it run; a dtype or D it cannot take is "unsupported"
+        runs_with_gpu = variant.supports(problem, cuda_available=True)[0]
+        gpu_missing = not cuda_ok and variant.resolved_device(cuda_ok) == "cuda" and runs_with_gpu
         row.update(status="skipped" if gpu_missing else "unsupported", reason=reason, finished_utc=_now())
         # Work counts belong to the problem, so every row carries them (tables sort and join on them).
         row.update({k: v for k, v in analysis.derive(problem, variant, {}, env).items() if k in row})

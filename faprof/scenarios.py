@@ -315,6 +315,9 @@ def parse_scenario(data: dict[str, Any], where: str, path: Path | None = None) -
     if not groups:
         raise ctx.fail("problems", "at least one problem: a `problems` list, a `grid`, or [[groups]]")
 
+    for k in ("description", "source", "notes"):
+        if k in data and not isinstance(data[k], str):
+            raise ctx.fail(k, "a string", data[k])
     collect = {"timing": True, "ncu": "none", "nsys": False, "ncu_metrics": []}
     c = data.get("collect", {})
     _expect(ctx, "collect", c, (dict,), "a table")
@@ -325,6 +328,8 @@ def parse_scenario(data: dict[str, Any], where: str, path: Path | None = None) -
     for k in ("timing", "nsys"):
         if not isinstance(collect[k], bool):
             raise ctx.fail(f"collect.{k}", "true or false", collect[k])
+    if not isinstance(collect["ncu_metrics"], list) or not all(isinstance(x, str) for x in collect["ncu_metrics"]):
+        raise ctx.fail("collect.ncu_metrics", "a list of ncu metric names", collect["ncu_metrics"])
 
     t = data.get("timing", {})
     _expect(ctx, "timing", t, (dict,), "a table")
@@ -335,8 +340,17 @@ def parse_scenario(data: dict[str, Any], where: str, path: Path | None = None) -
         ok = isinstance(v, bool) if want is bool else (isinstance(v, int | float) and not isinstance(v, bool))
         if not ok or (want is not bool and v < 0):
             raise ctx.fail(f"timing.{k}", f"a non-negative {want.__name__}", v)
+    for k, v in t.items():
+        if fields[k].type in ("int", int) and not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
+            raise ctx.fail(f"timing.{k}", "a whole number", v)
     typed: dict[str, Any] = {k: (int(v) if fields[k].type in ("int", int) else v) for k, v in t.items()}
     timing = TimingSettings(**typed)
+    if timing.min_repeats < 2:
+        raise ctx.fail("timing.min_repeats", "at least 2 (a spread needs two samples)", timing.min_repeats)
+    if timing.max_repeats < timing.min_repeats:
+        raise ctx.fail("timing.max_repeats", f"at least min_repeats ({timing.min_repeats})", timing.max_repeats)
+    if timing.target_rel_sem <= 0:
+        raise ctx.fail("timing.target_rel_sem", "a positive fraction, e.g. 0.005", timing.target_rel_sem)
 
     tolerance = dict(DEFAULT_TOLERANCE)
     tol = data.get("tolerance", {})
@@ -346,6 +360,9 @@ def parse_scenario(data: dict[str, Any], where: str, path: Path | None = None) -
             raise ctx.fail(f"tolerance.{dt}", f"a dtype, one of {sorted(DTYPE_BYTES)}")
         if not isinstance(spec, dict) or set(spec) - {"rtol", "atol"}:
             raise ctx.fail(f"tolerance.{dt}", "a table {rtol = ..., atol = ...}", spec)
+        for k, v in spec.items():
+            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+                raise ctx.fail(f"tolerance.{dt}.{k}", "a non-negative number", v)
         base = DEFAULT_TOLERANCE[dt]
         tolerance[dt] = Tolerance(rtol=float(spec.get("rtol", base.rtol)), atol=float(spec.get("atol", base.atol)))
 
@@ -359,11 +376,18 @@ def parse_scenario(data: dict[str, Any], where: str, path: Path | None = None) -
         for req in ("gpu", "what", "subject", "value", "unit"):
             if req not in p:
                 raise ctx.fail(f"{key}.{req}", "present (gpu, what, subject, value and unit are required)")
+        for k in ("gpu", "what", "subject", "unit", "maps_to", "section", "note", "stat"):
+            if k in p and not isinstance(p[k], str):
+                raise ctx.fail(f"{key}.{k}", "a string", p[k])
         if isinstance(p["value"], bool) or not isinstance(p["value"], int | float):
             raise ctx.fail(f"{key}.value", "a number", p["value"])
         shape = p.get("shape", {})
         _expect(ctx, f"{key}.shape", shape, (dict,), "a table like {B = 1, H = 8, S = 128}")
         _check_keys(ctx, f"{key}.shape.", shape, _PROBLEM_KEYS)
+        for k, v in shape.items():
+            ints = k in ("B", "H", "S", "Sq", "Sk", "D")
+            if ints and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ctx.fail(f"{key}.shape.{k}", "a positive integer", v)
         published.append(Published(
             gpu=str(p["gpu"]), what=str(p["what"]), subject=str(p["subject"]), value=float(p["value"]),
             unit=str(p["unit"]), shape=dict(shape), maps_to=str(p.get("maps_to", "")),

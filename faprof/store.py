@@ -224,12 +224,24 @@ def _flatten_row(row: dict[str, Any]) -> dict[str, Any]:
 def find_bundles(root: str | Path) -> list[Bundle]:
     """Every bundle under `root` (the folder itself if it is one), newest first."""
     root = Path(root)
-    if (root / MANIFEST).exists():
+    if _is_bundle(root):
         return [Bundle(root)]
     if not root.is_dir():
         return []
-    found = [Bundle(p.parent) for p in root.rglob(MANIFEST)]
+    found = [Bundle(p.parent) for p in root.rglob(MANIFEST) if _is_bundle(p.parent)]
     return sorted(found, key=lambda b: b.run_id, reverse=True)
+
+
+def _is_bundle(folder: Path) -> bool:
+    """A folder with a faprof manifest (schema_version and run_id), not just any manifest.json."""
+    p = folder / MANIFEST
+    if not p.is_file():
+        return False
+    try:
+        m = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError):
+        return True  # a damaged bundle is still a bundle: opening it says what is wrong
+    return isinstance(m, dict) and "schema_version" in m and "run_id" in m
 
 
 def resolve_run(spec: str | Path, runs_dir: str | Path = "runs") -> Bundle:
@@ -282,7 +294,8 @@ def export_csv(bundle: Bundle, dest: str | Path) -> list[Path]:
         p = dest / f"{name}.csv"
         df.to_csv(p, index=False)
         written.append(p)
-    mp = dest / "manifest.json"
+    # Not "manifest.json": a folder holding one would be taken for a run bundle by find_bundles.
+    mp = dest / "bundle_manifest.json"
     mp.write_text(json.dumps(bundle.manifest(), indent=2))
     written.append(mp)
     return written

@@ -94,7 +94,10 @@ def _measure(task: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
         except Exception as e:
             msg = str(e)
             notes = "; ".join(sorted({str(w.message).splitlines()[0] for w in caught}))[:2000]
-            if any(m in msg for m in UNSUPPORTED_MARKERS) and not _is_fatal(msg):
+            # Only errors a backend raises to refuse a problem count as "unsupported"; a TypeError
+            # such as "unsupported operand type(s)" is a bug in the variant and stays "failed".
+            refusal = isinstance(e, RuntimeError | NotImplementedError) and not isinstance(e, TypeError)
+            if refusal and any(m in msg for m in UNSUPPORTED_MARKERS) and not _is_fatal(msg):
                 return {**info, "status": "unsupported", "reason": _first_line(msg) + (f" ({notes})" if notes else "")}
             raise
     if device == "cuda":

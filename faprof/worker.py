@@ -66,9 +66,8 @@ def _worker_main(conn, user_variant_specs: list[str]) -> None:
 class Worker:
     """A restartable worker process. `call` runs one task in it and returns its result."""
 
-    def __init__(self, user_variant_specs: list[str] | None = None, start_timeout_s: float = 120.0):
+    def __init__(self, user_variant_specs: list[str] | None = None):
         self.user_variant_specs = list(user_variant_specs or [])
-        self.start_timeout_s = start_timeout_s
         self.ctx = mp.get_context("spawn")
         self.proc: Any = None
         self.conn: Any = None
@@ -109,6 +108,7 @@ class Worker:
                     kind, payload = self.conn.recv()
                 except (EOFError, OSError):
                     code = self._reap()
+                    self.restarts += 1
                     raise WorkerDied(f"the worker process died (exit code {code})") from None
                 if kind == "ok":
                     return payload
@@ -119,6 +119,7 @@ class Worker:
                 raise TaskError(payload["type"], payload["message"], payload["traceback"])
             if not self.proc.is_alive():
                 code = self._reap()
+                self.restarts += 1
                 raise WorkerDied(f"the worker process died (exit code {code})")
 
     def _reap(self) -> int | None:

@@ -35,11 +35,11 @@ def test_advisor_names_the_bottlenecks_the_fixture_kernels_were_built_to_show(nc
 
 def test_advisor_flags_launch_bound_and_wrong_rows():
     m = pd.DataFrame([
-        {"variant": "a", "shape_id": "s", "status": "ok", "median_ms": 0.10, "graph_ms": 0.02, "host_enqueue_ms": 0.05},
+        {"variant": "a", "shape_id": "s", "status": "ok", "median_ms": 0.01, "graph_ms": 0.02, "host_enqueue_ms": 0.05},
         {"variant": "b", "shape_id": "s", "status": "wrong", "median_ms": 1.0, "graph_ms": 0.9, "reference": "cpu_ref fp64",
          "max_abs_err": 0.5, "rel_err": 0.2},
-        {"variant": "c", "shape_id": "s", "status": "ok", "median_ms": 1.0, "graph_ms": 0.95},
+        {"variant": "c", "shape_id": "s", "status": "ok", "median_ms": 1.0, "graph_ms": 0.95, "host_enqueue_ms": 0.05},
     ])
     adv = analysis.advise(m)
     assert list(zip(adv["variant"], adv["category"], strict=True)) == [("a", "launch overhead"), ("b", "correctness")]
-    assert "0.02 ms replayed from a CUDA graph" in adv.iloc[0]["finding"]
+    assert "0.05 ms to enqueue a call whose GPU work takes 0.01 ms" in adv.iloc[0]["finding"]

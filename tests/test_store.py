@@ -75,4 +75,6 @@ def test_resolve_find_merge_export(tmp_path):
     csv = pd.read_csv(tmp_path / "csv" / "measurements.csv")
     assert csv["median_ms"].tolist() == [2.0]
     assert json.loads(csv["samples_ms"].iloc[0]) == [2.0, 2.02]
-    assert any(p.name == "manifest.json" for p in written)
+    assert any(p.name == "bundle_manifest.json" for p in written)
+    # an exported or reported folder is never taken for a run
+    assert [b.path for b in find_bundles(tmp_path)] == [b2.path, b1.path]
