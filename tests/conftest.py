@@ -21,3 +21,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def ops():
+    """torch.ops.faprof with faprof's CUDA extension built (or loaded from its cache)."""
+    import torch
+
+    from faprof import build
+
+    info = build.load()
+    print(f"faprof extension: {info.summary()}")
+    return torch.ops.faprof

@@ -20,6 +20,7 @@ import sys
 import textwrap
 
 import pytest
+from attention_reference import reference
 
 torch = pytest.importorskip("torch")
 
@@ -60,30 +61,6 @@ def _note(variant: str, **errs: float) -> None:
     seen = WORST.setdefault(variant, {})
     for k, v in errs.items():
         seen[k] = max(seen.get(k, 0.0), v)
-
-
-@pytest.fixture(scope="module")
-def ops():
-    from faprof import build
-
-    info = build.load()
-    print(f"faprof extension: {info.summary()}")
-    return torch.ops.faprof
-
-
-def reference(q, k, v, causal: bool, scale: float):
-    """float64 attention with the top-left causal mask: (O, lse, row max, row sum) per row."""
-    q64, k64, v64 = q.double(), k.double(), v.double()
-    s = torch.matmul(q64, k64.transpose(-2, -1)) * scale
-    if causal:
-        sq, sk = s.shape[-2:]
-        visible = torch.ones(sq, sk, dtype=torch.bool, device=s.device).tril()
-        s = s.masked_fill(~visible, float("-inf"))
-    m = s.amax(dim=-1)
-    p = torch.exp(s - m[..., None])
-    l = p.sum(dim=-1)  # noqa: E741
-    o = torch.matmul(p / l[..., None], v64)
-    return o, m + torch.log(l), m, l
 
 
 def make_inputs(B, H, Sq, Sk, D, seed):
