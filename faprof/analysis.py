@@ -33,6 +33,15 @@ def peak_for(env: dict[str, Any], dtype: str, compute: str) -> tuple[float | Non
     return gpus.peak_tflops(spec, dtype, compute)
 
 
+def peak_clock_for(env: dict[str, Any], compute: str = "cuda_core", dtype: str = "fp32") -> float | None:
+    """The SM clock the GPU database's peak for (compute, dtype) assumes, if known."""
+    from faprof import gpus
+
+    name = env.get("gpu_name")
+    spec = gpus.lookup(name) if name else None
+    return spec.peak_clock_mhz(compute, dtype) if spec is not None and spec.known else None
+
+
 def bandwidth_for(env: dict[str, Any]) -> float | None:
     from faprof import gpus
 
@@ -58,15 +67,24 @@ def derive(problem: AttentionProblem, variant, row: dict[str, Any], env: dict[st
     out["tokens_per_s"] = problem.tokens() / (ms * 1e-3)
     if row.get("device") == "cuda":
         peak, label = peak_for(env, problem.dtype, variant.compute)
-        out["peak_tflops"], out["peak_label"] = peak, label
+        boost = peak_clock_for(env, variant.compute, problem.dtype)
+        if boost:
+            label = f"{label} at {boost:.0f} MHz"
+        out["peak_tflops"], out["peak_label"], out["peak_clock_mhz"] = peak, label, boost
         if peak:
             out["pct_peak"] = 100.0 * out["tflops"] / peak
+            clock = row.get("sm_clock_mhz")
+            if boost and isinstance(clock, int | float) and clock > 0 and not math.isnan(clock):
+                # the datasheet peak scales with the clock: what this row could reach at the clock it ran at
+                out["pct_peak_at_clock"] = 100.0 * out["tflops"] / (peak * clock / boost)
         bw = bandwidth_for(env)
         if bw:
             out["mem_bw_gbs"] = bw
             out["pct_bw"] = 100.0 * out["gbps"] / bw
         ceil = (env.get("ceilings") or {})
         key = f"matmul_{problem.dtype}_tflops" if variant.compute == "tensor" and problem.dtype in ("fp16", "bf16") else "matmul_fp32_tflops"
+        if variant.compute == "tensor" and problem.dtype == "fp32" and ceil.get("matmul_tf32_tflops"):
+            key = "matmul_tf32_tflops"  # fp32 attention on tensor cores runs as (emulated) TF32
         if ceil.get(key):
             out["pct_measured_ceiling"] = 100.0 * out["tflops"] / ceil[key]
             out["measured_ceiling_tflops"] = ceil[key]

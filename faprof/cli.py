@@ -125,6 +125,10 @@ def _print_reasons(df) -> None:
 
 
 # ----------------------------------------------------------------------------- profile
+#: `faprof profile`'s exit code when rows are failed or wrong (2 is a usage error, 130 Ctrl-C).
+EXIT_ROWS_BAD = 3
+
+
 @main.command()
 @click.option("--scenario", "-s", "scenario", help="Scenario name (see `faprof list scenarios`) or path to a .toml file.")
 @click.option("--variants", "-v", "variant_list", help="Comma-separated variant names to run instead of the scenario's ('all' for every variant).")
@@ -139,12 +143,21 @@ def _print_reasons(df) -> None:
 @click.option("--user-variants", "user_variants", multiple=True, help="A .py file or module registering extra variants (repeatable).")
 @click.option("--no-isolate", is_flag=True, help="Run variants in this process instead of a worker (no fault containment).")
 @click.option("--timeout", "task_timeout", type=float, default=600.0, show_default=True, help="Seconds before a variant counts as hung.")
+@click.option("--timer", type=click.Choice(["auto", "cupti", "events"]),
+              help="GPU time source (overrides the scenario): CUPTI kernel records (auto: when cupti-python works) or CUDA events.")
+@click.option("--allow-failures", is_flag=True, help=f"Exit 0 even when rows are failed or wrong (default: exit {EXIT_ROWS_BAD}).")
 def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resume: Path | None, ncu: str | None,
-            ncu_cache_control: str | None, ncu_clock_control: str | None, nsys: bool | None, budget: float | None, user_variants: tuple[str, ...], no_isolate: bool, task_timeout: float) -> None:
+            ncu_cache_control: str | None, ncu_clock_control: str | None, nsys: bool | None, budget: float | None,
+            user_variants: tuple[str, ...], no_isolate: bool, task_timeout: float, timer: str | None,
+            allow_failures: bool) -> None:
     """Measure a scenario's variants on its problems and write a run bundle.
 
     Each variant is checked against a reference before it is timed. Rows are written as they
     finish; an interrupted run is completed with --resume.
+
+    Exit codes: 0 all rows ok (or unsupported/skipped); 2 a usage error (one line says what);
+    3 some rows are `failed` or `wrong` (the last line says which; --allow-failures exits 0);
+    130 interrupted (finished rows are kept).
     """
     from faprof import analysis, runner
     from faprof.scenarios import load_scenario
@@ -157,7 +170,8 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
         variants=[v.strip() for v in variant_list.split(",") if v.strip()] if variant_list else None,
         out_dir=out_dir, ncu=ncu, nsys=nsys, isolate=not no_isolate, task_timeout_s=task_timeout,
         ncu_cache_control=ncu_cache_control, ncu_clock_control=ncu_clock_control,
-        user_variants=list(user_variants), settings_overrides={"budget_s": budget} if budget is not None else {},
+        user_variants=list(user_variants),
+        settings_overrides={**({"budget_s": budget} if budget is not None else {}), **({"timer": timer} if timer else {})},
     )
     from faprof.variants import load_user_variants
 
@@ -203,6 +217,16 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
     counts = df["status"].value_counts().to_dict()
     console.print("status: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
     console.print(f"bundle: [bold]{bundle.path}[/]")
+    bad = df[df["status"].isin(["failed", "wrong"])]
+    if not bad.empty:
+        what = ", ".join(f"{n} {st}" for st, n in bad["status"].value_counts().items())
+        names = ", ".join(sorted(set(bad["variant"])))
+        if allow_failures:
+            console.print(f"{what} ({names}); exit 0 (--allow-failures)")
+        else:
+            console.print(f"[bold red]exit {EXIT_ROWS_BAD}[/]: {what} ({names}); see the reasons above, "
+                          "or pass --allow-failures to exit 0")
+            sys.exit(EXIT_ROWS_BAD)
 
 
 # -------------------------------------------------------------------------------- list

@@ -113,13 +113,16 @@ def gpu_env(device_index: int = 0) -> dict[str, Any]:
     return env
 
 
-def measure_ceilings(dtype: str = "fp16") -> dict[str, float]:
+def measure_ceilings(dtypes: tuple[str, ...] = ("fp16", "bf16")) -> dict[str, float]:
     """The machine's own ceilings, measured once per run (a few hundred ms on a big GPU):
 
-    - `matmul_tflops`: an 8192³ matmul in `dtype` (dense tensor rate reachable by cuBLAS);
-    - `fp32_matmul_tflops`: a 4096³ fp32 matmul with TF32 off (the CUDA-core rate cuBLAS reaches);
-    - `copy_gbs`: a 1 GiB device-to-device copy, counting bytes read plus written.
-    Random data, not zeros (zeros run faster on some chips).
+    - `matmul_<dtype>_tflops` for fp16 and bf16: an 8192³ matmul (the dense tensor rate cuBLAS reaches);
+    - `matmul_tf32_tflops`: an 8192³ fp32 matmul with TF32 allowed (tensor cores on fp32 data);
+    - `matmul_fp32_tflops`: a 4096³ fp32 matmul with TF32 off (the CUDA-core rate cuBLAS reaches);
+    - `copy_gbs`: a 1 GiB device-to-device copy, counting bytes read plus written;
+    - `ceilings_sm_clock_mhz`: the SM clock right after the matmuls (the ceilings hold at that clock).
+    Random data, not zeros (zeros run faster on some chips). Times are CUDA-event medians: each
+    matmul runs for milliseconds, far above the events' few-µs floor.
     """
     import torch
 
@@ -143,20 +146,35 @@ def measure_ceilings(dtype: str = "fp16") -> dict[str, float]:
         return times[len(times) // 2]
 
     n = 8192
-    x = torch.randn(n, n, device="cuda", dtype=torch_dtype(dtype))
-    y = torch.randn(n, n, device="cuda", dtype=torch_dtype(dtype))
-    ms = bench(lambda a=x, b=y: a @ b, 10)
-    out[f"matmul_{dtype}_tflops"] = 2 * n**3 / ms / 1e9
-    del x, y
+    for dtype in dtypes:
+        x = torch.randn(n, n, device="cuda", dtype=torch_dtype(dtype))
+        y = torch.randn(n, n, device="cuda", dtype=torch_dtype(dtype))
+        ms = bench(lambda a=x, b=y: a @ b, 10)
+        out[f"matmul_{dtype}_tflops"] = 2 * n**3 / ms / 1e9
+        del x, y
     old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    m = 4096
-    x = torch.randn(m, m, device="cuda")
-    y = torch.randn(m, m, device="cuda")
-    ms = bench(lambda a=x, b=y: a @ b, 5)
-    out["matmul_fp32_tflops"] = 2 * m**3 / ms / 1e9
-    torch.backends.cuda.matmul.allow_tf32 = old
+    try:
+        x = torch.randn(n, n, device="cuda")
+        y = torch.randn(n, n, device="cuda")
+        torch.backends.cuda.matmul.allow_tf32 = True
+        ms = bench(lambda a=x, b=y: a @ b, 5)
+        out["matmul_tf32_tflops"] = 2 * n**3 / ms / 1e9
+        del x, y
+        torch.backends.cuda.matmul.allow_tf32 = False
+        m = 4096
+        x = torch.randn(m, m, device="cuda")
+        y = torch.randn(m, m, device="cuda")
+        ms = bench(lambda a=x, b=y: a @ b, 5)
+        out["matmul_fp32_tflops"] = 2 * m**3 / ms / 1e9
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
     del x, y
+    try:
+        from faprof.harness import sm_clock_mhz
+
+        out["ceilings_sm_clock_mhz"] = sm_clock_mhz()
+    except Exception:
+        pass
     nbytes = 1 << 30
     src = torch.randn(nbytes // 4, device="cuda")
     dst = torch.empty_like(src)

@@ -60,6 +60,7 @@ _PEAK_FIELDS = (  # the rate fields; a row may leave any of them out when no sou
 )
 _OPTIONAL_NUMBER_FIELDS = (  # numeric keys a row may omit ("don't invent": absent means unsourced)
     "boost_clock_mhz",
+    "tensor_clock_mhz",
     "memory_gb",
     "mem_bw_gbs",
     "l2_mb",
@@ -97,6 +98,15 @@ class GPUSpec:
 
     boost_clock_mhz: float | None = None
     """Boost clock the datasheet peaks assume (MHz); see ``notes`` where tensor peaks use another."""
+
+    tensor_clock_mhz: float | None = None
+    """Clock the tensor-core peaks are computed at, where the vendor uses another than the boost
+    clock (H100 SXM5: tensor peaks at 1830 MHz, max boost 1980 MHz). None: `boost_clock_mhz`."""
+
+    def peak_clock_mhz(self, compute: str, dtype: str) -> float | None:
+        """The clock behind the peak `peak_tflops(self, dtype, compute)` returns."""
+        tensor = compute == "tensor" and dtype in ("fp16", "bf16")
+        return (self.tensor_clock_mhz or self.boost_clock_mhz) if tensor else self.boost_clock_mhz
 
     memory_gb: float | None = None
     """Device memory size (GB, as marketed)."""

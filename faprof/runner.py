@@ -28,10 +28,16 @@ DEFAULT_TASK_TIMEOUT_S = 600.0
 ROW_COLUMNS = (
     "run_id", "scenario", "group", "variant", "variant_kind", "compute", "shape_id", "label",
     "B", "H", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale",
-    "status", "reason", "device", "reference", "correct", "max_abs_err", "rel_err", "rtol", "atol", "errors",
-    "timer", "stop", "n", "median_ms", "mean_ms", "std_ms", "ci95_low_ms", "ci95_high_ms", "min_ms", "rel_sem",
-    "samples_ms", "e2e_ms", "graph_ms", "host_enqueue_ms", "peak_mem_bytes", "extra_mem_bytes",
-    "flops", "tflops", "min_bytes", "gbps", "tokens", "tokens_per_s", "peak_tflops", "peak_label", "pct_peak",
+    "status", "reason", "device", "reference", "correct", "max_abs_err", "rel_err", "rtol", "atol", "tol_factor",
+    "tol_eps", "baseline_max_err", "check_reason", "lse_checked", "repeatable", "errors",
+    "timer", "timer_note", "stop", "n", "median_ms", "ci95_low_ms", "ci95_high_ms", "rel_ci", "q1_ms", "q3_ms",
+    "iqr_ms", "outliers", "mean_ms", "std_ms", "min_ms", "rel_sem",
+    "samples_ms", "event_ms", "span_ms", "kernels_per_call", "e2e_ms", "graph_ms", "host_enqueue_ms",
+    "peak_mem_bytes", "extra_mem_bytes",
+    "sm_clock_mhz", "nvml", "nvml_sm_clock_mhz_min", "nvml_sm_clock_mhz_max", "temp_c_before", "temp_c_after",
+    "power_w_max", "throttle_reasons", "throttled",
+    "flops", "tflops", "min_bytes", "gbps", "tokens", "tokens_per_s", "peak_tflops", "peak_label", "peak_clock_mhz",
+    "pct_peak", "pct_peak_at_clock",
     "mem_bw_gbs", "pct_bw", "measured_ceiling_tflops", "pct_measured_ceiling",
     "footprint_standard_bytes", "footprint_flash_bytes", "out_sample", "ref_sample", "seed",
     "build_s", "build_cold", "reference_s", "wall_s", "finished_utc",
@@ -156,10 +162,19 @@ def profile(scenario_spec: str | Path | Scenario, options: ProfileOptions | None
         done = bundle.done_keys()
         todo = [(p, v) for p, v in pairs if (v.name, p.shape_id) not in done]
         progress("start", {"total": len(pairs), "todo": len(todo), "done": len(pairs) - len(todo)})
+        said: set[str] = set()
         for problem, variant in todo:
             row = _run_one(runner, bundle, scenario, variant, problem, timing, cuda_ok, manifest_env, options)
             bundle.append_measurement(row)
             progress("row", row)
+            note = row.get("timer_note") or ""
+            if row.get("timer") == "cuda_event" and note and note not in said:
+                said.add(note)  # once per reason: the rows carry it, the output says it once
+                bundle.log(f"timer fallback: {note}")
+                progress("warning", {"message": f"GPU times from CUDA events, not CUPTI kernel records: {note}"})
+            if row.get("nvml") not in (None, "ok") and "nvml" not in said:
+                said.add("nvml")
+                progress("warning", {"message": f"no clock/thermal record: {row['nvml']}"})
         if ncu_set and ncu_set != "none":
             _collect_ncu(bundle, scenario, options, ncu_set, progress, cuda_ok)
         if nsys_on:
@@ -228,10 +243,12 @@ def _run_one(runner, bundle: Bundle, scenario: Scenario, variant, problem: Atten
 
 def _options_from_manifest(manifest: dict[str, Any], given: ProfileOptions) -> ProfileOptions:
     s = manifest.get("settings", {})
+    from faprof.scenarios import upgrade_timing
+
     return dataclasses.replace(
         given,
         variants=s.get("variants", given.variants),
-        timing=TimingSettings(**s["timing"]) if "timing" in s else given.timing,
+        timing=TimingSettings(**upgrade_timing(s["timing"])) if "timing" in s else given.timing,
         ncu=s.get("ncu", given.ncu) if given.ncu is None else given.ncu,
         nsys=s.get("nsys", given.nsys) if given.nsys is None else given.nsys,
         ncu_cache_control=given.ncu_cache_control or s.get("ncu_cache_control"),

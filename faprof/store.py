@@ -175,7 +175,7 @@ class Bundle:
         _atomic_write_parquet(df, self.table_path(name))
 
     def measurements(self) -> pd.DataFrame:
-        return self.read("measurements")
+        return upgrade_statistics(self.read("measurements"))
 
     def append_measurement(self, row: dict[str, Any]) -> None:
         """Add one finished row (replacing an earlier row of the same variant and shape_id)."""
@@ -299,3 +299,31 @@ def export_csv(bundle: Bundle, dest: str | Path) -> list[Path]:
     mp.write_text(json.dumps(bundle.manifest(), indent=2))
     written.append(mp)
     return written
+
+
+def upgrade_statistics(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows written before faprof timed on the median carry the *mean's* t-interval in
+    ci95_low_ms/ci95_high_ms. Those rows (no `rel_ci` value) get the median's distribution-free CI,
+    quartiles and outlier count recomputed from their kept samples, and `stats_note` says so."""
+    if df.empty or "samples_ms" not in df.columns:
+        return df
+    old = df["rel_ci"].isna() if "rel_ci" in df.columns else pd.Series(True, index=df.index)
+    old &= df["samples_ms"].map(lambda x: x is not None and hasattr(x, "__len__") and len(x) > 0)
+    if not old.any():
+        return df
+    from faprof import stats
+
+    df = df.copy()
+    cols = {"ci95_low_ms": "ci95_low", "ci95_high_ms": "ci95_high", "rel_ci": "rel_ci", "q1_ms": "q1", "q3_ms": "q3",
+            "iqr_ms": "iqr", "outliers": "outliers"}
+    for c in [*cols, "stats_note"]:
+        if c not in df.columns:
+            df[c] = None
+    for i in df.index[old]:
+        st = stats.summarize(list(df.at[i, "samples_ms"]))
+        for c, k in cols.items():
+            df.at[i, c] = st.get(k)
+        df.at[i, "stats_note"] = "median CI recomputed from the kept samples (row written with the mean's CI)"
+    for c in cols:
+        df[c] = pd.to_numeric(df[c], errors="coerce")
+    return df

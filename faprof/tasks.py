@@ -38,9 +38,13 @@ def _env(task: dict[str, Any]) -> dict[str, Any]:
 
     out = env.host_env()
     out.update(env.gpu_env())
+    if out.get("cuda_available"):
+        from faprof import cupti_timer
+
+        out["cupti"] = cupti_timer.describe()
     if task.get("ceilings") and out.get("cuda_available"):
         try:
-            out["ceilings"] = env.measure_ceilings(task.get("ceiling_dtype", "fp16"))
+            out["ceilings"] = env.measure_ceilings()
         except Exception as e:  # a failed ceiling measurement must not stop the run
             out["ceilings_error"] = f"{type(e).__name__}: {e}"
     return out
@@ -85,12 +89,20 @@ def _measure(task: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
             state["flusher_bytes"] = task["l2_bytes"]
         flusher = state["flusher"]
 
+    monitor = None
+    if device == "cuda":
+        if "monitor" not in state:
+            from faprof.gpu_monitor import Monitor
+
+            state["monitor"] = Monitor.open()
+        monitor = state["monitor"]
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             row = harness.measure(variant, problem, inputs, ref, device, settings, tol,
                                   l2_bytes=int(task.get("l2_bytes") or 0), flusher=flusher,
-                                  do_timing=task.get("timing", True))
+                                  do_timing=task.get("timing", True), monitor=monitor)
         except Exception as e:
             msg = str(e)
             notes = "; ".join(sorted({str(w.message).splitlines()[0] for w in caught}))[:2000]
@@ -103,7 +115,7 @@ def _measure(task: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     if device == "cuda":
         torch.cuda.empty_cache()
     status = "ok" if row.get("correct", True) else "wrong"
-    reason = "" if status == "ok" else "output differs from the reference beyond the dtype's tolerance"
+    reason = "" if status == "ok" else (row.get("check_reason") or "output differs from the reference beyond the dtype's tolerance")
     return {**info, **row, "status": status, "reason": reason}
 
 

@@ -105,8 +105,8 @@ def test_published_figures_are_labelled_and_converted(runs):
     lat = pub[(pub["what"] == "latency") & (pub["subject"] == "PyTorch SDPA")]
     assert len(lat) == 5 and lat["problem"].notna().all()
     big = lat[lat["problem"].str.startswith("B=16 H=8 S=512")].iloc[0]
-    # faprof's FLOP count (causal halved): 4*16*8*512*512*64/2 FLOP in 0.326 ms.
-    assert big["tflops"] == pytest.approx(4 * 16 * 8 * 512 * 512 * 64 / 2 / 0.326e-3 / 1e12)
+    # faprof's FLOP count (causal: exact pairs 512*513/2): 4*16*8*(512*513/2)*64 FLOP in 0.326 ms.
+    assert big["tflops"] == pytest.approx(4 * 16 * 8 * (512 * 513 // 2) * 64 / 0.326e-3 / 1e12)
     assert 0 < big["pct_peak"] < 100
     thr = pub[pub["what"] == "throughput"]
     assert thr["tflops"].isna().all()  # the report's own FLOP convention is not mixed into faprof's

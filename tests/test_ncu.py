@@ -40,9 +40,19 @@ PY = sys.executable
 #: sectors that hit count against a lookup total that misses some; a few % of slack, not more.
 L2_HIT_SLACK_PCT = 3.0
 
-#: Hardware over analytic FLOPs of faprof's kernels on the fixture's shapes: 1.12 (fa2, 64x64) to
-#: 2.37 (fa2, Sq=17 Sk=113 causal: padded tiles); below 1 a kernel would skip required math.
+#: Hardware over analytic FLOPs of faprof's kernels on the fixture's shapes: 1.12 (fa2, 64x64) up
+#: to ~15 (Sq=17 Sk=113 causal: the exact count is 153 pairs a head, the kernels compute whole
+#: padded, partly masked tiles); below 1 a kernel would skip required math. The upper bound is
+#: checked per shape: at most this factor over the work of every 64x64 tile the problem touches.
 HW_OVER_ANALYTIC_FIXTURE = (0.99, 3.0)
+
+
+def _padded_tile_ratio(problem) -> float:
+    """Pairs of the 64x64 tiles covering Sq x Sk over the problem's unmasked pairs."""
+    def pad(n: int) -> int:
+        return -(-n // 64) * 64
+
+    return pad(problem.Sq) * pad(problem.Sk) / problem.unmasked_pairs()
 
 #: Relative tolerance between our reading of a report and ncu's CSV of the same report: the CSV
 #: prints values rounded to a few significant digits.
@@ -561,10 +571,12 @@ def test_faprof_kernels_compare_with_the_analytic_flops(reports):
     assert len(agg) == sum(p["ran"] for p in plan["pairs"]) == 8
     for (variant, shape_id), row in agg.iterrows():
         entry = next(p for p in plan["pairs"] if (p["variant"], p["shape_id"]) == (variant, shape_id))
-        assert row["analytic_flops"] == AttentionProblem(**entry["problem"]).flops()
-        # A kernel cannot do less math than the analytic count (causal already halved); the softmax
+        prob = AttentionProblem(**entry["problem"])
+        assert row["analytic_flops"] == prob.flops()
+        # A kernel cannot do less math than the analytic count (exact unmasked pairs); the softmax
         # (scale, exp, sums) and computed-then-masked tiles put the hardware count above it.
-        assert HW_OVER_ANALYTIC_FIXTURE[0] < row["hw_over_analytic"] < HW_OVER_ANALYTIC_FIXTURE[1], (
+        upper = HW_OVER_ANALYTIC_FIXTURE[1] * max(1.0, _padded_tile_ratio(prob) / 2)
+        assert HW_OVER_ANALYTIC_FIXTURE[0] < row["hw_over_analytic"] < upper, (
             variant,
             shape_id,
         )
@@ -572,9 +584,11 @@ def test_faprof_kernels_compare_with_the_analytic_flops(reports):
             assert row["tensor_flops"] >= row["analytic_flops"] and row["fp32_flops"] < row["tensor_flops"]
         else:
             assert row["tensor_flops"] == 0 and row["fp32_flops"] >= row["analytic_flops"]
-    # fa2_mma computes every causal tile in full (2x the causal count); fa2_wmma skips some.
+    # fa2_mma computes every tile of this causal problem in full: exactly the non-causal count,
+    # 2 x 128 / 129 of the exact causal count (128*129/2 pairs a head); fa2_wmma skips some.
     mma = agg.loc[("fa2_mma", "b1_h2_sq128_sk128_d64_fp16_causal_fwd")]
-    assert mma["tensor_flops"] == 2 * mma["analytic_flops"]
+    full = AttentionProblem(B=1, H=2, Sq=128, Sk=128, D=64, dtype="fp16").flops()
+    assert mma["tensor_flops"] == full == mma["analytic_flops"] * 2 * 128 / 129
 
 
 def test_move_idiom_hmma_instructions_are_not_counted_as_tensor_flops(reports):

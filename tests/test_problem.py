@@ -10,7 +10,34 @@ def test_forward_flops_match_flashattention_convention():
     # 4 * B * H * Sq * Sk * D = 4 * 4 * 16 * 4096 * 4096 * 128
     p = AttentionProblem(B=4, H=16, Sq=4096, Sk=4096, D=128, dtype="fp16")
     assert p.flops() == 4 * 4 * 16 * 4096 * 4096 * 128 == 549_755_813_888
-    assert p.with_(causal=True).flops() == 549_755_813_888 / 2
+    # causal: exact pairs S(S+1)/2, i.e. FlashAttention's S^2/2 times (S+1)/S
+    assert p.with_(causal=True).flops() == 4 * 4 * 16 * (4096 * 4097 // 2) * 128
+    assert p.with_(causal=True).flops() / (549_755_813_888 / 2) == pytest.approx(4097 / 4096)
+
+
+def _brute_force_pairs(sq: int, sk: int, causal: bool) -> int:
+    """Count unmasked pairs the way torch builds the mask: ones(sq, sk).tril() (top-left aligned)."""
+    import torch
+
+    if not causal:
+        return sq * sk
+    return int(torch.ones(sq, sk, dtype=torch.bool).tril().sum())
+
+
+@pytest.mark.parametrize("sq,sk", [(1, 1), (1, 7), (7, 1), (17, 113), (113, 17), (128, 128), (129, 64),
+                                   (64, 129), (1000, 1), (203, 1000), (4096, 4096), (4097, 333)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_unmasked_pairs_match_a_brute_force_count(sq, sk, causal):
+    p = AttentionProblem(B=2, H=3, Sq=sq, Sk=sk, D=8, causal=causal)
+    assert p.unmasked_pairs() == _brute_force_pairs(sq, sk, causal)
+    assert p.fwd_flops() == 4 * 2 * 3 * 8 * p.unmasked_pairs()
+
+
+def test_smoke_odd_causal_shape_counts_153_pairs():
+    # Sq=17 queries over Sk=113 keys, top-left causal: query i sees i+1 keys -> 1+...+17 = 153
+    # (the old Sq*Sk/2 count said 960.5 and overstated TFLOP/s 6.3x).
+    p = AttentionProblem(B=1, H=1, Sq=17, Sk=113, D=64, causal=True)
+    assert p.unmasked_pairs() == 153
 
 
 def test_backward_is_2_5x_and_fwd_bwd_3_5x():

@@ -1,0 +1,220 @@
+"""GPU kernel time per call from CUPTI activity records (NVIDIA's `cupti-python`).
+
+CUDA events around a call time more than its kernels: each event is itself a GPU command, and an
+event pair around a 4 µs kernel reads ~8 µs on an H100 (an empty pair reads ~1.3 µs, a pair
+around an empty kernel ~3.8 µs). CUPTI's activity API reports every kernel's own start and end
+timestamps, taken by the GPU, the same records Nsight Systems shows. The harness tags each timed
+call with an external correlation id (`activity_push_external_correlation_id` before the call,
+pop after); CUPTI links every kernel launched inside to that id through its correlation id, so
+kernels are attributed to calls exactly, whatever else (the L2 flush, the GPU-side lead) runs
+between them. Per call this gives two figures:
+
+- `sum`: the sum of the call's kernel durations (GPU busy time; what nsys' per-call kernel time is);
+- `span`: first kernel start to last kernel end (includes gaps between the call's kernels).
+
+Why cupti-python and not torch's profiler (Kineto): Kineto records the same CUPTI activities,
+but each profiling session starts and stops the whole tracing machinery, adds its own bookkeeping
+per op, and returns records only when the session ends; the harness needs thousands of calls
+with a stop rule evaluated between batches. The activity API is a thin binding over the same
+buffers, flushed once per batch. (Both read the GPU's timestamps, so precision is the same.)
+
+Where CUPTI cannot be used (package missing, another profiler such as nsys, ncu or torch's
+profiler holds CUPTI, an error from CUPTI) `KernelTimer.open()` raises `CuptiUnavailable` with
+the reason; the harness then falls back to CUDA events and records the timer and the reason per row.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+#: Environment variables that tell this process runs under an NVIDIA profiler (which owns CUPTI).
+PROFILER_ENV = ("NSYS_PROFILING_SESSION_ID", "NV_NSIGHT_INJECTION_TRANSPORT_TYPE", "NV_COMPUTE_PROFILER_PERFWORKS_DIR",
+                "NV_TPS_LAUNCH_UID", "CUDA_INJECTION64_PATH")
+
+INSTALL_HINT = "pip install cupti-python (the 'gpu' extra: pip install 'faprof[gpu]'), matching torch's CUDA major version"
+
+
+class CuptiUnavailable(RuntimeError):
+    """CUPTI kernel timing cannot be used in this process; the message says why."""
+
+
+@dataclass
+class CallTime:
+    """GPU time of one call, from its kernels' activity records (nanoseconds)."""
+
+    sum_ns: int
+    span_ns: int
+    kernels: int
+
+
+def _profiler_in_env() -> str | None:
+    for k in PROFILER_ENV:
+        if os.environ.get(k):
+            return k
+    return None
+
+
+def _torch_profiler_active() -> bool:
+    try:
+        import torch
+
+        return bool(torch.autograd.profiler._is_profiler_enabled)
+    except Exception:  # pragma: no cover - private API moved
+        return False
+
+
+class _Collector:
+    """Process-wide CUPTI activity state: callbacks can be registered once per process."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.kernels: list[tuple[int, int, int]] = []  # (correlation_id, start, end)
+        self.links: dict[int, int] = {}  # correlation_id -> external id
+        self.registered = False
+        self.enabled = False
+        self.dropped = 0
+
+    def on_complete(self, activities: list) -> None:
+        from cupti import cupti
+
+        kern = (cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.KERNEL)
+        ext = cupti.ActivityKind.EXTERNAL_CORRELATION
+        ks: list[tuple[int, int, int]] = []
+        ls: dict[int, int] = {}
+        for a in activities:
+            kind = a.kind
+            if kind in kern:
+                ks.append((int(a.correlation_id), int(a.start), int(a.end)))
+            elif kind == ext:
+                ls[int(a.correlation_id)] = int(a.external_id)
+        with self.lock:
+            self.kernels.extend(ks)
+            self.links.update(ls)
+
+    def take(self) -> tuple[list[tuple[int, int, int]], dict[int, int]]:
+        with self.lock:
+            ks, ls = self.kernels, self.links
+            self.kernels, self.links = [], {}
+        return ks, ls
+
+
+_COLLECTOR = _Collector()
+
+
+def probe() -> tuple[bool, str]:
+    """(usable, reason): whether cupti-python can be imported here and no profiler owns CUPTI.
+    Does not initialise CUDA (safe for `faprof doctor`)."""
+    prof = _profiler_in_env()
+    if prof:
+        return False, f"running under an NVIDIA profiler ({prof} is set), which owns CUPTI"
+    try:
+        from cupti import cupti  # noqa: F401
+    except Exception as e:
+        return False, f"cupti-python is not importable ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); {INSTALL_HINT}"
+    return True, "cupti-python importable"
+
+
+class KernelTimer:
+    """Attributes kernels to calls by external correlation id. One open timer per process.
+
+        timer = KernelTimer.open()        # raises CuptiUnavailable with the reason
+        with timer.call(i): fn()          # tag call i
+        times = timer.collect()           # {i: CallTime}, after the calls were synchronized
+        timer.close()
+    """
+
+    def __init__(self) -> None:
+        from cupti import cupti
+
+        self._cupti = cupti
+        self._kind = cupti.ExternalCorrelationKind.CUSTOM0
+        self._next = 1
+
+    @classmethod
+    def open(cls) -> KernelTimer:
+        ok, reason = probe()
+        if not ok:
+            raise CuptiUnavailable(reason)
+        if _torch_profiler_active():
+            raise CuptiUnavailable("torch's profiler (Kineto) is active and owns CUPTI")
+        from cupti import cupti
+
+        c = _COLLECTOR
+        try:
+            if not c.registered:
+                def requested() -> tuple[int, int]:
+                    return 8 * 1024 * 1024, 0
+
+                cupti.activity_register_callbacks(requested, c.on_complete)
+                c.registered = True
+            if not c.enabled:
+                cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)
+                cupti.activity_enable(cupti.ActivityKind.EXTERNAL_CORRELATION)
+                c.enabled = True
+        except Exception as e:
+            raise CuptiUnavailable(f"CUPTI refused the activity API ({type(e).__name__}: {e}); "
+                                   "another profiler may be attached") from e
+        return cls()
+
+    @contextmanager
+    def call(self, call_id: int) -> Iterator[None]:
+        """Tag every kernel launched inside with `call_id` (a positive integer)."""
+        self._cupti.activity_push_external_correlation_id(self._kind, int(call_id))
+        try:
+            yield
+        finally:
+            self._cupti.activity_pop_external_correlation_id(self._kind)
+
+    def new_ids(self, n: int) -> list[int]:
+        ids = list(range(self._next, self._next + n))
+        self._next += n
+        return ids
+
+    def collect(self) -> dict[int, CallTime]:
+        """Flush CUPTI's buffers and return the calls seen since the last collect. Call it after
+        a device synchronize, so every kernel of the tagged calls has finished."""
+        self._cupti.activity_flush_all(1)
+        kernels, links = _COLLECTOR.take()
+        per: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        unlinked = 0
+        for corr, start, end in kernels:
+            ext = links.get(corr)
+            if ext is None:
+                unlinked += 1  # launched outside any tagged call (flush, lead, warm-up)
+                continue
+            per[ext].append((start, end))
+        return {cid: CallTime(sum_ns=sum(e - s for s, e in ks), span_ns=max(e for _, e in ks) - min(s for s, _ in ks),
+                              kernels=len(ks)) for cid, ks in per.items()}
+
+    def close(self) -> None:
+        """Stop recording (the callbacks stay registered for a later timer in this process)."""
+        c = _COLLECTOR
+        try:
+            self._cupti.activity_flush_all(1)
+            if c.enabled:
+                self._cupti.activity_disable(self._cupti.ActivityKind.CONCURRENT_KERNEL)
+                self._cupti.activity_disable(self._cupti.ActivityKind.EXTERNAL_CORRELATION)
+                c.enabled = False
+        except Exception:  # closing must never take a run down
+            c.enabled = False
+        _COLLECTOR.take()
+
+
+def describe() -> dict[str, Any]:
+    """For `faprof doctor` and the manifest: is CUPTI timing available, and which package version."""
+    ok, reason = probe()
+    out: dict[str, Any] = {"available": ok, "reason": reason}
+    if ok:
+        try:
+            from importlib.metadata import version
+
+            out["cupti_python"] = version("cupti-python")
+        except Exception:
+            out["cupti_python"] = None
+    return out
