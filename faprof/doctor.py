@@ -26,6 +26,29 @@ def _version(cmd: list[str]) -> str | None:
     return (r.stdout or r.stderr).strip() if r.returncode == 0 else None
 
 
+def timing_checks() -> list[Check]:
+    """Which GPU timer the harness will use (CUPTI kernel records or the CUDA-event fallback) and
+    whether clocks/temperatures are recorded (NVML). Call only where a GPU is visible."""
+    from faprof import cupti_timer
+    from faprof.gpu_monitor import Monitor
+
+    out: list[Check] = []
+    info = cupti_timer.describe()
+    if info["available"]:
+        out.append(Check("gpu timer", "ok", f"CUPTI kernel records (cupti-python {info.get('cupti_python') or '?'})"))
+    else:
+        out.append(Check("gpu timer", "warn", f"CUDA events (fallback): {info['reason']}",
+                         "CUDA events carry a few-µs floor per call; " + cupti_timer.INSTALL_HINT))
+    mon = Monitor.open()
+    r = mon.read() if mon.ok else None
+    if r is not None:
+        out.append(Check("clocks (NVML)", "ok", f"SM {r.sm_clock_mhz:.0f} MHz, {r.temperature_c:.0f} C now"))
+    else:
+        out.append(Check("clocks (NVML)", "warn", mon.error or "no reading",
+                         "rows will carry no temperature or throttle record (the SM clock is still calibrated)"))
+    return out
+
+
 def run_checks() -> list[Check]:
     checks: list[Check] = []
     py_ok = sys.version_info >= (3, 11)
@@ -45,6 +68,7 @@ def run_checks() -> list[Check]:
             checks.append(Check("gpu database", "ok" if spec else "warn",
                                 spec.name if spec else f"{p.name} is not in faprof's GPU database",
                                 "" if spec else "% of peak will be blank: only measured figures are shown for this GPU"))
+            checks.extend(timing_checks())
         else:
             hint = ("this torch is a CPU build: install a CUDA build of torch" if not torch.version.cuda
                     else "torch has CUDA but sees no GPU: check the driver (nvidia-smi)")

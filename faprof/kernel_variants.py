@@ -171,6 +171,21 @@ def fault_oob(q, k, v, causal: bool, scale: float, out=None):
     return out
 
 
+# ------------------------------------------------------------------------------- race
+def _race(atomic: bool):
+    def fn(q, k, v, causal: bool, scale: float, out=None):
+        """TEST ONLY: split-K attention, partial outputs summed with (atomic) or without atomics."""
+        import torch
+
+        ops = _ops()
+        out = _alloc_out(q, out)
+        lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+        ops.race_fwd(q, k, v, out, lse, causal, scale, atomic)
+        return out
+
+    return fn
+
+
 def _register() -> None:
     common: dict[str, Any] = dict(
         dtypes=("fp32",), directions=("fwd",), device="cuda", compute="cuda_core", needs_extension=True
@@ -250,6 +265,13 @@ def _register() -> None:
             **common,
         )
     )
+    for name, atomic, what in (("_race_atomic", True, "split-K with atomicAdd: correct"),
+                               ("_race_plain", False, "split-K with plain read-add-write: a data race")):
+        register(
+            Variant(name, "cuda", f"TEST ONLY: {what}", _race(atomic), hidden=True, source="kernels/race.cu",
+                    tags=("test",), deterministic=(),  # fp32 atomics add in any order
+                    **common)
+        )
 
 
 _register()

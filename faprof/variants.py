@@ -61,6 +61,10 @@ class Variant:
     source: str = ""
     """Where it comes from: a file in kernels/, a torch function, a user module."""
     tags: tuple[str, ...] = field(default_factory=tuple)
+    deterministic: tuple[str, ...] = ("fwd",)
+    """Directions whose output is bitwise identical from call to call. The harness compares a
+    timed call's output with the checked call's bitwise for these, within the correctness rules
+    for the others (backward kernels that accumulate with atomics are not deterministic)."""
 
     def resolved_device(self, cuda_available: bool) -> str:
         if self.device == "auto":

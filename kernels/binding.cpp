@@ -225,6 +225,27 @@ void fault_oob(const at::Tensor& q, at::Tensor& out) {
     check_launch(op, faprof_fault_oob(q.data_ptr<float>(), out.data_ptr<float>(), stream_of(q)));
 }
 
+// ------------------------------------------------------------------------------------- race
+// TEST ONLY: split-K attention with (atomic) or without (racy) atomic accumulation (kernels/race.cu).
+void race_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out, at::Tensor& lse,
+              bool causal, double scale, bool atomic) {
+    constexpr const char* op = "faprof::race_fwd";
+    check_tensor(op, "q", q, q);
+    check_tensor(op, "k", k, q);
+    check_tensor(op, "v", v, q);
+    check_tensor(op, "out", out, q);
+    check_tensor(op, "lse", lse, q);
+    TORCH_CHECK(q.dim() == 4 && k.sizes() == v.sizes() && out.sizes() == q.sizes(), op,
+                ": q/out must be [B, H, Sq, D] and k, v [B, H, Sk, D] of one shape");
+    TORCH_CHECK(lse.numel() == q.size(0) * q.size(1) * q.size(2), op, ": lse must hold B*H*Sq floats");
+    c10::cuda::CUDAGuard guard(q.device());
+    check_launch(op, faprof_race_fwd(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
+                                     out.data_ptr<float>(), lse.data_ptr<float>(), static_cast<int>(q.size(0)),
+                                     static_cast<int>(q.size(1)), static_cast<int>(q.size(2)),
+                                     static_cast<int>(k.size(2)), static_cast<int>(q.size(3)), causal,
+                                     static_cast<float>(scale), atomic, stream_of(q)));
+}
+
 }  // namespace
 
 TORCH_LIBRARY(faprof, m) {
@@ -234,6 +255,7 @@ TORCH_LIBRARY(faprof, m) {
     m.def("fa2_wmma_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
     m.def("fa2_mma_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
     m.def("fault_oob(Tensor q, Tensor(a!) out) -> ()");
+    m.def("race_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale, bool atomic) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(faprof, CUDA, m) {
@@ -243,6 +265,7 @@ TORCH_LIBRARY_IMPL(faprof, CUDA, m) {
     m.impl("fa2_wmma_fwd", &fa2_wmma_fwd);
     m.impl("fa2_mma_fwd", &fa2_mma_fwd);
     m.impl("fault_oob", &fault_oob);
+    m.impl("race_fwd", &race_fwd);
 }
 
 // CPU tensors reach the same checks, which reject them with "must be a CUDA tensor".
@@ -253,4 +276,5 @@ TORCH_LIBRARY_IMPL(faprof, CPU, m) {
     m.impl("fa2_wmma_fwd", &fa2_wmma_fwd);
     m.impl("fa2_mma_fwd", &fa2_mma_fwd);
     m.impl("fault_oob", &fault_oob);
+    m.impl("race_fwd", &race_fwd);
 }

@@ -84,3 +84,15 @@ cudaError_t faprof_fa2_mma_fwd(const void* q,  // [B, H, Sq, D] fp16 or bf16
 cudaError_t faprof_fault_oob(const float* q,   // any fp32 CUDA tensor (read, to make the launch real)
                              float* out,       // any fp32 CUDA tensor (never written in bounds)
                              cudaStream_t stream);
+
+// ------------------------------------------------------------------------------------- race
+// TEST ONLY: split-K attention (kernels/race.cu) summing partial outputs into `out` with atomicAdd
+// (atomic = true: correct) or a plain load-add-store (atomic = false: a data race that loses
+// updates). Zeroes `out` first. fp32, D <= 256, gridDim.z = B*H <= 65535.
+cudaError_t faprof_race_fwd(const float* q,   // [B, H, Sq, D]
+                            const float* k,   // [B, H, Sk, D]
+                            const float* v,   // [B, H, Sk, D]
+                            float* out,       // [B, H, Sq, D]
+                            float* lse,       // [B, H, Sq] workspace
+                            int B, int H, int Sq, int Sk, int D, bool causal, float scale, bool atomic,
+                            cudaStream_t stream);

@@ -9,6 +9,13 @@ if ! $PY -c "import torch" >/dev/null 2>&1; then
   $PY -m pip install -q "torch==2.13.0"
 fi
 $PY -m pip install -q -e ".[app,dev]"
+# CUPTI kernel timing on a CUDA build of torch: cupti-python of the CUDA version torch ships
+# (a newer cupti-python needs a newer CUPTI library than torch's nvidia-cuda-cupti).
+CUDA_MM=$($PY -c "import torch; print('.'.join((torch.version.cuda or '').split('.')[:2]))" 2>/dev/null || true)
+if [ -n "$CUDA_MM" ]; then
+  $PY -m pip install -q "cupti-python~=${CUDA_MM}.0" \
+    || echo "setup: could not install cupti-python ${CUDA_MM}.x; GPU times will come from CUDA events (see faprof doctor)"
+fi
 # The browser tests drive Debian's chromium through playwright (no browser download).
 if [ "${FAPROF_SKIP_BROWSER:-0}" != "1" ] && ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
   (apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1)) \
