@@ -17,8 +17,13 @@ if [ -d .device/debs ]; then
   export LD_LIBRARY_PATH=/tmp/dw/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 fi
 [ -f .device/git_sha ] && export FAPROF_GIT_SHA=$(cat .device/git_sha)
+# Python packages the GPU image lacks (cupti-python for CUPTI kernel timing), carried as wheels in .whl
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
 export FAPROF_CACHE=${FAPROF_CACHE:-/tmp/faprof_cache}
-STAGES=${*:-build tests bench headline ncu nsys}
+STAGES=${*:-build tests timing bench headline ncu nsys}
 PY=python3
 FP="$PY -m faprof"
 summary=()
@@ -42,6 +47,11 @@ run_scn() {  # name, extra args... (a stage past its time limit keeps the rows i
   timeout ${SCN_TIMEOUT:-300} $FP profile --scenario "$name" --out "$OUT/runs" "$@" 2>&1 | tee "$OUT/logs/$name$(echo "$@" | tr -d ' -').log" | tail -80
   summary+=("$name $*: $(( $(stamp) - t )) s, $(grep '^status:' "$OUT/logs/$name$(echo "$@" | tr -d ' -').log" | tail -1)")
 }
+if has timing; then
+  t=$(stamp)
+  timeout 120 $PY scripts/timing_check.py --out "$OUT/logs/timing_check.json" 2>&1 | tee "$OUT/logs/timing_check.log" | tail -16
+  summary+=("timing check: $(( $(stamp) - t )) s; $(grep -E 'new\)' "$OUT/logs/timing_check.log" | tr -s ' ')")
+fi
 if has bench; then
   run_scn l4_causal
   run_scn rtx4070_cpu_baseline
@@ -51,7 +61,12 @@ if has headline; then
   run_scn rtx3090_tensorcore
 fi
 if has ncu; then run_scn l4_causal --ncu full; fi
-if has nsys; then run_scn l4_causal --nsys; fi
+if has nsys; then
+  run_scn l4_causal --nsys
+  run=$(ls -d "$OUT"/runs/*l4-causal* 2>/dev/null | while read d; do [ -f "$d/nsys_summary.parquet" ] && echo "$d"; done | tail -1)
+  [ -n "$run" ] && $PY scripts/agreement.py "$run" 2>&1 | tee "$OUT/logs/agreement.log" | tail -16 \
+    && summary+=("agreement: $(tail -1 "$OUT/logs/agreement.log")")
+fi
 
 # Bundles without raw Nsight files (small) in one tarball; raw reports separately when small.
 (cd "$OUT" && tar czf bundles.tgz --exclude='*/raw/*' runs && tar czf logs.tgz logs)

@@ -76,6 +76,10 @@ def run(scenario_spec: str, tool: str, variant_names: list[str] | None, iters: i
             torch.cuda.cudart().cudaProfilerStart()
             profiling = True
 
+    # nsys times kernels as the harness does: each call after the harness' clean-L2 flush (outside
+    # the iter ranges, so the flush's own kernels are not attributed to the call). ncu flushes
+    # caches itself (--cache-control all).
+    flusher = harness.L2Flusher(torch.cuda.get_device_properties(0).L2_cache_size) if tool == "nsys" else None
     current_shape, inputs = None, None
     for problem, variant in pairs:
         entry: dict[str, Any] = {"variant": variant.name, "shape_id": problem.shape_id, "problem": problem.to_dict(),
@@ -99,6 +103,8 @@ def run(scenario_spec: str, tool: str, variant_names: list[str] | None, iters: i
             start()
             with nvtx_range(variant.name), nvtx_range(problem.shape_id):
                 for i in range(iters):
+                    if flusher is not None:
+                        flusher()
                     with nvtx_range(f"iter{i}"):
                         call()
             torch.cuda.synchronize()
