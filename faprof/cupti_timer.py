@@ -25,6 +25,7 @@ the reason; the harness then falls back to CUDA events and records the timer and
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 from collections import defaultdict
@@ -38,6 +39,12 @@ PROFILER_ENV = ("NSYS_PROFILING_SESSION_ID", "NV_NSIGHT_INJECTION_TRANSPORT_TYPE
                 "NV_TPS_LAUNCH_UID", "CUDA_INJECTION64_PATH")
 
 INSTALL_HINT = "pip install cupti-python (the 'gpu' extra: pip install 'faprof[gpu]'), matching torch's CUDA major version"
+
+
+#: Activity kinds the timer enables: kernels, the external ids of the calls, and the runtime and
+#: driver API records (CUPTI emits external-correlation records alongside API records; the API
+#: records' start times also attribute a kernel to the call whose host window launched it).
+ENABLED_KINDS = ("CONCURRENT_KERNEL", "EXTERNAL_CORRELATION", "RUNTIME", "DRIVER")
 
 
 class CuptiUnavailable(RuntimeError):
@@ -76,6 +83,7 @@ class _Collector:
         self.lock = threading.Lock()
         self.kernels: list[tuple[int, int, int]] = []  # (correlation_id, start, end)
         self.links: dict[int, int] = {}  # correlation_id -> external id
+        self.api: dict[int, int] = {}  # correlation_id -> start of the runtime/driver call that launched it
         self.registered = False
         self.enabled = False
         self.dropped = 0
@@ -83,25 +91,31 @@ class _Collector:
     def on_complete(self, activities: list) -> None:
         from cupti import cupti
 
-        kern = (cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.KERNEL)
-        ext = cupti.ActivityKind.EXTERNAL_CORRELATION
+        kern = (int(cupti.ActivityKind.CONCURRENT_KERNEL), int(cupti.ActivityKind.KERNEL))
+        ext = int(cupti.ActivityKind.EXTERNAL_CORRELATION)
+        api = (int(cupti.ActivityKind.RUNTIME), int(cupti.ActivityKind.DRIVER))
         ks: list[tuple[int, int, int]] = []
         ls: dict[int, int] = {}
+        calls: dict[int, int] = {}
         for a in activities:
-            kind = a.kind
+            kind = int(a.kind)
             if kind in kern:
                 ks.append((int(a.correlation_id), int(a.start), int(a.end)))
             elif kind == ext:
                 ls[int(a.correlation_id)] = int(a.external_id)
+            elif kind in api:
+                calls.setdefault(int(a.correlation_id), int(a.start))
         with self.lock:
             self.kernels.extend(ks)
             self.links.update(ls)
+            for c, t in calls.items():
+                self.api.setdefault(c, t)
 
-    def take(self) -> tuple[list[tuple[int, int, int]], dict[int, int]]:
+    def take(self) -> tuple[list[tuple[int, int, int]], dict[int, int], dict[int, int]]:
         with self.lock:
-            ks, ls = self.kernels, self.links
-            self.kernels, self.links = [], {}
-        return ks, ls
+            ks, ls, api = self.kernels, self.links, self.api
+            self.kernels, self.links, self.api = [], {}, {}
+        return ks, ls, api
 
 
 _COLLECTOR = _Collector()
@@ -135,6 +149,8 @@ class KernelTimer:
         self._cupti = cupti
         self._kind = cupti.ExternalCorrelationKind.CUSTOM0
         self._next = 1
+        self._windows: list[tuple[int, int, int]] = []  # (CUPTI timestamp before, after, call id)
+        self.last_counts: dict[str, int] = {}
 
     @classmethod
     def open(cls) -> KernelTimer:
@@ -154,8 +170,8 @@ class KernelTimer:
                 cupti.activity_register_callbacks(requested, c.on_complete)
                 c.registered = True
             if not c.enabled:
-                cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)
-                cupti.activity_enable(cupti.ActivityKind.EXTERNAL_CORRELATION)
+                for kind in ENABLED_KINDS:
+                    cupti.activity_enable(getattr(cupti.ActivityKind, kind))
                 c.enabled = True
         except Exception as e:
             raise CuptiUnavailable(f"CUPTI refused the activity API ({type(e).__name__}: {e}); "
@@ -165,11 +181,13 @@ class KernelTimer:
     @contextmanager
     def call(self, call_id: int) -> Iterator[None]:
         """Tag every kernel launched inside with `call_id` (a positive integer)."""
+        t0 = self._cupti.get_timestamp()
         self._cupti.activity_push_external_correlation_id(self._kind, int(call_id))
         try:
             yield
         finally:
             self._cupti.activity_pop_external_correlation_id(self._kind)
+            self._windows.append((t0, self._cupti.get_timestamp(), int(call_id)))
 
     def new_ids(self, n: int) -> list[int]:
         ids = list(range(self._next, self._next + n))
@@ -180,15 +198,27 @@ class KernelTimer:
         """Flush CUPTI's buffers and return the calls seen since the last collect. Call it after
         a device synchronize, so every kernel of the tagged calls has finished."""
         self._cupti.activity_flush_all(1)
-        kernels, links = _COLLECTOR.take()
+        kernels, links, api = _COLLECTOR.take()
+        windows = sorted(self._windows)
+        self._windows = []
+        starts = [w[0] for w in windows]
         per: dict[int, list[tuple[int, int]]] = defaultdict(list)
-        unlinked = 0
+        unlinked = by_window = 0
         for corr, start, end in kernels:
             ext = links.get(corr)
+            if ext is None and corr in api:
+                # no external-correlation record: the call whose host window holds the launching API call
+                t = api[corr]
+                i = bisect.bisect_right(starts, t) - 1
+                if i >= 0 and windows[i][0] <= t <= windows[i][1]:
+                    ext = windows[i][2]
+                    by_window += 1
             if ext is None:
                 unlinked += 1  # launched outside any tagged call (flush, lead, warm-up)
                 continue
             per[ext].append((start, end))
+        self.last_counts = {"kernels": len(kernels), "links": len(links), "api": len(api),
+                            "by_window": by_window, "unlinked": unlinked}
         return {cid: CallTime(sum_ns=sum(e - s for s, e in ks), span_ns=max(e for _, e in ks) - min(s for s, _ in ks),
                               kernels=len(ks)) for cid, ks in per.items()}
 
@@ -198,8 +228,8 @@ class KernelTimer:
         try:
             self._cupti.activity_flush_all(1)
             if c.enabled:
-                self._cupti.activity_disable(self._cupti.ActivityKind.CONCURRENT_KERNEL)
-                self._cupti.activity_disable(self._cupti.ActivityKind.EXTERNAL_CORRELATION)
+                for kind in ENABLED_KINDS:
+                    self._cupti.activity_disable(getattr(self._cupti.ActivityKind, kind))
                 c.enabled = False
         except Exception:  # closing must never take a run down
             c.enabled = False

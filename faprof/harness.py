@@ -199,7 +199,7 @@ def time_cuda(fn: Callable[[], Any], settings: TimingSettings, flusher: L2Flushe
                 seen = [got[i] for i in ids if i in got]
                 if len(seen) < CUPTI_MIN_COVERAGE * len(ids):
                     note = (f"CUPTI recorded kernels for {len(seen)} of {len(ids)} calls "
-                            "(a call that launches no kernel has no kernel time); CUDA events used")
+                            f"(records: {timer.last_counts}); CUDA events used")
                     timer.close()
                     timer = None
                     kernel, span, nkern = [], [], []

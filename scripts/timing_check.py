@@ -49,6 +49,8 @@ def main() -> int:
                 fn()
             torch.cuda.synchronize()
             got = timer.collect()
+            if cid not in got:
+                raise SystemExit(f"timing_check: CUPTI attributed no kernel to the call: {timer.last_counts}")
             xs.append(got[cid].sum_ns / 1e3)
         return statistics.median(xs)
 
@@ -68,7 +70,7 @@ def main() -> int:
     # streaming bandwidth: a 1 GiB copy, bytes read + written
     big = torch.randn(2**28, device="cuda")
     big2 = torch.empty_like(big)
-    copy_us = kernel_us(lambda: big2.copy_(big), reps=20)
+    copy_us = kernel_us(lambda a=big, b=big2: b.copy_(a), reps=20)
     bw = 2 * big.numel() * 4 / (copy_us * 1e-6)
     floor_us = 2 * n * 4 / bw * 1e6
     res.update(flush_warm_us=warm, flush_old_us=old_us, flush_new_us=new_us, dram_floor_us=floor_us,
