@@ -194,11 +194,30 @@ class KernelTimer:
         self._next += n
         return ids
 
-    def collect(self) -> dict[int, CallTime]:
+    def collect(self, expect: list[int] | None = None, wait_s: float = 0.05) -> dict[int, CallTime]:
         """Flush CUPTI's buffers and return the calls seen since the last collect. Call it after
-        a device synchronize, so every kernel of the tagged calls has finished."""
+        a device synchronize, so every kernel of the tagged calls has finished.
+
+        A kernel's record can reach the buffers a little after the kernel ends (seen on the H100:
+        the last call before a flush sometimes had no record yet); with `expect`, flushing repeats
+        for up to `wait_s` until every expected call has a kernel."""
+        import time
+
         self._cupti.activity_flush_all(1)
         kernels, links, api = _COLLECTOR.take()
+        if expect:
+            deadline = time.perf_counter() + wait_s
+            while time.perf_counter() < deadline:
+                linked = {links[c] for c, _, _ in kernels if c in links}
+                if all(i in linked for i in expect):
+                    break
+                time.sleep(0.001)
+                self._cupti.activity_flush_all(1)
+                k2, l2, a2 = _COLLECTOR.take()
+                kernels += k2
+                links.update(l2)
+                for c, t in a2.items():
+                    api.setdefault(c, t)
         windows = sorted(self._windows)
         self._windows = []
         starts = [w[0] for w in windows]

@@ -195,7 +195,7 @@ def time_cuda(fn: Callable[[], Any], settings: TimingSettings, flusher: L2Flushe
             torch.cuda.synchronize()
             event.extend(s.elapsed_time(e) for s, e in evs)
             if timer is not None:
-                got = timer.collect()
+                got = timer.collect(expect=ids)
                 seen = [got[i] for i in ids if i in got]
                 if len(seen) < CUPTI_MIN_COVERAGE * len(ids):
                     note = (f"CUPTI recorded kernels for {len(seen)} of {len(ids)} calls "

@@ -48,7 +48,7 @@ def main() -> int:
             with timer.call(cid):
                 fn()
             torch.cuda.synchronize()
-            got = timer.collect()
+            got = timer.collect(expect=[cid])
             if cid not in got:
                 raise SystemExit(f"timing_check: CUPTI attributed no kernel to the call: {timer.last_counts}")
             xs.append(got[cid].sum_ns / 1e3)
