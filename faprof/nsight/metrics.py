@@ -172,6 +172,7 @@ _CONCEPTS: list[Concept] = [
         "achieved_occupancy",
         "achieved occupancy, % of the SM's warps",
         _same("sm__warps_active.avg.pct_of_peak_sustained_active"),
+        request=True,
     ),
     *(
         Concept(f"occupancy_limit_{k}", f"blocks per SM allowed by {k.replace('_', ' ')}", _same(m))
@@ -219,6 +220,71 @@ _CONCEPTS: list[Concept] = [
         "shared-memory bank conflicts (all shared-memory instructions)",
         _same("l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum"),
     ),
+    Concept(
+        "l2_throughput",
+        "L2 throughput, % of peak",
+        _same("lts__throughput.avg.pct_of_peak_sustained_elapsed"),
+        request=True,
+    ),
+    # ---- advisor: local memory (register spills), global coalescing, shared-memory wavefronts.
+    # Hardware counters (in every chip's `--query-metrics`), so the `faprof` set asks for them: local
+    # loads/stores only happen for spills and local arrays; sectors per request above 4 (32-bit words)
+    # mean a warp's accesses are spread; wavefronts above one per shared instruction mean conflicts.
+    *(
+        Concept(key, text, _same(name), request=True)
+        for key, text, name in (
+            ("local_ld_sectors", "L1 sectors of local-memory loads", "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum"),
+            ("local_st_sectors", "L1 sectors of local-memory stores", "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum"),
+            ("local_ld_requests", "local-memory load requests", "l1tex__t_requests_pipe_lsu_mem_local_op_ld.sum"),
+            ("local_st_requests", "local-memory store requests", "l1tex__t_requests_pipe_lsu_mem_local_op_st.sum"),
+            ("global_ld_sectors", "L1 sectors of global loads", "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"),
+            ("global_ld_requests", "global load requests", "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"),
+            ("global_st_sectors", "L1 sectors of global stores", "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"),
+            ("global_st_requests", "global store requests", "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"),
+            (
+                "global_ld_sectors_per_request",
+                "sectors per global load request (4 = 32-bit words fully coalesced)",
+                "l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio",
+            ),
+            (
+                "smem_wavefronts_ld",
+                "shared-memory load wavefronts",
+                "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+            ),
+            (
+                "smem_wavefronts_st",
+                "shared-memory store wavefronts",
+                "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
+            ),
+            ("smem_inst_ld", "shared-memory load instructions (warp level)", "smsp__sass_inst_executed_op_shared_ld.sum"),
+            ("smem_inst_st", "shared-memory store instructions (warp level)", "smsp__sass_inst_executed_op_shared_st.sum"),
+            (
+                "fma_pipe_util",
+                "FMA pipe active, % of peak",
+                "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active",
+            ),
+            ("fma_inst", "warp instructions on the FMA pipe", "sm__inst_executed_pipe_fma.sum"),
+        )
+    ),
+    # Source-counter metrics (SourceCounters section: `--set full`; not hardware counters, so not in
+    # `--query-metrics` and not asked for by the `faprof` set): exact spill and excess counts.
+    Concept("spill_requests", "local-memory requests caused by register spills", _same("derived__local_spilling_requests")),
+    Concept("spill_inst", "register-spilling instructions executed", _same("sass__inst_executed_register_spilling")),
+    Concept(
+        "global_excessive_sectors",
+        "global-memory sectors beyond the ideal for the accessed bytes",
+        _same("derived__memory_l2_theoretical_sectors_global_excessive"),
+    ),
+    Concept(
+        "global_ideal_sectors", "ideal global-memory sectors", _same("memory_l2_theoretical_sectors_global_ideal")
+    ),
+    Concept(
+        "smem_excessive_wavefronts",
+        "shared-memory wavefronts beyond the ideal (bank conflicts, wide accesses)",
+        _same("derived__memory_l1_wavefronts_shared_excessive"),
+    ),
+    Concept("smem_ideal_wavefronts", "ideal shared-memory wavefronts", _same("memory_l1_wavefronts_shared_ideal")),
+    Concept("replay_passes", "ncu replay passes for this kernel", _same("profiler__replayer_passes")),
     # ---- tensor pipes (ad102 has corrected `_v2` HMMA counters; Hopper adds the warp-group GMMA path)
     Concept(
         "tensor_util",
@@ -236,6 +302,7 @@ _CONCEPTS: list[Concept] = [
             ),
             common=("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",),
         ),
+        request=True,
     ),
     Concept(
         "tensor_hmma_inst",
@@ -405,6 +472,17 @@ def requested_metrics(cc: str | tuple[int, int] | None, available: Iterable[str]
                 out.add(name)
                 break
     return sorted(out)
+
+
+_CATALOGUE_NAMES: frozenset[str] | None = None
+
+
+def catalogue_metric_names() -> frozenset[str]:
+    """Every metric name the catalogue knows, on every compute capability (what the reader keeps)."""
+    global _CATALOGUE_NAMES
+    if _CATALOGUE_NAMES is None:
+        _CATALOGUE_NAMES = frozenset(n for c in _CONCEPTS for names in c.names.values() for n in names)
+    return _CATALOGUE_NAMES
 
 
 def base_name(metric: str) -> str:
@@ -743,6 +821,21 @@ SUMMARY_COLUMNS = (
     "smem_bank_conflicts_ld",
     "smem_bank_conflicts_st",
     "smem_bank_conflicts",
+    "local_ld_sectors",
+    "local_st_sectors",
+    "spill_requests",
+    "spill_inst",
+    "global_ld_sectors",
+    "global_ld_requests",
+    "global_ld_sectors_per_request",
+    "global_excessive_sectors",
+    "smem_wavefronts",
+    "smem_inst",
+    "smem_wavefronts_per_inst",
+    "smem_excessive_wavefronts",
+    "fma_pipe_util_pct",
+    "l2_throughput_pct",
+    "replay_passes",
     "fp32_flops",
     "fp16_flops",
     "fp64_flops",
@@ -768,6 +861,42 @@ def _dims(launch: _Launch, prefix: str) -> str | None:
 def _nan_sum(values: Iterable[float]) -> float:
     vals = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
     return float(sum(vals)) if vals else math.nan
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if not (math.isnan(a) or math.isnan(b)) and b > 0 else math.nan
+
+
+def _advisor_counts(lz: _Launch) -> dict[str, float]:
+    """The advisor's counters of one launch: local memory (spills), global coalescing, shared wavefronts.
+
+    smem_wavefronts_per_inst: shared-memory wavefronts per shared load/store instruction (1 for
+    conflict-free 32-bit accesses; 32 for a 32-way bank conflict; 2-4 for conflict-free 64/128-bit
+    ones). global_ld_sectors_per_request: 4 when a warp's 32-bit loads are fully coalesced.
+    """
+    wl, ws = lz.get("smem_wavefronts_ld", False), lz.get("smem_wavefronts_st", False)
+    il, is_ = lz.get("smem_inst_ld", False), lz.get("smem_inst_st", False)
+    waves = _nan_sum([wl, ws]) if not (math.isnan(wl) and math.isnan(ws)) else math.nan
+    inst = _nan_sum([il, is_]) if not (math.isnan(il) and math.isnan(is_)) else math.nan
+    sectors, requests = lz.get("global_ld_sectors", False), lz.get("global_ld_requests", False)
+    per_req = lz.get("global_ld_sectors_per_request", False)
+    return {
+        "local_ld_sectors": lz.get("local_ld_sectors", False),
+        "local_st_sectors": lz.get("local_st_sectors", False),
+        "spill_requests": lz.get("spill_requests", False),
+        "spill_inst": lz.get("spill_inst", False),
+        "global_ld_sectors": sectors,
+        "global_ld_requests": requests,
+        "global_ld_sectors_per_request": per_req if not math.isnan(per_req) else _ratio(sectors, requests),
+        "global_excessive_sectors": lz.get("global_excessive_sectors", False),
+        "smem_wavefronts": waves,
+        "smem_inst": inst,
+        "smem_wavefronts_per_inst": _ratio(waves, inst),
+        "smem_excessive_wavefronts": lz.get("smem_excessive_wavefronts", False),
+        "fma_pipe_util_pct": lz.get("fma_pipe_util"),
+        "l2_throughput_pct": lz.get("l2_throughput"),
+        "replay_passes": lz.get("replay_passes", False),
+    }
 
 
 def summarize(metrics: pd.DataFrame, plan: Mapping[str, Any] | None = None) -> pd.DataFrame:
@@ -851,6 +980,7 @@ def summarize(metrics: pd.DataFrame, plan: Mapping[str, Any] | None = None) -> p
             smem_bank_conflicts_ld=ld,
             smem_bank_conflicts_st=st,
             smem_bank_conflicts=conflicts,
+            **_advisor_counts(lz),
             fp32_flops=flops["fp32"],
             fp16_flops=flops["fp16"],
             fp64_flops=flops["fp64"],
@@ -890,6 +1020,16 @@ def summarize(metrics: pd.DataFrame, plan: Mapping[str, Any] | None = None) -> p
                     "smem_bank_conflicts_ld",
                     "smem_bank_conflicts_st",
                     "smem_bank_conflicts",
+                    "local_ld_sectors",
+                    "local_st_sectors",
+                    "spill_requests",
+                    "spill_inst",
+                    "global_ld_sectors",
+                    "global_ld_requests",
+                    "global_excessive_sectors",
+                    "smem_wavefronts",
+                    "smem_inst",
+                    "smem_excessive_wavefronts",
                     "fp32_flops",
                     "fp16_flops",
                     "fp64_flops",
