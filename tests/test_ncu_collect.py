@@ -508,3 +508,30 @@ def test_environment_settings_are_used_and_recorded(monkeypatch):
     s = ncu.NcuSettings.resolve(runner.ProfileOptions(), load_scenario("smoke"), "full")
     assert s.clock_control == "base" and s.cache_control == "all" and s.ncu_set == "full"
     assert os.environ["FAPROF_NCU_CLOCK_CONTROL"] == "base"
+
+
+def test_cli_profile_without_gpu_keeps_rows_and_exits_3(tmp_path, monkeypatch):
+    monkeypatch.setenv("NCU", str(_fake_exe(tmp_path / "bin" / "ncu", 'echo "Version 2025.3.1.0"')))
+    monkeypatch.setenv("FAPROF_CACHE", str(tmp_path / "cache"))
+    tmp_path = tmp_path / "runs"
+    r = CliRunner().invoke(
+        cli_main,
+        [
+            "profile",
+            "-s",
+            "smoke",
+            "--variants",
+            "cpu_ref,fa2",
+            "--out",
+            str(tmp_path),
+            "--ncu",
+            "--budget",
+            "0.05",
+        ],
+    )
+    assert r.exit_code == 3, r.output
+    assert "ncu (skipped): no CUDA GPU visible" in r.output
+    (b,) = [Bundle.open(p) for p in tmp_path.iterdir()]
+    m = b.manifest()
+    assert m["status"] == "complete" and m["settings"]["ncu"] == "faprof" and m["ncu"]["status"] == "skipped"
+    assert len(b.measurements()) == 8  # 4 shapes x 2 variants, every row kept

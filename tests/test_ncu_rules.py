@@ -158,3 +158,51 @@ def test_basic_set_has_no_advisor_counters_but_keeps_its_columns(tables):
     s = cat.summarize(t.metrics, plan)
     assert list(s.columns) == list(cat.SUMMARY_COLUMNS)
     assert s["smem_wavefronts_per_inst"].isna().all() and s["spill_requests"].isna().all()
+
+
+# ------------------------------------------------------------------- the faprof set's own fixture
+
+FAPROF_SET = DATA / "faprof_set.ncu-rep.gz"
+
+
+@pytest.mark.skipif(
+    not FAPROF_SET.exists(),
+    reason="faprof_set fixture not recorded yet (scripts/record_ncu_faprof_fixture.sh)",
+)
+def test_faprof_set_fixture(tmp_path):
+    """The report `faprof profile --ncu` wrote on the H100: its sections, stalls, rules and counters."""
+    import pandas as pd
+
+    try:
+        mod, _ = ncu.load_report_module()
+    except FaprofError as e:
+        pytest.skip(f"ncu_report cannot load here: {e}")
+    rep = tmp_path / "faprof_set.ncu-rep"
+    rep.write_bytes(gzip.decompress(FAPROF_SET.read_bytes()))
+    plan = ncu.load_plan(DATA / "faprof_set_plan.json")
+    t = ncu.read_tables(rep, plan, mod)
+    assert set(t.rules["section"]) <= set(ncu.FAPROF_SECTIONS)
+    s = cat.summarize(t.metrics, plan)
+    k = s[s["kernel"] != cat.ALL_KERNELS]
+    assert k["variant"].notna().all() and (k["replay_passes"] < 38).all()
+    for col in (
+        "achieved_occupancy_pct",
+        "sm_throughput_pct",
+        "local_ld_sectors",
+        "smem_wavefronts_per_inst",
+        "global_ld_sectors_per_request",
+        "fma_pipe_util_pct",
+        "hw_flops",
+        "dram_bytes",
+    ):
+        assert k[col].notna().any(), col
+    assert not cat.stall_table(t.metrics).empty
+    csv = pd.read_csv(DATA / "faprof_set_ncu_raw.csv", dtype=str).iloc[1:].reset_index(drop=True)
+    assert len(csv) == t.metrics["kernel_id"].nunique()
+    for kid, row in csv.iterrows():
+        got = dict(zip(*t.metrics[t.metrics["kernel_id"] == kid][["metric", "value"]].T.values, strict=True))
+        for metric in csv.columns[2:]:
+            if pd.notna(row[metric]) and metric in got:
+                text = row[metric].replace(",", "")
+                half_unit = 0.5 * 10.0 ** -(len(text.split(".", 1)[1]) if "." in text else 0)
+                assert got[metric] == pytest.approx(float(text), rel=1e-3, abs=half_unit), metric
