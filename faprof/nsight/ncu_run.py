@@ -327,6 +327,7 @@ def collect(
         progress: the runner's progress callback.
         cuda_ok: whether the run saw a CUDA GPU.
     """
+    t_stage = time.perf_counter()  # ncu.wall_s: the whole stage, planning and reading included
     record: dict[str, Any] = {"status": "starting", "set": ncu_set}
 
     def give_up(message: str, status: str = "skipped") -> None:
@@ -436,7 +437,6 @@ def collect(
         status="running",
     )
     bundle.update_manifest(ncu=record)
-    t_stage = time.perf_counter()
     try:
         result = run_ncu(argv, log_path, progress, timeout_s, child_env(), nplan.kernels)
         if result.metric_error and extra and not result.permission_denied:
@@ -536,7 +536,12 @@ def collect(
         + ", ".join(f"{k}={v} rows" for k, v in counts.items())
     )
     spk, overhead = ncu_plan.measured_costs(result.prof_times, result.wall_s)
-    per, names = _kernels_per_pair(bundle.read("ncu_summary"), settings.iters)
+    # kernels per call are learned only from sessions without a kernel regex (it hides kernels)
+    per, names = (
+        _kernels_per_pair(bundle.read("ncu_summary"), settings.iters)
+        if not settings.kernel_regex
+        else ({}, {})
+    )
     if gpu:
         from faprof.store import utc_stamp
 
