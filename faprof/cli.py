@@ -135,7 +135,12 @@ EXIT_ROWS_BAD = 3
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"), show_default=True,
               help="Folder that receives the run bundle.")
 @click.option("--resume", "resume", type=click.Path(path_type=Path), help="Finish an interrupted run bundle instead of starting a new one.")
-@click.option("--ncu", type=click.Choice(["none", "basic", "detailed", "full"]), help="Collect Nsight Compute metrics with this section set.")
+@click.option("--ncu", is_flag=False, flag_value="faprof", type=click.Choice(["none", "faprof", "basic", "detailed", "full"]),
+              help="Collect Nsight Compute metrics with this section set (a bare --ncu: 'faprof', the sections faprof's tables read).")
+@click.option("--ncu-variants", help="Variants ncu profiles (default: faprof's and user kernels, sdpa_flash/cudnn/efficient).")
+@click.option("--ncu-shapes", help="Shapes ncu profiles: shape ids and/or 'smallest', 'largest' (per problem group).")
+@click.option("--ncu-kernel", help="Profile only kernels whose function name matches this regex.")
+@click.option("--ncu-launches", type=click.IntRange(1, 100), help="Profiled calls per (variant, shape) (default 1).")
 @click.option("--ncu-cache-control", type=click.Choice(["all", "none"]), help="ncu --cache-control (default all: caches flushed before every replay pass).")
 @click.option("--ncu-clock-control", type=click.Choice(["none", "base"]), help="ncu --clock-control (default none: the card as it is; 'base' locks base clocks).")
 @click.option("--nsys/--no-nsys", default=None, help="Capture an Nsight Systems timeline.")
@@ -147,17 +152,21 @@ EXIT_ROWS_BAD = 3
               help="GPU time source (overrides the scenario): CUPTI kernel records (auto: when cupti-python works) or CUDA events.")
 @click.option("--allow-failures", is_flag=True, help=f"Exit 0 even when rows are failed or wrong (default: exit {EXIT_ROWS_BAD}).")
 def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resume: Path | None, ncu: str | None,
+            ncu_variants: str | None, ncu_shapes: str | None, ncu_kernel: str | None, ncu_launches: int | None,
             ncu_cache_control: str | None, ncu_clock_control: str | None, nsys: bool | None, budget: float | None,
             user_variants: tuple[str, ...], no_isolate: bool, task_timeout: float, timer: str | None,
             allow_failures: bool) -> None:
     """Measure a scenario's variants on its problems and write a run bundle.
 
     Each variant is checked against a reference before it is timed. Rows are written as they
-    finish; an interrupted run is completed with --resume.
+    finish; an interrupted run is completed with --resume; `faprof ncu RUN` re-runs Nsight Compute
+    alone on a bundle.
 
-    Exit codes: 0 all rows ok (or unsupported/skipped); 2 a usage error (one line says what);
-    3 some rows are `failed` or `wrong` (the last line says which; --allow-failures exits 0);
-    130 interrupted (finished rows are kept).
+    \b
+    Exit codes: 0 done, every row ok (or unsupported/skipped); 1 an unexpected error;
+    2 bad input (one line says what); 3 some rows are `failed` or `wrong` (--allow-failures
+    exits 0 for those), or the Nsight Compute stage asked for produced no tables (the reason is
+    printed; the timing rows are complete in the bundle); 130 interrupted (finished rows kept).
     """
     from faprof import analysis, runner
     from faprof.scenarios import load_scenario
@@ -166,10 +175,14 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
         raise FaprofError("give --scenario NAME|PATH (see `faprof list scenarios`) or --resume RUN")
     if resume and (scenario or variant_list):
         raise FaprofError("--resume finishes a run as it was started: drop --scenario/--variants, or start a new run")
+    from faprof.plan import split_list
+
     options = runner.ProfileOptions(
         variants=[v.strip() for v in variant_list.split(",") if v.strip()] if variant_list else None,
         out_dir=out_dir, ncu=ncu, nsys=nsys, isolate=not no_isolate, task_timeout_s=task_timeout,
         ncu_cache_control=ncu_cache_control, ncu_clock_control=ncu_clock_control,
+        ncu_variants=split_list(ncu_variants) or None, ncu_shapes=split_list(ncu_shapes) or None,
+        ncu_kernel=ncu_kernel, ncu_launches=ncu_launches,
         user_variants=list(user_variants),
         settings_overrides={**({"budget_s": budget} if budget is not None else {}), **({"timer": timer} if timer else {})},
     )
@@ -178,7 +191,8 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
     for spec in user_variants:
         load_user_variants(spec)
     if scenario and not resume:
-        load_scenario(scenario)  # validate before any work starts
+        scn = load_scenario(scenario)  # validate before any work starts
+        _check_ncu_selectors(scn, options, ncu if ncu is not None else scn.collect["ncu"], explicit=ncu is not None)
     state: dict[str, Any] = {}
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[current]}"), console=console, transient=False) as bar:
@@ -205,7 +219,11 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
         except KeyboardInterrupt:
             path = state.get("path")
             err_console.print(f"\n[bold yellow]interrupted[/]: finished rows are kept in {path}; "
-                              f"complete the run with `faprof profile --resume {path}`")
+                              f"complete the run with `faprof profile --resume {path}`", soft_wrap=True)
+            ncu_rec = _ncu_record(path)
+            if ncu_rec.get("status") == "interrupted" and ncu_rec.get("rerun"):
+                err_console.print(f"Nsight Compute was interrupted; re-run it alone with `{ncu_rec['rerun']}`",
+                                  markup=False, soft_wrap=True)
             sys.exit(130)
     m = bundle.manifest()
     df = analysis.speedups_for(bundle.measurements(), m)
@@ -217,6 +235,9 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
     counts = df["status"].value_counts().to_dict()
     console.print("status: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
     console.print(f"bundle: [bold]{bundle.path}[/]")
+    ncu_set = (m.get("settings") or {}).get("ncu")
+    ncu_code = _print_ncu_outcome(m.get("ncu") or {}) if ncu_set and ncu_set != "none" else 0
+    rows_code = 0
     bad = df[df["status"].isin(["failed", "wrong"])]
     if not bad.empty:
         what = ", ".join(f"{n} {st}" for st, n in bad["status"].value_counts().items())
@@ -226,7 +247,101 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
         else:
             console.print(f"[bold red]exit {EXIT_ROWS_BAD}[/]: {what} ({names}); see the reasons above, "
                           "or pass --allow-failures to exit 0")
-            sys.exit(EXIT_ROWS_BAD)
+            rows_code = EXIT_ROWS_BAD
+    if rows_code or ncu_code:
+        sys.exit(rows_code or ncu_code)
+
+
+def _ncu_record(path: Any) -> dict[str, Any]:
+    """The manifest's `ncu` entry of a bundle folder ({} when there is none)."""
+    if not path:
+        return {}
+    from faprof.store import Bundle
+
+    try:
+        return Bundle.open(path).manifest().get("ncu") or {}
+    except FaprofError:
+        return {}
+
+
+def _check_ncu_selectors(scn: Any, options: Any, ncu_set: str | None, explicit: bool) -> None:
+    """Refuse bad --ncu-* selectors before any work starts (unknown variant or shape, bad regex, nothing to
+    profile); a scenario file's own `collect.ncu` is only checked when selectors are given."""
+    from faprof.nsight import ncu_command, ncu_plan
+    from faprof.plan import plan
+
+    given = [n for n, v in (("--ncu-variants", options.ncu_variants), ("--ncu-shapes", options.ncu_shapes),
+                            ("--ncu-kernel", options.ncu_kernel), ("--ncu-launches", options.ncu_launches)) if v]
+    if not ncu_set or ncu_set == "none":
+        if given:
+            raise FaprofError(f"{', '.join(given)} select(s) what Nsight Compute profiles: add --ncu [SET]")
+        return
+    if not (explicit or given):
+        return
+    settings = ncu_command.NcuSettings.resolve(options, scn, ncu_set)
+    ncu_plan.make_plan(plan(scn, options.variants), scn, ncu_set, variants=settings.variants,
+                       shapes=settings.shapes, calls=settings.iters, kernel_regex=settings.kernel_regex, costs={})
+
+
+def _print_ncu_outcome(rec: dict[str, Any]) -> int:
+    """One line on the Nsight Compute stage; the exit code (0 tables written, 3 none)."""
+    status = rec.get("status", "not run")
+    if status == "ok":
+        console.print(f"ncu: {rec.get('kernels')} kernel(s), {_fmt(rec.get('passes'), 'g')} passes each, "
+                      f"{_fmt(rec.get('wall_s'), '.1f')} s (set {rec.get('set')}); rerun alone: {rec.get('rerun')}",
+                      markup=False, soft_wrap=True)
+        return 0
+    err_console.print(f"ncu ({status}): {rec.get('reason', 'no tables')}", markup=False, soft_wrap=True, style="bold red")
+    return 3
+
+
+# --------------------------------------------------------------------------------- ncu
+@main.command(name="ncu")
+@click.argument("run")
+@click.option("--set", "ncu_set", type=click.Choice(["faprof", "basic", "detailed", "full"]), default="faprof",
+              show_default=True, help="Section set ('faprof': the sections faprof's tables read).")
+@click.option("--variants", "ncu_variants", help="Variants to profile (default: faprof's and user kernels, sdpa_flash/cudnn/efficient).")
+@click.option("--shapes", "ncu_shapes", help="Shape ids and/or 'smallest', 'largest' (per problem group).")
+@click.option("--kernel", "ncu_kernel", help="Profile only kernels whose function name matches this regex.")
+@click.option("--launches", "ncu_launches", type=click.IntRange(1, 100), help="Profiled calls per (variant, shape) (default 1).")
+@click.option("--cache-control", "ncu_cache_control", type=click.Choice(["all", "none"]), help="ncu --cache-control (default all).")
+@click.option("--clock-control", "ncu_clock_control", type=click.Choice(["none", "base"]), help="ncu --clock-control (default none).")
+@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
+def ncu_cmd(run: str, ncu_set: str, ncu_variants: str | None, ncu_shapes: str | None, ncu_kernel: str | None,
+            ncu_launches: int | None, ncu_cache_control: str | None, ncu_clock_control: str | None, runs_dir: Path) -> None:
+    """Run Nsight Compute alone on a run bundle (finished or interrupted); its timing rows stay as they are.
+
+    Prints the plan (kernels, passes, estimated time) first, then writes ncu_metrics, ncu_summary,
+    stalls, roofline and ncu_rules into the bundle (replacing an earlier session's; a failed
+    session leaves an earlier successful one in place).
+
+    \b
+    Exit codes: 0 tables written; 2 bad input (unknown run, variant or shape id, a kernel regex
+    matching none of the kernels seen before, another GPU); 3 no tables (ncu missing, no counter
+    permission, the regex matched nothing, ncu failed: one line says why); 130 interrupted.
+    """
+    from faprof.nsight.ncu_run import NcuOptions, rerun
+    from faprof.plan import split_list
+    from faprof.store import resolve_run
+
+    bundle = resolve_run(run, runs_dir)
+    opts = NcuOptions(ncu_variants=split_list(ncu_variants) or None, ncu_shapes=split_list(ncu_shapes) or None,
+                      ncu_kernel=ncu_kernel, ncu_launches=ncu_launches, ncu_cache_control=ncu_cache_control,
+                      ncu_clock_control=ncu_clock_control)
+    console.print(f"bundle: {bundle.path}", markup=False, soft_wrap=True)
+
+    def on(event: str, info: dict[str, Any]) -> None:
+        if event in ("warning", "nsight"):
+            console.print(info.get("message", ""), markup=False, soft_wrap=True,
+                          style="yellow" if event == "warning" else None)
+
+    try:
+        rec = rerun(bundle, ncu_set, opts, on)
+    except KeyboardInterrupt:
+        rec = _ncu_record(bundle.path)
+        err_console.print(f"\ninterrupted: {rec.get('reason') or 'Nsight Compute stopped'}", markup=False, soft_wrap=True)
+        sys.exit(130)
+    sys.exit(_print_ncu_outcome(rec))
 
 
 # -------------------------------------------------------------------------------- list

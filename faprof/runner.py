@@ -16,6 +16,7 @@ from typing import Any
 
 from faprof import analysis, variants
 from faprof.errors import FaprofError
+from faprof.plan import plan
 from faprof.problem import AttentionProblem
 from faprof.scenarios import Scenario, TimingSettings, load_scenario, parse_scenario
 from faprof.store import Bundle
@@ -62,6 +63,14 @@ class ProfileOptions:
     """ncu --clock-control: 'none' (profile the card as it is; the default) or 'base' (lock base clocks)."""
     ncu_metrics: tuple[str, ...] = ()
     """Metrics to collect on top of the section set."""
+    ncu_variants: list[str] | None = None
+    """Variants Nsight Compute profiles (default: faprof's and user kernels, the fused SDPA backends)."""
+    ncu_shapes: list[str] | None = None
+    """Shapes Nsight Compute profiles: shape ids, 'smallest', 'largest' (default: every shape)."""
+    ncu_kernel: str | None = None
+    """Profile only kernels whose name matches this regex."""
+    ncu_launches: int | None = None
+    """Profiled calls per (variant, shape) (default 1)."""
     isolate: bool = True
     """Run variants in a worker process (fault containment). False runs them in this process."""
     task_timeout_s: float = DEFAULT_TASK_TIMEOUT_S
@@ -94,12 +103,6 @@ def _base_row(bundle: Bundle, scenario: Scenario, variant: variants.Variant, pro
                                                            ("B", "H", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale")},
     )
     return row
-
-
-def plan(scenario: Scenario, variant_names: list[str] | None) -> list[tuple[AttentionProblem, variants.Variant]]:
-    """The (problem, variant) pairs of a run, problem-major (one reference per problem)."""
-    vs = variants.resolve(variant_names or scenario.variants)
-    return [(p, v) for p in scenario.problems for v in vs]
 
 
 def profile(scenario_spec: str | Path | Scenario, options: ProfileOptions | None = None,
@@ -142,6 +145,8 @@ def profile(scenario_spec: str | Path | Scenario, options: ProfileOptions | None
                 "settings": {"timing": dataclasses.asdict(timing), "variants": list(dict.fromkeys(v.name for _, v in pairs)),
                              "ncu": ncu_set, "nsys": nsys_on, "isolate": options.isolate,
                              "ncu_cache_control": options.ncu_cache_control, "ncu_clock_control": options.ncu_clock_control,
+                             "ncu_selectors": {"variants": options.ncu_variants, "shapes": options.ncu_shapes,
+                                               "kernel": options.ncu_kernel, "launches": options.ncu_launches},
                              "task_timeout_s": options.task_timeout_s, "user_variants": options.user_variants,
                              "check": options.check,
                              "tolerance": {k: dataclasses.asdict(t) for k, t in scenario.tolerance.items()}},
@@ -253,6 +258,10 @@ def _options_from_manifest(manifest: dict[str, Any], given: ProfileOptions) -> P
         nsys=s.get("nsys", given.nsys) if given.nsys is None else given.nsys,
         ncu_cache_control=given.ncu_cache_control or s.get("ncu_cache_control"),
         ncu_clock_control=given.ncu_clock_control or s.get("ncu_clock_control"),
+        ncu_variants=given.ncu_variants or (s.get("ncu_selectors") or {}).get("variants"),
+        ncu_shapes=given.ncu_shapes or (s.get("ncu_selectors") or {}).get("shapes"),
+        ncu_kernel=given.ncu_kernel or (s.get("ncu_selectors") or {}).get("kernel"),
+        ncu_launches=given.ncu_launches or (s.get("ncu_selectors") or {}).get("launches"),
         user_variants=s.get("user_variants", given.user_variants),
         isolate=s.get("isolate", given.isolate),
         check=s.get("check", given.check),

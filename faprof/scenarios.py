@@ -43,7 +43,7 @@ from faprof.problem import DIRECTIONS, DTYPE_BYTES, AttentionProblem
 #: Where the shipped scenario files live: scenarios/ at the repository root.
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 
-NCU_SETS = ("none", "basic", "detailed", "full")
+NCU_SETS = ("none", "faprof", "basic", "detailed", "full")
 
 _TOP_KEYS = {
     "name", "description", "source", "baseline", "variants", "defaults", "groups", "problems", "grid",

@@ -7,31 +7,26 @@ saved from Nsight Compute 2025.3.1 (every name faprof asks ncu for must exist on
 fixtures hold kernels with known work (tests/data/ncu/tiny_kernels.cu: exact FFMA and HMMA counts,
 a 32-way bank conflict) and faprof's own naive/fa1/fa2 kernels; parsed values are compared with what
 `ncu --import R --page raw --csv --print-units base` printed for the same report (the *_ncu_raw.csv
-files), then the derived tables with the kernels' known work. `collect()` runs end to end against a
-fake ncu (a script) for the paths a user hits: no ncu, no GPU, no counter permission, no report,
-and a successful run. Reports are read with the PyPI package `ncu-report`; tests that need it skip
-when it cannot load.
+files), then the derived tables with the kernels' known work (`collect()` against a fake ncu is in
+tests/test_ncu_collect.py, rule results in tests/test_ncu_rules.py, the plan in
+tests/test_ncu_plan.py). Reports are read with the PyPI package `ncu-report`; tests that need it
+skip when it cannot load.
 """
 
 from __future__ import annotations
 
 import gzip
-import json
-import os
 import stat
 import sys
-import textwrap
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from faprof import runner
 from faprof.errors import FaprofError
 from faprof.nsight import metrics as cat
-from faprof.nsight import ncu
+from faprof.nsight import ncu, ncu_find
 from faprof.scenarios import load_scenario, parse_scenario
-from faprof.store import Bundle
 
 DATA = Path(__file__).parent / "data" / "ncu"
 PY = sys.executable
@@ -217,8 +212,8 @@ def _fake_exe(path: Path, body: str = "echo fake") -> Path:
 
 @pytest.fixture
 def no_installs(monkeypatch):
-    monkeypatch.setattr(ncu, "CUDA_NCU_GLOBS", ())
-    monkeypatch.setattr(ncu, "NSIGHT_NCU_GLOBS", ())
+    monkeypatch.setattr(ncu_find, "CUDA_NCU_GLOBS", ())
+    monkeypatch.setattr(ncu_find, "NSIGHT_NCU_GLOBS", ())
 
 
 def test_find_ncu_prefers_explicit_env_then_path(tmp_path, no_installs):
@@ -237,7 +232,7 @@ def test_find_ncu_under_cuda_home_and_newest_nsight_install(tmp_path, monkeypatc
     for v in ("2023.3.0", "2025.3.1", "2024.1.1"):
         _fake_exe(tmp_path / "nsight-compute" / v / "ncu")
     (tmp_path / "nsight-compute" / "2026.1.0").mkdir()  # a folder without ncu is skipped
-    monkeypatch.setattr(ncu, "NSIGHT_NCU_GLOBS", (str(tmp_path / "nsight-compute" / "*" / "ncu"),))
+    monkeypatch.setattr(ncu_find, "NSIGHT_NCU_GLOBS", (str(tmp_path / "nsight-compute" / "*" / "ncu"),))
     assert ncu.find_ncu({"PATH": ""}) == tmp_path / "nsight-compute" / "2025.3.1" / "ncu"
 
 
@@ -673,229 +668,3 @@ def test_tensor_kernel_uses_the_tensor_ceiling(reports):
     assert db == pytest.approx(989.4e12, rel=0.05)  # H100 SXM dense fp16, fp32 accumulate
 
 
-# -------------------------------------------------------------------- the reader in a child process
-
-
-FAKE_READER = textwrap.dedent("""\
-    # A stand-in for Nsight Compute's extras/python/ncu_report.py whose native code dies on one metric.
-    import os, signal
-
-    class _M:
-        def __init__(self, name, v): self.n, self.v = name, v
-        def has_value(self): return True
-        def value(self):
-            if self.n == "crashing__metric.sum":
-                os.kill(os.getpid(), signal.SIGSEGV)
-            return self.v
-        def unit(self): raise AssertionError("unit() must not be called on this reader copy")
-
-    class _R:
-        def __init__(self, n): self.n = n
-        def name(self): return self.n
-
-    class _D:
-        def push_pop_ranges(self): return ("a", "b", "c")
-        def push_pop_range(self, i): return _R(["fa2", "s1", "iter0"][i])
-
-    class _S:
-        def domains(self): return (0,)
-        def domain_by_id(self, i): return _D()
-
-    class IAction:
-        NameBase_FUNCTION, NameBase_DEMANGLED = 0, 1
-        def name(self, base=0): return "fa2_fwd_kernel"
-        def nvtx_state(self): return _S()
-        def metric_names(self): return ("crashing__metric.sum", "gpu__time_duration.sum", "launch__grid_size")
-        def metric_by_name(self, n): return _M(n, {"gpu__time_duration.sum": 1000.0}.get(n, 8.0))
-
-    class _Range:
-        def num_actions(self): return 1
-        def action_by_idx(self, i): return IAction()
-
-    class _Ctx:
-        def num_ranges(self): return 1
-        def range_by_idx(self, i): return _Range()
-
-    def load_report(path): return _Ctx()
-""")
-
-
-def test_reader_crash_on_a_metric_is_survived(tmp_path, monkeypatch):
-    (tmp_path / "mod").mkdir()
-    (tmp_path / "mod" / "ncu_report.py").write_text(FAKE_READER)
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "mod"))
-    monkeypatch.setenv("NCU", "")
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    report = tmp_path / "r.ncu-rep"
-    report.write_bytes(b"fake")
-    df, info = ncu.read_report_isolated(report, tmp_path / "out.parquet")
-    assert info["skipped_metrics"] == ["crashing__metric.sum"]
-    assert "mod" in info["reader"]
-    assert sorted(df["metric"]) == ["gpu__time_duration.sum", "launch__grid_size"]
-    assert set(df["variant"]) == {"fa2"} and set(df["unit"]) == {""}  # no ncu to ask for units
-
-
-def test_reader_failure_is_a_faprof_error(tmp_path):
-    bad = tmp_path / "bad.ncu-rep"
-    bad.write_bytes(b"not a report")
-    with pytest.raises(FaprofError):
-        ncu.read_report_isolated(bad, tmp_path / "out.parquet")
-
-
-# ------------------------------------------------------------------------ collect() with fakes
-
-
-FAKE_NCU = textwrap.dedent("""\
-    #!{py}
-    import json, os, shutil, sys
-    args = sys.argv[1:]
-    if args[:1] == ["--version"]:
-        print("NVIDIA (R) Nsight Compute Command Line Profiler")
-        print("Version 2025.3.1.0 (build 1) (public-release)")
-        sys.exit(0)
-    if args[:1] == ["--query-metrics"]:
-        print("==ERROR== no device")
-        sys.exit(1)
-    with open(os.environ["FAKE_NCU_ARGS"], "w") as f:
-        json.dump(args, f)
-    mode = os.environ.get("FAKE_NCU_MODE", "ok")
-    print("==PROF== Connected to process 1 (python)")
-    if mode == "perm":
-        print("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
-              "Performance Counters on the target device 0.")
-        sys.exit(1)
-    if mode == "noreport":
-        print("==ERROR== The application returned an error code (1).")
-        sys.exit(1)
-    out = args[args.index("-o") + 1]
-    plan = args[args.index("--plan-out") + 1]
-    shutil.copy(os.environ["FAKE_NCU_REPORT"], out + ".ncu-rep")
-    shutil.copy(os.environ["FAKE_NCU_PLAN"], plan)
-    for i, k in enumerate(["naive_scores_kernel", "fa2_fwd_kernel"]):
-        print(f'==PROF== Profiling "{{k}}" - {{i}}: 0%....50%....100% - 9 passes')
-    print("==PROF== Disconnected from process 1")
-""")
-
-
-@pytest.fixture
-def fake_env(tmp_path, monkeypatch, report_files):
-    exe = _fake_exe(tmp_path / "bin" / "ncu")
-    exe.write_text(FAKE_NCU.format(py=PY))
-    monkeypatch.setenv("NCU", str(exe))
-    monkeypatch.setenv("FAKE_NCU_ARGS", str(tmp_path / "args.json"))
-    monkeypatch.setenv("FAKE_NCU_REPORT", str(report_files.get("fa_basic", tmp_path / "missing")))
-    monkeypatch.setenv("FAKE_NCU_PLAN", str(DATA / "fa_basic_plan.json"))
-    ncu._VERSION_CACHE.clear()
-    ncu._QUERY_CACHE.clear()
-    scenario = load_scenario("smoke")
-    bundle = Bundle.create(
-        tmp_path / "runs",
-        "smoke",
-        "NVIDIA H100 80GB HBM3",
-        {"env": {"gpu_name": "NVIDIA H100 80GB HBM3", "cc": "9.0"}},
-    )
-    events: list[tuple[str, dict]] = []
-    opts = runner.ProfileOptions(variants=["cpu_ref", "naive", "fa2"], out_dir=tmp_path / "runs")
-    return {
-        "bundle": bundle,
-        "scenario": scenario,
-        "opts": opts,
-        "events": events,
-        "args": tmp_path / "args.json",
-        "progress": lambda e, i: events.append((e, i)),
-    }
-
-
-def _collect(env, cuda_ok=True, ncu_set="basic"):
-    ncu.collect(env["bundle"], env["scenario"], env["opts"], ncu_set, env["progress"], cuda_ok)
-    return env["bundle"].manifest()
-
-
-def test_collect_without_ncu_warns_and_goes_on(fake_env, monkeypatch, no_installs):
-    monkeypatch.setenv("NCU", "")
-    monkeypatch.setenv("PATH", "")
-    m = _collect(fake_env)
-    assert m["ncu"]["status"] == "skipped" and "not found" in m["ncu"]["reason"]
-    assert any(e == "warning" and "ncu" in i["message"] for e, i in fake_env["events"])
-    assert any("not found" in line for line in m["log"])
-    assert not fake_env["bundle"].has("ncu_summary")
-
-
-def test_collect_without_gpu_warns_and_goes_on(fake_env):
-    m = _collect(fake_env, cuda_ok=False)
-    assert m["ncu"]["status"] == "skipped" and "GPU" in m["ncu"]["reason"]
-    assert not fake_env["args"].exists()  # ncu never ran
-
-
-def test_collect_without_counter_permission_explains_the_fix(fake_env, monkeypatch):
-    monkeypatch.setenv("FAKE_NCU_MODE", "perm")
-    m = _collect(fake_env)
-    assert m["ncu"]["status"] == "no_permission"
-    for words in ("ERR_NVGPUCTRPERM", "NVreg_RestrictProfilingToAdminUsers=0", "root"):
-        assert words in m["ncu"]["reason"]
-    assert any(
-        e == "warning" and "NVreg_RestrictProfilingToAdminUsers" in i["message"]
-        for e, i in fake_env["events"]
-    )
-
-
-def test_collect_without_report_says_why(fake_env, monkeypatch):
-    monkeypatch.setenv("FAKE_NCU_MODE", "noreport")
-    m = _collect(fake_env)
-    assert m["ncu"]["status"] == "failed" and "returned an error code" in m["ncu"]["reason"]
-    assert (fake_env["bundle"].path / "raw" / ncu.LOG_FILE).read_text().count("==ERROR==") == 1
-
-
-def test_collect_runs_ncu_and_writes_the_tables(fake_env):
-    if not (DATA / "fa_basic.ncu-rep.gz").exists():
-        pytest.skip("fixture fa_basic.ncu-rep not recorded")
-    _reader()
-    m = _collect(fake_env)
-    rec = m["ncu"]
-    assert rec["status"] == "ok", rec
-    args = json.loads(fake_env["args"].read_text())
-    raw = fake_env["bundle"].path / "raw"
-    # cpu_ref runs on the host: no NVTX range of it is profiled
-    assert args[:6] == ["--nvtx", "--nvtx-include", "naive/", "--nvtx-include", "fa2/", "--set"]
-    assert (
-        args[args.index("--cache-control") + 1] == "all" and args[args.index("--clock-control") + 1] == "none"
-    )
-    assert "--import-source" not in args  # only the full set imports sources
-    assert args[args.index("--scenario") + 1] == str(raw / ncu.SCENARIO_FILE)
-    assert args[args.index("--variants") + 1] == "naive,fa2"
-    assert rec["command"][1:] == args and rec["kernels_profiled"] == 2
-    assert rec["cache_control"] == "all" and rec["clock_control"] == "none" and rec["set"] == "basic"
-    # no --query-metrics answer (no GPU here): every catalogue metric for sm_90 is asked for
-    assert args[args.index("--metrics") + 1].split(",") == cat.requested_metrics("9.0") == rec["metrics"]
-    assert rec["reader_skipped_metrics"] == [] and "ncu_report" in rec["reader"]
-    assert [i["message"] for e, i in fake_env["events"] if e == "nsight"][-2:] == [
-        "ncu: profiled kernel 1: naive_scores_kernel",
-        "ncu: profiled kernel 2: fa2_fwd_kernel",
-    ]
-    b = fake_env["bundle"]
-    for table in ("ncu_metrics", "ncu_summary", "stalls", "roofline"):
-        assert rec["tables"][table] == len(b.read(table))
-    assert not b.read("ncu_summary").empty and not b.read("roofline").empty
-    assert load_scenario(raw / ncu.SCENARIO_FILE).raw == fake_env["scenario"].raw
-
-
-def test_doctor_checks_report_ncu_reader_and_counters(fake_env, monkeypatch):
-    checks = {c.name: c for c in ncu.doctor_checks()}
-    assert checks["ncu"].status == "ok" and "2025.3.1.0" in checks["ncu"].detail
-    assert checks["ncu report reader"].status in ("ok", "warn")
-    assert checks["ncu counters"].status in ("info", "ok", "warn", "fail")
-
-
-def test_doctor_without_ncu(monkeypatch, no_installs):
-    monkeypatch.setenv("NCU", "")
-    monkeypatch.setenv("PATH", "")
-    checks = {c.name: c for c in ncu.doctor_checks()}
-    assert checks["ncu"].status == "warn" and "Nsight Compute" in checks["ncu"].hint
-    assert checks["ncu counters"].status == "info"
-
-
-def test_environment_settings_are_used_and_recorded(monkeypatch):
-    monkeypatch.setenv("FAPROF_NCU_CLOCK_CONTROL", "base")
-    s = ncu.NcuSettings.resolve(runner.ProfileOptions(), load_scenario("smoke"), "full")
-    assert s.clock_control == "base" and s.cache_control == "all" and s.ncu_set == "full"
-    assert os.environ["FAPROF_NCU_CLOCK_CONTROL"] == "base"

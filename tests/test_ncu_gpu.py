@@ -1,12 +1,14 @@
-"""Nsight Compute end to end on a GPU: `faprof profile --scenario smoke --ncu basic` through the runner.
+"""Nsight Compute end to end on a GPU: `faprof profile --scenario smoke --ncu` (the faprof set) through the runner.
 
 Method: run the smoke scenario with faprof's CUDA-core kernels (naive: 3 kernels per call, fa1, fa2:
-one each) under `runner.profile(..., ProfileOptions(ncu="basic"))`, then check the bundle as the
+one each) under `runner.profile(..., ProfileOptions(ncu="faprof"))`, then check the bundle as the
 report and the app read it: the manifest records the ncu settings (cache all, clocks untouched) and
 status ok; every (variant, shape) the target ran has its kernels in ncu_summary, attributed through
 their NVTX ranges (naive's three launches in order, plus the "(all)" row), with sane values
 (durations > 0, occupancy in (0, 100], a limiter from the allowed set, hardware FLOPs within a few x of
-the analytic count); ncu_metrics holds every collected metric, and the roofline has both ceilings.
+the analytic count); ncu_metrics holds the catalogue's metrics, the roofline has both ceilings, the
+faprof set's sections gave the stall table (WarpStateStats), ncu's rule results and the advisor's
+counters, in fewer replay passes than `full` takes (38 on the H100).
 Torch's own kernels are left out: their reports are tens of MB (see faprof.nsight.ncu).
 """
 
@@ -40,6 +42,9 @@ KERNELS_PER_CALL = {"naive": 3, "fa1": 1, "fa2": 1}
 #: 20x the counting is broken, not the kernel.
 HW_OVER_ANALYTIC_RANGE = (0.99, 20.0)
 
+#: Replay passes of `--set full` (with faprof's metrics) per kernel on the H100 (tests/data/ncu/fa_full).
+FULL_SET_PASSES = 38
+
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
@@ -50,7 +55,7 @@ def bundle(tmp_path_factory):
         if event in ("warning", "nsight"):
             messages.append((event, info.get("message", "")))
 
-    opts = runner.ProfileOptions(variants=VARIANTS, out_dir=out, ncu="basic", ceilings=False)
+    opts = runner.ProfileOptions(variants=VARIANTS, out_dir=out, ncu="faprof", ceilings=False)
     b = runner.profile("smoke", opts, progress=progress)
     b.messages = messages  # type: ignore[attr-defined]
     return b
@@ -59,9 +64,10 @@ def bundle(tmp_path_factory):
 def test_manifest_records_ncu_settings(bundle):
     m = bundle.manifest()["ncu"]
     assert m["status"] == "ok", (m.get("reason"), bundle.manifest().get("log"))
-    assert m["set"] == "basic" and m["cache_control"] == "all" and m["clock_control"] == "none"
+    assert m["set"] == "faprof" and m["cache_control"] == "all" and m["clock_control"] == "none"
     assert m["command"][m["command"].index("--clock-control") + 1] == "none"
-    assert m["kernels_profiled"] > 0 and m["wall_s"] > 0
+    assert m["kernels"] == m["plan"]["kernels"] > 0 and m["wall_s"] > 0
+    assert 0 < m["passes"] < FULL_SET_PASSES, m["passes"]
     assert (bundle.path / m["report"]).is_file()
     assert any(e == "nsight" and "profiled kernel" in msg for e, msg in bundle.messages)
 
@@ -99,7 +105,7 @@ def test_metrics_table_is_long_and_complete(bundle):
     m = bundle.read("ncu_metrics")
     assert list(m.columns) == list(ncu.METRICS_COLUMNS)
     per_launch = m.groupby("kernel_id")["metric"].nunique()
-    assert (per_launch > 100).all()  # a basic set holds a few hundred metrics per kernel
+    assert (per_launch > 60).all()  # the catalogue's metrics, the stall reasons, the device attributes
     assert m["variant"].notna().all()  # the NVTX include profiled nothing outside faprof's ranges
     assert {"gpu__time_duration.sum", "launch__grid_size", "dram__bytes_read.sum"} <= set(m["metric"])
 
@@ -111,3 +117,23 @@ def test_roofline_has_both_ceilings(bundle):
     assert (ncu_rows["peak_flops_per_s"] > 0).all() and (ncu_rows["peak_dram_bytes_per_s"] > 0).all()
     assert (r["achieved_flops_per_s"] > 0).all()
     assert not math.isnan(r["arithmetic_intensity"].max())
+
+
+def test_faprof_set_feeds_stalls_rules_and_advisor_counters(bundle):
+    st = bundle.read("stalls")
+    assert not st.empty and set(st["source"]) == {"warp_state"}
+    rules = bundle.read("ncu_rules")
+    assert not rules.empty and set(rules["section"]) <= set(ncu.FAPROF_SECTIONS)
+    s = bundle.read("ncu_summary")
+    k = s[s["kernel"] != cat.ALL_KERNELS]
+    for col in (
+        "local_ld_sectors",
+        "global_ld_sectors_per_request",
+        "fma_pipe_util_pct",
+        "l2_throughput_pct",
+    ):
+        assert k[col].notna().all(), col
+    fa2 = k[k["variant"] == "fa2"]
+    assert (
+        not fa2.empty and (fa2["local_ld_sectors"] == 0).all()
+    )  # fa2 does not spill (tests/data/ncu/fa_full)

@@ -1086,7 +1086,7 @@ def collect(bundle, scenario, options, progress: Progress, cuda_ok: bool, iters:
         iters: calls recorded per (variant, problem).
         timeout_s: limit for `nsys profile`.
     """
-    from faprof import runner
+    from faprof import plan as run_plan
 
     if not cuda_ok:
         _warn(bundle, progress, "no CUDA GPU here, so there is nothing for Nsight Systems to capture; skipped",
@@ -1104,7 +1104,7 @@ def collect(bundle, scenario, options, progress: Progress, cuda_ok: bool, iters:
         _warn(bundle, progress, f"{message}. Skipped (without it nsys writes a multi-GB .qdstrm and no report)",
               {"status": "skipped", "nsys": str(nsys), "version": version})
         return
-    names = list(dict.fromkeys(v.name for _, v in runner.plan(scenario, options.variants)))
+    names = list(dict.fromkeys(v.name for _, v in run_plan.plan(scenario, options.variants)))
     spec = str(scenario.path) if getattr(scenario, "path", None) else scenario.name
     raw = bundle.raw_dir()
     base, plan_path, log_path, sqlite_path = raw / "nsys", raw / "nsys_plan.json", raw / "nsys.log", raw / "nsys.sqlite"

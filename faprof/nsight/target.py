@@ -6,8 +6,10 @@ Run as `python -m faprof.nsight.target --scenario S --tool ncu|nsys [--variants 
 1. builds fresh random inputs on the GPU and warms the variant up (3 calls) inside an NVTX range
    `faprof_warmup` (outside the ranges the profilers select);
 2. runs `iters` calls inside nested NVTX ranges: `<variant>` > `<shape_id>` > `iter<i>`, so a kernel's
-   range stack reads `variant/shape_id/iter0` — ncu selects with `--nvtx-include "variant/shape_id/"`
-   and nsys joins kernels to ranges through their launch's correlationId.
+   range stack reads `variant/shape_id/iter0` — ncu selects with `--nvtx-include "variant/"`
+   and nsys joins kernels to ranges through their launch's correlationId. Under nsys each call is
+   preceded by the harness's L2 flush (`harness.L2Flusher`), outside the `iter` range, so the capture
+   sees a cold L2 as the timing harness does; under ncu `--cache-control all` flushes instead.
 
 For nsys the measured region is bracketed by cudaProfilerStart/Stop (`--capture-range=cudaProfilerApi`).
 The plan file (JSON) lists every pair with its problem and whether it ran, so parsers can map
@@ -49,7 +51,8 @@ def run(scenario_spec: str, tool: str, variant_names: list[str] | None, iters: i
         shapes: list[str] | None = None, user_variants: list[str] | None = None) -> int:
     import torch
 
-    from faprof import harness, runner, variants
+    from faprof import harness, variants
+    from faprof.plan import plan
     from faprof.scenarios import load_scenario
 
     for spec in user_variants or []:
@@ -58,7 +61,7 @@ def run(scenario_spec: str, tool: str, variant_names: list[str] | None, iters: i
         print("faprof.nsight.target: no CUDA GPU visible; nothing to profile", file=sys.stderr)
         return 3
     scenario = load_scenario(scenario_spec)
-    pairs = runner.plan(scenario, variant_names)
+    pairs = plan(scenario, variant_names)
     if shapes:
         pairs = [(p, v) for p, v in pairs if p.shape_id in set(shapes)]
     entries: list[dict[str, Any]] = []
@@ -68,6 +71,11 @@ def run(scenario_spec: str, tool: str, variant_names: list[str] | None, iters: i
         build.load()
 
     profiling = False
+    # nsys times calls back to back: flush the L2 before each one, outside its `iter` range, so the
+    # capture sees the same cold L2 as the harness (ncu flushes caches itself: --cache-control all).
+    flush = None
+    if tool == "nsys":
+        flush = harness.L2Flusher(int(torch.cuda.get_device_properties(0).L2_cache_size))
 
     def start() -> None:
         nonlocal profiling
@@ -76,10 +84,6 @@ def run(scenario_spec: str, tool: str, variant_names: list[str] | None, iters: i
             torch.cuda.cudart().cudaProfilerStart()
             profiling = True
 
-    # nsys times kernels as the harness does: each call after the harness' clean-L2 flush (outside
-    # the iter ranges, so the flush's own kernels are not attributed to the call). ncu flushes
-    # caches itself (--cache-control all).
-    flusher = harness.L2Flusher(torch.cuda.get_device_properties(0).L2_cache_size) if tool == "nsys" else None
     current_shape, inputs = None, None
     for problem, variant in pairs:
         entry: dict[str, Any] = {"variant": variant.name, "shape_id": problem.shape_id, "problem": problem.to_dict(),
@@ -103,8 +107,8 @@ def run(scenario_spec: str, tool: str, variant_names: list[str] | None, iters: i
             start()
             with nvtx_range(variant.name), nvtx_range(problem.shape_id):
                 for i in range(iters):
-                    if flusher is not None:
-                        flusher()
+                    if flush is not None:
+                        flush()
                     with nvtx_range(f"iter{i}"):
                         call()
             torch.cuda.synchronize()
