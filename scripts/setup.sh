@@ -8,7 +8,7 @@ PY=${PYTHON:-python3}
 if ! $PY -c "import torch" >/dev/null 2>&1; then
   $PY -m pip install -q "torch==2.13.0"
 fi
-$PY -m pip install -q -e ".[app,dev]"
+$PY -m pip install -q -e ".[app,report,dev]"
 # The browser tests drive Debian's chromium through playwright (no browser download).
 if [ "${FAPROF_SKIP_BROWSER:-0}" != "1" ] && ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
   (apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1)) \
