@@ -197,10 +197,11 @@ def _diagnosis_section(bundle: Bundle, df: pd.DataFrame, order: list[str]) -> tu
     labels = {r["shape_id"]: rt.shape(r) for _, r in df.drop_duplicates("shape_id").iterrows()}
     prio = {c: i for i, c in enumerate(DIAGNOSIS_PRIORITY)}
     fixes: dict[str, str] = {}
+    quiet = []
     for v in order:
         g = adv[adv["variant"] == v]
         if g.empty:
-            lines.append(f"- **{v}**: no bottleneck finding in this run's data.")
+            quiet.append(v)
             continue
         g = g.assign(_p=g["category"].map(lambda c: prio.get(c, len(prio))),
                      _f=g["shape_id"].map(lambda s: f.num(flops.get(s))))
@@ -210,6 +211,8 @@ def _diagnosis_section(bundle: Bundle, df: pd.DataFrame, order: list[str]) -> tu
         fixes.setdefault(str(top["category"]), str(top["suggestion"]))
         lines.append(f"- **{v}**: {top['category']} ({n_shapes} of {total} shapes; at {labels.get(top['shape_id'], top['shape_id'])}): "
                      f"{top['finding']}.")
+    if quiet:
+        lines.append(f"- no bottleneck finding in this run's data for {', '.join(quiet)}.")
     if fixes:
         lines += ["", "What usually fixes it: " + "; ".join(f"{c} → {s}" for c, s in fixes.items()) + "."]
     return lines + [""], adv

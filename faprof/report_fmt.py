@@ -44,6 +44,8 @@ def sig(x: Any, digits: int = 3, sep: bool = True) -> str:
     if v == 0:
         return "0"
     mag = math.floor(math.log10(abs(v)))
+    if abs(round(v, digits - 1 - mag)) >= 10 ** (mag + 1):  # 0.0999 -> 0.10, not 0.100
+        mag += 1
     decimals = max(0, digits - 1 - mag)
     rounded = round(v, decimals if decimals > 0 else -(mag - digits + 1))
     if decimals == 0:
