@@ -283,7 +283,7 @@ def table(df: pd.DataFrame, name: str, caption: str | None = None, height: int |
 
 
 # ------------------------------------------------------------------------------------ charts
-LOG_DECADES_ONLY = 1.5
+LOG_DECADES_ONLY = 2.5
 """A log axis spanning more decades than this is labelled at powers of ten only (the 2 and 5
 between them crowd the axis)."""
 
@@ -294,6 +294,11 @@ def _tidy_log_axes(fig) -> None:
         if layout_axis.type != "log" or layout_axis.tickvals is not None:
             continue
         values: list[float] = []
+        for shape in fig.layout.shapes or ():  # reference lines (add_hline) widen the axis too
+            for key in (f"{axis}0", f"{axis}1"):
+                v = getattr(shape, key, None)
+                if getattr(shape, f"{axis}ref", None) == axis and isinstance(v, int | float) and v > 0:
+                    values.append(float(v))
         for tr in fig.data:
             vals = getattr(tr, axis, None)
             if vals is None:
@@ -316,10 +321,41 @@ def _tidy_log_axes(fig) -> None:
             layout_axis.update(tickvals=ticks, ticktext=[f"{v:g}" for v in ticks])
 
 
+#: Log-axis ticks: 1, 2, 5 x 10^k, or on a narrow range evenly spaced round values; at least
+#: MIN_LOG_TICKS (a ratio axis from 0.96 to 1.02 needs 0.96, 0.98, 1, 1.02, not a lone 1), at most MAX_LOG_TICKS.
+MIN_LOG_TICKS = 3
+MAX_LOG_TICKS = 7
+NARROW_LOG_DECADES = 0.5
+"""Below this span (a factor of ~3), log-axis ticks are evenly spaced round values (0.9, 0.95, 1, 1.05)."""
+
+
 def log_ticks(lo: float, hi: float) -> list[float]:
-    """Tick values 1, 2, 5 x 10^k covering [lo, hi] (a little beyond), for a log axis."""
-    return [m * 10.0**k for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
-            for m in (1, 2, 5) if lo / 1.5 <= m * 10.0**k <= hi * 1.5]
+    """Tick values m x 10^k covering [lo, hi] (a little beyond) for a log axis, with m from the
+    coarsest mantissa set that gives at least MIN_LOG_TICKS ticks inside the range."""
+    if math.log10(hi / lo) > LOG_DECADES_ONLY:
+        return [10.0**k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
+    ticks: list[float] = []
+    if math.log10(hi / lo) > NARROW_LOG_DECADES:
+        ticks = [m * 10.0**k for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+                 for m in (1, 2, 5) if lo / 1.5 <= m * 10.0**k <= hi * 1.5]
+        if len(ticks) >= MIN_LOG_TICKS:
+            return ticks
+    # A narrow range (a ratio axis from 0.96 to 1.02): evenly spaced round values, 1 among them,
+    # the coarsest step that gives MIN_LOG_TICKS, then every other one while there are too many.
+    for step in (10.0**e * m for e in range(1, -5, -1) for m in (5, 2, 1)):
+        ticks = [round(i * step, 10) for i in range(math.ceil(lo / 1.01 / step), math.floor(hi * 1.01 / step) + 1) if i > 0]
+        if len(ticks) >= MIN_LOG_TICKS:
+            break
+    while len(ticks) > MAX_LOG_TICKS:
+        keep = min(range(len(ticks)), key=lambda i: abs(ticks[i] - 1.0)) % 2
+        ticks = ticks[keep::2]
+    return ticks
+    # A narrow range (a ratio axis from 0.9 to 1.1): evenly spaced round values, 1 among them.
+    for step in (10.0**e * m for e in range(1, -5, -1) for m in (5, 2, 1)):
+        ticks = [round(i * step, 10) for i in range(math.ceil(lo / 1.01 / step), math.floor(hi * 1.01 / step) + 1) if i > 0]
+        if sum(1 for t in ticks if lo <= t <= hi) >= MIN_LOG_TICKS:
+            break
+    return ticks
 
 
 SMALLEST_PLAIN_TICK = 2e-4
@@ -328,7 +364,7 @@ SMALLEST_PLAIN_TICK = 2e-4
 LEGEND_ROW_PX = 19
 """Height of one row of a horizontal legend (11 px font)."""
 
-HALF_WIDTH_PX = 520
+HALF_WIDTH_PX = 440
 """Width a horizontal legend gets in a half-page chart (wide layout, sidebar open, 1440 px window)."""
 
 
@@ -342,6 +378,13 @@ def _legend_rows(fig, legend_title: str | None) -> int:
             rows, x = rows + 1, 0.0
         x += w
     return rows
+
+
+def legend_height(fig) -> int:
+    """Pixels a vertical legend needs for every entry (a chart shorter than this cuts entries off)."""
+    n = sum(1 for tr in fig.data if tr.showlegend is not False and tr.name)
+    # the legend may use the plot area only: title and margins (~70 px), the x axis (~60 px), then a row per entry
+    return 140 + (LEGEND_ROW_PX + 2) * n
 
 
 def style(fig, title: str | None = None, height: int = 420, legend_title: str | None = None,
@@ -383,6 +426,23 @@ def wrap_label(text: str, width: int = 16) -> str:
     spaces = [i for i, ch in enumerate(text) if ch == " "]
     cut = min(spaces, key=lambda i: abs(i - mid))
     return text[:cut] + "<br>" + text[cut + 1:]
+
+
+HALF_WIDTH_CATEGORIES = 6
+"""A half-width chart shows this many category ticks level (two-line labels); more are angled."""
+
+
+def tick_labels(short: dict[str, str], count: int | None = None) -> dict[str, str]:
+    """Category tick labels: wrapped onto two short lines while few enough to stand level, else one
+    line (angled by category_ticks)."""
+    n = len(short) if count is None else count
+    return {k: wrap_label(v, width=8) for k, v in short.items()} if n <= HALF_WIDTH_CATEGORIES else dict(short)
+
+
+def category_ticks(fig, n: int, half_width: bool = True) -> None:
+    """Level ticks when they fit, else angled ones; automargin makes room for them either way."""
+    fits = n <= (HALF_WIDTH_CATEGORIES if half_width else 2 * HALF_WIDTH_CATEGORIES)
+    fig.update_xaxes(tickangle=0 if fits else -40, automargin=True)
 
 
 def show(fig, key: str) -> None:

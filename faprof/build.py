@@ -80,6 +80,13 @@ DEFAULT_REPORT_ARCHS = ("sm_80", "sm_89", "sm_90")
 #: File extensions whose contents go into the build hash.
 _SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cpp")
 
+#: The oldest architecture the kernels build for: they use cp.async, bf16 and mma.sync.m16n8k16,
+#: which Ampere (sm_80) introduced. normalize_arch still reads older names (sm_75, the T4).
+MIN_KERNEL_ARCH = 80
+
+#: Bump to invalidate every cached ptxas log (when the way logs are made or keyed changes).
+PTXAS_CACHE_FORMAT = 1
+
 _MARKER = "faprof_build.json"
 
 
@@ -168,6 +175,15 @@ def normalize_arch(arch: str) -> str:
     return f"sm_{digits}{suffix}"
 
 
+def require_kernel_arch(arch: str) -> str:
+    """normalize_arch, and a one-line FaprofError for an architecture the kernels cannot be built for."""
+    a = normalize_arch(arch)
+    if int(re.sub(r"\D", "", a)) < MIN_KERNEL_ARCH:
+        raise FaprofError(f"the kernels need sm_{MIN_KERNEL_ARCH} or newer (cp.async, bf16, mma.sync); "
+                          f"{arch.strip()} is older")
+    return a
+
+
 def gencode_flag(arch: str) -> str:
     """nvcc's -gencode flag for one architecture: SASS only, no PTX."""
     a = normalize_arch(arch)[3:]
@@ -178,7 +194,7 @@ def target_arch() -> str:
     """The architecture to build for: $FAPROF_CUDA_ARCH, else the current GPU's."""
     env = os.environ.get("FAPROF_CUDA_ARCH")
     if env:
-        return normalize_arch(env)
+        return require_kernel_arch(env)
     import torch
 
     if not torch.cuda.is_available():
@@ -187,7 +203,7 @@ def target_arch() -> str:
             "machine, or set FAPROF_CUDA_ARCH (e.g. sm_89) to build anyway"
         )
     major, minor = torch.cuda.get_device_capability()
-    return normalize_arch(f"{major}{minor}")
+    return require_kernel_arch(f"{major}{minor}")
 
 
 def extension_nvcc_flags(arch: str) -> list[str]:
@@ -721,6 +737,51 @@ def nvcc_resource_command(nvcc: str, source: Path, arch: str, output: Path) -> l
     ]
 
 
+def _nvcc_identity(nvcc: str) -> str:
+    """What identifies the compiler for the ptxas cache: its resolved path and `nvcc --version`."""
+    try:
+        res = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
+        version = res.stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        version = ""
+    return f"{Path(nvcc).resolve()}\n{version}"
+
+
+def ptxas_cache_key(nvcc_id: str, source: Path, arch: str) -> str:
+    """Hash of the compiler, the command's flags, the arch, the file and every header beside it
+    (the kernels include faprof_kernels.h), so a change to any of them compiles again."""
+    headers = sorted(p for p in source.parent.iterdir() if p.suffix in (".h", ".cuh", ".hpp") and p.is_file())
+    cmd = nvcc_resource_command("nvcc", Path(source.name), arch, Path("out.cubin"))
+    payload = {
+        "format": PTXAS_CACHE_FORMAT,
+        "nvcc": nvcc_id,
+        "command": cmd[1:],
+        "source": hashlib.sha256(source.read_bytes()).hexdigest(),
+        "headers": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in headers},
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _cached_ptxas_log(nvcc: str, nvcc_id: str, source: Path, arch: str) -> tuple[str, bool]:
+    """ptxas' output for (source, arch), from the cache under cache_root()/ptxas when the sources,
+    flags and compiler are unchanged; else compiled and stored. Returns (log, compiled)."""
+    path = cache_root() / "ptxas" / f"{ptxas_cache_key(nvcc_id, source, arch)}.log"
+    try:
+        return path.read_text(), False
+    except (OSError, UnicodeDecodeError):
+        pass
+    log = _ptxas_log(nvcc, source, arch)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(log)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # an unwritable cache only costs the next run a compile
+    return log, True
+
+
 def _ptxas_log(nvcc: str, source: Path, arch: str) -> str:
     with tempfile.TemporaryDirectory(prefix="faprof_ptxas_") as tmp:
         cmd = nvcc_resource_command(nvcc, source, arch, Path(tmp) / "out.cubin")
@@ -764,6 +825,7 @@ def resource_report(
     archs: Sequence[str] = DEFAULT_REPORT_ARCHS,
     sources: Sequence[str | Path] | None = None,
     jobs: int | None = None,
+    use_cache: bool = True,
 ):
     """Compile kernel files with nvcc (no GPU needed) and tabulate ptxas' resource usage.
 
@@ -774,6 +836,8 @@ def resource_report(
         archs: architectures, e.g. ('sm_80', 'sm_89', 'sm_90'); sm_90 compiles as sm_90a.
         sources: .cu files to compile; default every kernels/*.cu (binding.cpp has no kernels).
         jobs: parallel nvcc processes; default the number of CPU cores.
+        use_cache: reuse ptxas' output cached by source hash (see _cached_ptxas_log); the table's
+            attribute `compiled` (df.attrs) counts the (file, arch) pairs that were compiled.
 
     Returns:
         A pandas DataFrame with REPORT_COLUMNS.
@@ -787,10 +851,17 @@ def resource_report(
     files = [Path(s) for s in sources] if sources is not None else sorted(KERNELS_DIR.glob("*.cu"))
     if not files:
         raise FaprofError(f"no .cu files to compile in {KERNELS_DIR}")
-    norm_archs = [normalize_arch(a) for a in archs]
+    norm_archs = [require_kernel_arch(a) for a in archs]
     tasks = [(f, a) for f in files for a in norm_archs]
+    nvcc_id = _nvcc_identity(nvcc) if use_cache else ""
+
+    def one(t: tuple[Path, str]) -> tuple[str, bool]:
+        return _cached_ptxas_log(nvcc, nvcc_id, *t) if use_cache else (_ptxas_log(nvcc, *t), True)
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        logs = list(pool.map(lambda t: _ptxas_log(nvcc, *t), tasks))
+        results = list(pool.map(one, tasks))
+    logs = [log for log, _ in results]
+    compiled = sum(1 for _, c in results if c)
 
     parsed = [(f, a, rec) for (f, a), log in zip(tasks, logs, strict=True) for rec in ptxas_parse(log)]
     names = demangle(rec["kernel"] for _, _, rec in parsed)
@@ -846,6 +917,9 @@ def resource_report(
         "active_warps",
     ):
         df[col] = df[col].astype("Int64")
-    return df.sort_values(
+    df = df.sort_values(
         ["file", "name", "D", "template_args", "arch"], na_position="first", kind="stable"
     ).reset_index(drop=True)
+    df.attrs["compiled"] = compiled
+    df.attrs["pairs"] = len(tasks)
+    return df

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -17,9 +18,22 @@ from faprof.errors import FaprofError
 
 # Piped output (CI logs, a GPU machine's captured stdout) gets wide tables instead of rich's 80 columns.
 console = Console() if sys.stdout.isatty() else Console(width=200)
-err_console = Console(stderr=True)
 
 _STATUS_STYLE = {"ok": "green", "wrong": "bold red", "failed": "bold red", "unsupported": "yellow", "skipped": "dim"}
+
+
+def say(message: str, style: str | None = None) -> None:
+    """One line (or more) of prose on stdout, never hard-wrapped: paths and commands stay pasteable."""
+    console.print(message, style=style, soft_wrap=True, highlight=False, markup=False)
+
+
+def error_line(message: str, prefix: str = "error: ") -> None:
+    """An error or hint on stderr exactly as written: click.echo never wraps, and colours only a terminal.
+
+    (rich's Console(stderr=True) wraps at 80 columns when stderr is not a terminal, which split
+    paths and the `--resume PATH` hint across lines.)
+    """
+    click.echo(click.style(prefix, fg="red", bold=True) + message, err=True)
 
 
 class FaprofGroup(click.Group):
@@ -29,7 +43,7 @@ class FaprofGroup(click.Group):
         try:
             return super().invoke(ctx)
         except FaprofError as e:
-            err_console.print(f"[bold red]error:[/] {e}")
+            error_line(str(e))
             sys.exit(2)
 
 
@@ -104,10 +118,10 @@ def _print_baselines(df) -> None:
         return
     per = df.groupby("baseline", sort=False)["group"].unique() if "group" in df else None
     if per is None or len(per) <= 1:
-        console.print(f"speedup = {df['baseline'].iloc[0]}'s median / the row's median (above 1: faster than it)")
+        say(f"speedup = {df['baseline'].iloc[0]}'s median / the row's median (above 1: faster than it)")
         return
     parts = [f"{b} for {', '.join(str(g) for g in gs)}" for b, gs in per.items()]
-    console.print("speedup = the baseline's median / the row's median; baselines: " + "; ".join(parts))
+    say("speedup = the baseline's median / the row's median; baselines: " + "; ".join(parts))
 
 
 def _print_reasons(df) -> None:
@@ -121,7 +135,7 @@ def _print_reasons(df) -> None:
             continue
         seen.add(key)
         style = _STATUS_STYLE.get(r["status"], "")
-        console.print(f"  [{style}]{r['status']}[/] {r['variant']}: {r['reason']}")
+        console.print(f"  [{style}]{r['status']}[/] {r['variant']}: {escape(str(r['reason']))}", soft_wrap=True)
 
 
 # ----------------------------------------------------------------------------- profile
@@ -173,12 +187,16 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
 
     if not scenario and not resume:
         raise FaprofError("give --scenario NAME|PATH (see `faprof list scenarios`) or --resume RUN")
-    if resume and (scenario or variant_list):
+    if resume and (scenario or variant_list is not None):
         raise FaprofError("--resume finishes a run as it was started: drop --scenario/--variants, or start a new run")
     from faprof.plan import split_list
 
+    names = [v.strip() for v in variant_list.split(",") if v.strip()] if variant_list is not None else None
+    if names == []:
+        raise FaprofError(f"--variants {variant_list!r} names no variant: give comma-separated names "
+                          "(see `faprof list variants`), 'all', or leave --variants out for the scenario's own")
     options = runner.ProfileOptions(
-        variants=[v.strip() for v in variant_list.split(",") if v.strip()] if variant_list else None,
+        variants=names,
         out_dir=out_dir, ncu=ncu, nsys=nsys, isolate=not no_isolate, task_timeout_s=task_timeout,
         ncu_cache_control=ncu_cache_control, ncu_clock_control=ncu_clock_control,
         ncu_variants=split_list(ncu_variants) or None, ncu_shapes=split_list(ncu_shapes) or None,
@@ -193,7 +211,7 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
     if scenario and not resume:
         scn = load_scenario(scenario)  # validate before any work starts
         _check_ncu_selectors(scn, options, ncu if ncu is not None else scn.collect["ncu"], explicit=ncu is not None)
-    state: dict[str, Any] = {}
+    state: dict[str, Any] = {"notices": []}
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[current]}"), console=console, transient=False) as bar:
         task_id = bar.add_task("profiling", total=None, current="")
@@ -203,14 +221,16 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
                 bar.update(task_id, current=info["message"])
             elif event == "bundle":
                 state["path"] = info["path"]
-                bar.console.print(f"bundle: {info['path']}")
+                bar.console.print(f"bundle: {info['path']}", soft_wrap=True, highlight=False)
             elif event == "start":
                 bar.update(task_id, total=info["total"], completed=info["done"], current="")
             elif event == "row":
                 bar.advance(task_id)
                 bar.update(task_id, current=f"{info['variant']} {info['label']} -> {info['status']}")
             elif event in ("warning", "nsight"):
-                bar.console.print(f"[yellow]{info.get('message', '')}[/]")
+                bar.console.print(info.get("message", ""), style="yellow", soft_wrap=True, highlight=False)
+                if event == "warning" and info.get("message") and info["message"] not in state["notices"]:
+                    state["notices"].append(info["message"])  # repeated under the table: they scroll away
                 if event == "nsight":
                     bar.update(task_id, current=info.get("message", ""))
 
@@ -218,12 +238,16 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
             bundle = runner.profile(scenario or "", options, progress=on, resume=resume)
         except KeyboardInterrupt:
             path = state.get("path")
-            err_console.print(f"\n[bold yellow]interrupted[/]: finished rows are kept in {path}; "
-                              f"complete the run with `faprof profile --resume {path}`", soft_wrap=True)
+            click.echo("", err=True)
+            if path:
+                error_line(f"finished rows are kept in {path}; complete the run with:", prefix="interrupted: ")
+                click.echo(f"  faprof profile --resume {path}", err=True)
+            else:
+                error_line("no bundle was written yet", prefix="interrupted: ")
             ncu_rec = _ncu_record(path)
             if ncu_rec.get("status") == "interrupted" and ncu_rec.get("rerun"):
-                err_console.print(f"Nsight Compute was interrupted; re-run it alone with `{ncu_rec['rerun']}`",
-                                  markup=False, soft_wrap=True)
+                error_line("Nsight Compute was interrupted; re-run it alone with:", prefix="")
+                click.echo(f"  {ncu_rec['rerun']}", err=True)
             sys.exit(130)
     m = bundle.manifest()
     df = analysis.speedups_for(bundle.measurements(), m)
@@ -233,20 +257,22 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
     _print_baselines(df)
     _print_reasons(df)
     counts = df["status"].value_counts().to_dict()
-    console.print("status: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
-    console.print(f"bundle: [bold]{bundle.path}[/]")
+    say("status: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
+    for notice in state["notices"]:
+        say(f"notice: {notice}", style="yellow")
+    say(f"bundle: {bundle.path}")
     ncu_set = (m.get("settings") or {}).get("ncu")
     ncu_code = _print_ncu_outcome(m.get("ncu") or {}) if ncu_set and ncu_set != "none" else 0
     rows_code = 0
     bad = df[df["status"].isin(["failed", "wrong"])]
     if not bad.empty:
         what = ", ".join(f"{n} {st}" for st, n in bad["status"].value_counts().items())
-        names = ", ".join(sorted(set(bad["variant"])))
+        bad_names = ", ".join(sorted(set(bad["variant"])))
         if allow_failures:
-            console.print(f"{what} ({names}); exit 0 (--allow-failures)")
+            say(f"{what} ({bad_names}); exit 0 (--allow-failures)")
         else:
-            console.print(f"[bold red]exit {EXIT_ROWS_BAD}[/]: {what} ({names}); see the reasons above, "
-                          "or pass --allow-failures to exit 0")
+            say(f"exit {EXIT_ROWS_BAD}: {what} ({bad_names}); see the reasons above, or pass --allow-failures to exit 0",
+                style="bold red")
             rows_code = EXIT_ROWS_BAD
     if rows_code or ncu_code:
         sys.exit(rows_code or ncu_code)
@@ -291,7 +317,7 @@ def _print_ncu_outcome(rec: dict[str, Any]) -> int:
                       f"{_fmt(rec.get('wall_s'), '.1f')} s (set {rec.get('set')}); rerun alone: {rec.get('rerun')}",
                       markup=False, soft_wrap=True)
         return 0
-    err_console.print(f"ncu ({status}): {rec.get('reason', 'no tables')}", markup=False, soft_wrap=True, style="bold red")
+    error_line(str(rec.get("reason", "no tables")), prefix=f"ncu ({status}): ")
     return 3
 
 
@@ -339,7 +365,8 @@ def ncu_cmd(run: str, ncu_set: str, ncu_variants: str | None, ncu_shapes: str | 
         rec = rerun(bundle, ncu_set, opts, on)
     except KeyboardInterrupt:
         rec = _ncu_record(bundle.path)
-        err_console.print(f"\ninterrupted: {rec.get('reason') or 'Nsight Compute stopped'}", markup=False, soft_wrap=True)
+        click.echo("", err=True)
+        error_line(str(rec.get("reason") or "Nsight Compute stopped"), prefix="interrupted: ")
         sys.exit(130)
     sys.exit(_print_ncu_outcome(rec))
 
@@ -402,7 +429,7 @@ def doctor() -> None:
     console.print(t)
     for chk in checks:
         if chk.hint and chk.status in ("warn", "fail"):
-            console.print(f"[{style[chk.status]}]{chk.name}[/]: {chk.hint}")
+            console.print(f"[{style[chk.status]}]{chk.name}[/]: {escape(chk.hint)}", soft_wrap=True)
 
 
 # ------------------------------------------------------------------------------ export
@@ -416,7 +443,7 @@ def export(run: str, csv_dir: Path, runs_dir: Path) -> None:
 
     bundle = resolve_run(run, runs_dir)
     for p in export_csv(bundle, csv_dir):
-        console.print(f"wrote {p}")
+        say(f"wrote {p}")
 
 
 # ------------------------------------------------------------------------------- build
@@ -433,25 +460,71 @@ def build(arch: str, do_load: bool) -> None:
 
     if do_load:
         info = b.load()
-        console.print(f"extension: {info.summary()}")
+        say(f"extension: {info.summary()}")
         return
     archs = tuple(a.strip() for a in arch.split(",") if a.strip())
-    with console.status(f"compiling kernels/*.cu for {', '.join(archs)}"):
+    if not archs:
+        raise FaprofError(f"--arch {arch!r} names no architecture: give e.g. sm_80,sm_89,sm_90")
+    for a in archs:
+        b.require_kernel_arch(a)  # one line before any nvcc runs
+    with console.status(f"compiling kernels/*.cu for {', '.join(archs)} (unchanged files come from the cache)"):
         df = b.resource_report(archs=archs)
-    t = Table(title="ptxas resource usage per kernel and arch, and the theoretical occupancy it implies", header_style="bold")
-    cols = [("file", "file"), ("name", "kernel"), ("template_args", "template"), ("D", "D"), ("arch", "arch"), ("threads", "threads"),
-            ("registers", "regs"), ("smem_static_bytes", "smem static B"), ("dyn_smem_bytes", "smem dyn B"),
-            ("stack_frame_bytes", "stack B"), ("spill_store_bytes", "spill st B"), ("spill_load_bytes", "spill ld B"),
-            ("blocks_per_sm", "blocks/SM"), ("occupancy_pct", "occupancy %"), ("limiter", "limiter")]
-    cols = [(c, label) for c, label in cols if c in df.columns]
-    for _, label in cols:
-        t.add_column(label)
+    console.print(build_table(df))
+    compiled, pairs = df.attrs.get("compiled"), df.attrs.get("pairs")
+    if pairs:
+        say(f"{compiled} of {pairs} (file, arch) compiles ran; the rest reused ptxas output cached by source hash "
+            f"under {b.cache_root() / 'ptxas'}" if compiled != pairs else f"compiled {pairs} (file, arch) pairs")
+    spill = df["spill_store_bytes"].fillna(0).gt(0) | df["spill_load_bytes"].fillna(0).gt(0)
+    if spill.any():
+        say(f"{int(spill.sum())} kernel/arch pair(s) spill registers to local memory", style="yellow")
+
+
+def build_table(df) -> Table:
+    """ptxas' table for people: one row per kernel instantiation and arch, the template arguments
+    in full in their own column (folded, never cut), shared memory in KiB, occupancy as a whole %."""
+    t = Table(title="ptxas resource usage per kernel and arch, and the theoretical occupancy it implies "
+                    "(namespaces dropped from names)", header_style="bold")
+    t.add_column("file")
+    t.add_column("kernel")
+    t.add_column("template arguments", overflow="fold", min_width=16)
+    for label in ("D", "arch", "threads", "regs", "smem KiB", "stack B", "spills B (st/ld)", "blocks/SM", "occupancy"):
+        t.add_column(label, justify="right", no_wrap=True)
+    t.add_column("limited by", no_wrap=True)
+    prev = None
     for _, r in df.iterrows():
-        t.add_row(*[_fmt(r[c], "g") for c, _ in cols])
-    console.print(t)
-    spills = df[(df.get("spill_store_bytes", 0) > 0) | (df.get("spill_load_bytes", 0) > 0)] if "spill_store_bytes" in df else df.iloc[0:0]
-    if not spills.empty:
-        console.print(f"[yellow]{len(spills)} kernel/arch pair(s) spill registers to local memory[/]")
+        smem = _num(r.get("smem_static_bytes")) + _num(r.get("dyn_smem_bytes"), 0.0)
+        st, ld = _num(r.get("spill_store_bytes"), 0.0), _num(r.get("spill_load_bytes"), 0.0)
+        occ = _num(r.get("occupancy_pct"))
+        spills = "0" if st == 0 and ld == 0 else f"[yellow]{st:.0f}/{ld:.0f}[/]"
+        same = prev is not None and (prev["file"], prev["name"]) == (r["file"], r["name"])
+        t.add_row(
+            "" if same else str(r["file"]), "" if same else _unqualified(r["name"]), _unqualified(r.get("template_args")),
+            _int(r.get("D")), str(r["arch"]), _int(r.get("threads")), _int(r.get("registers")),
+            "" if smem != smem else f"{smem / 1024:.1f}", _int(r.get("stack_frame_bytes")), spills,
+            _int(r.get("blocks_per_sm")), "" if occ != occ else f"{occ:.0f}%", str(r.get("limiter") or ""),
+        )
+        prev = r
+    return t
+
+
+def _unqualified(name: Any) -> str:
+    """'ns::Cfg<64, 128>, true' -> 'Cfg<64, 128>, true': every argument kept, namespaces dropped."""
+    import re
+
+    return re.sub(r"\b[A-Za-z_]\w*::", "", str(name or ""))
+
+
+def _num(x: Any, default: float = float("nan")) -> float:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return default
+    return default if v != v else v
+
+
+def _int(x: Any) -> str:
+    v = _num(x)
+    return "" if v != v else f"{v:.0f}"
 
 
 # ------------------------------------------------------------------------------ report
@@ -476,23 +549,35 @@ def show(run: str, runs_dir: Path) -> None:
 # ------------------------------------------------------------------------------ report
 @main.command()
 @click.argument("run")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Folder for report.md, report.html and csv/ (default: RUN/report).")
-@click.option("--format", "formats", default="md,html,csv", show_default=True, help="Comma-separated: md, html, csv.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the report (default: RUN/report/, printed at the end).")
+@click.option("--format", "formats", default="md,html,csv", show_default=True,
+              help="Comma-separated: md (report.md with PNG charts when kaleido works), html (report.html, "
+                   "self-contained, interactive charts), csv (csv/: every table).")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
 def report(run: str, out_dir: Path | None, formats: str, runs_dir: Path) -> None:
-    """Write a Markdown / HTML / CSV report of a run bundle: the seed reports' tables and findings."""
+    """Write a report of a run bundle that leads with the answer: ranking, diagnosis, published figures.
+
+    Markdown, HTML and/or CSV, into RUN/report/ unless --out says otherwise. Everything is read
+    and rendered before the folder is made, so a damaged bundle leaves nothing behind.
+    """
     from faprof.report import write_reports
     from faprof.store import resolve_run
 
-    bundle = resolve_run(run, runs_dir)
-    fmts = tuple(f.strip() for f in formats.split(",") if f.strip())
+    fmts = tuple(dict.fromkeys(f.strip().lower() for f in formats.split(",") if f.strip()))
     bad = set(fmts) - {"md", "html", "csv"}
-    if bad:
-        raise FaprofError(f"unknown report format(s) {sorted(bad)}: use md, html and/or csv")
+    if bad or not fmts:
+        raise FaprofError(f"unknown report format(s) {sorted(bad) or [formats]}: use md, html and/or csv")
+    bundle = resolve_run(run, runs_dir)
     if bundle.measurements().empty:
         raise FaprofError(f"{bundle.path} has no measurements yet; nothing to report")
-    for p in write_reports(bundle, out_dir or bundle.path / "report", fmts):
-        console.print(f"wrote {p}")
+    dest = out_dir or bundle.path / "report"
+    written = write_reports(bundle, dest, fmts, notice=lambda m: say(f"note: {m}", style="yellow"))
+    for p in written:
+        say(f"wrote {p}")
+    main_file = next((p for p in written if p.suffix in (".md", ".html")), None)
+    if main_file is not None:
+        say(f"report: {main_file}")
 
 
 @main.command()
@@ -500,33 +585,57 @@ def report(run: str, out_dir: Path | None, formats: str, runs_dir: Path) -> None
 @click.argument("run_b")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
 def compare(run_a: str, run_b: str, runs_dir: Path) -> None:
-    """Compare two runs row by row: medians, B/A ratio, and whether the 95% CIs overlap."""
+    """Compare two runs row by row: medians, which is faster and by how much, whether the 95% CIs overlap.
+
+    Says first when the runs differ in GPU, in the devices rows ran on, or in dtypes.
+    """
     import pandas as pd
 
-    from faprof.report import compare_runs
+    from faprof.report import compare_runs, compare_summary
     from faprof.store import resolve_run
 
     a, b = resolve_run(run_a, runs_dir), resolve_run(run_b, runs_dir)
     df = compare_runs(a, b)
     if df.empty:
         raise FaprofError("the two runs share no (variant, shape_id) pair to compare")
-    t = Table(title=f"B = {b.run_id} over A = {a.run_id}", header_style="bold")
-    for c in ("variant", "shape_id", "A status", "B status", "A ms", "B ms", "B/A", "CIs overlap"):
-        t.add_column(c)
+    summary = compare_summary(a, b, df)
+    for w in summary.warnings:
+        say(f"warning: {w}", style="yellow")
+    say(f"A = {a.run_id} ({summary.gpu_a})")
+    say(f"B = {b.run_id} ({summary.gpu_b})")
+    t = Table(title=summary.headline, header_style="bold")
+    for c in ("variant", "shape_id", "A status", "B status", "A ms", "B ms", "B vs A", "CIs overlap"):
+        t.add_column(c, justify="right" if c in ("A ms", "B ms", "B vs A") else "left")
     for _, r in df.iterrows():
         ov = r["ci_overlap"]
         t.add_row(r["variant"], r["shape_id"], str(r["status_a"]), str(r["status_b"]), _fmt(r["median_ms_a"], ".4g"),
-                  _fmt(r["median_ms_b"], ".4g"), _fmt(r["ratio_b_over_a"], ".3f"),
+                  _fmt(r["median_ms_b"], ".4g"), _faster_words(r["ratio_b_over_a"]),
                   "" if pd.isna(ov) else ("yes" if ov else "[bold]no[/]"))
     console.print(t)
+    say("B vs A: A's median over B's ('1.30x faster': B takes 1/1.30 of A's time); "
+        "CIs overlap 'no' marks a difference the 95% confidence intervals resolve")
+    for w in summary.warnings:
+        say(f"warning: {w}", style="yellow")
+
+
+def _faster_words(ratio_b_over_a: Any) -> str:
+    """B's time over A's as words: '1.30x faster' / '1.08x slower' / 'same' (within 0.5%)."""
+    r = _num(ratio_b_over_a)
+    if r != r or r <= 0:
+        return ""
+    if abs(r - 1) < 0.005:
+        return "same"
+    return f"{1 / r:.2f}x faster" if r < 1 else f"{r:.2f}x slower"
 
 
 # --------------------------------------------------------------------------- dashboard
 @main.command()
 @click.argument("runs", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--port", type=int, help="Port for the Streamlit server (default: Streamlit's, 8501).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; 127.0.0.1 keeps the dashboard on this machine (0.0.0.0: every interface).")
 @click.option("--print-command", is_flag=True, help="Print the streamlit command instead of running it.")
-def dashboard(runs: tuple[Path, ...], port: int | None, print_command: bool) -> None:
+def dashboard(runs: tuple[Path, ...], port: int | None, host: str, print_command: bool) -> None:
     """Open the Streamlit dashboard on run bundles (folders of runs, bundles; default: runs/).
 
     The examples under examples/runs/ are always loaded too; bundle archives can be uploaded in the page.
@@ -537,22 +646,20 @@ def dashboard(runs: tuple[Path, ...], port: int | None, print_command: bool) -> 
     from faprof.dashboard import APP_PATH
 
     if importlib.util.find_spec("streamlit") is None or importlib.util.find_spec("plotly") is None:
-        # Printed here, not raised: rich would take "[app]" for markup.
-        err_console.print("error: the dashboard needs streamlit and plotly: pip install 'faprof[app]'",
-                          markup=False, style="bold red")
-        sys.exit(2)
+        raise FaprofError("the dashboard needs streamlit and plotly: pip install 'faprof[app]'")
     if not APP_PATH.is_file():
         raise FaprofError(f"the dashboard app is not at {APP_PATH}: run faprof from its source tree (pip install -e .)")
     for r in runs:
         if not r.exists():
             raise FaprofError(f"{r} does not exist (give run bundles or folders of them)")
     argv = [sys.executable, "-m", "streamlit", "run", str(APP_PATH), "--browser.gatherUsageStats", "false",
-            "--client.toolbarMode", "minimal", "--server.maxUploadSize", "4096"]  # MB: archives with raw reports
+            "--client.toolbarMode", "minimal", "--server.maxUploadSize", "4096",  # MB: archives with raw reports
+            "--server.address", host]
     if port:
         argv += ["--server.port", str(port)]
     argv += ["--", *[str(r.resolve()) for r in runs]]
     if print_command:
-        console.print(" ".join(argv), soft_wrap=True)
+        say(" ".join(argv))
         return
     sys.stdout.flush()
     os.execv(sys.executable, argv)

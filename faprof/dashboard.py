@@ -167,9 +167,28 @@ class RunSet:
         return self.tables.get(name, pd.DataFrame())
 
 
+CPU_LABEL = "CPU (no GPU)"
+"""The `gpu` value of runs made without a GPU: a machine, but not a GPU (never counted as one)."""
+
+
 def gpu_label(env: dict[str, Any]) -> str:
     """The machine a run measured: the GPU's name, or 'CPU (no GPU)'."""
-    return env.get("gpu_name") or "CPU (no GPU)"
+    return env.get("gpu_name") or CPU_LABEL
+
+
+def machine_count(gpus: Iterable[Any]) -> tuple[int, bool]:
+    """(how many distinct GPUs, whether a CPU-only run is among them) for a column of `gpu` labels."""
+    seen = {str(g) for g in gpus}
+    return len(seen - {CPU_LABEL}), CPU_LABEL in seen
+
+
+def machines_phrase(gpus: Iterable[Any]) -> str:
+    """'2 GPUs', '1 GPU and the CPU', 'the CPU only', 'no GPU': what a scenario was measured on."""
+    n, cpu = machine_count(gpus)
+    head = f"{n} GPU{'s' * (n != 1)}" if n else ""
+    if cpu:
+        return f"{head} and the CPU" if head else "the CPU only"
+    return head or "no GPU"
 
 
 def parse_stamp(stamp: str | None) -> datetime | None:
@@ -441,8 +460,18 @@ def short_labels(labels: Sequence[str]) -> tuple[dict[str, str], str]:
 
 
 def ranking_table(df: pd.DataFrame) -> pd.DataFrame:
-    """analysis.ranking over timed rows (variants ranked by median TFLOP/s)."""
-    return analysis.ranking(df) if not df.empty else pd.DataFrame()
+    """analysis.ranking over timed rows, one ranking per dtype (variants ranked by median TFLOP/s
+    within it): an fp16 row never outranks an fp32-only kernel that could not run it."""
+    if df.empty:
+        return pd.DataFrame()
+    if "dtype" not in df:
+        return analysis.ranking(df)
+    parts = [analysis.ranking(g).assign(dtype=dt) for dt, g in df.groupby("dtype", sort=True)]
+    parts = [p for p in parts if not p.empty]
+    if not parts:
+        return pd.DataFrame()
+    out = pd.concat(parts, ignore_index=True)
+    return out[["dtype", *[c for c in out.columns if c != "dtype"]]]
 
 
 def fwd_bwd_tables(df: pd.DataFrame) -> pd.DataFrame:
@@ -647,11 +676,15 @@ def _published_rates(gpu: str, shape: dict[str, Any], ms: float) -> dict[str, fl
 
 
 def gpu_comparison(df: pd.DataFrame, scenario: str) -> pd.DataFrame:
-    """Timed rows of one scenario from every run, with a `source` label saying which GPU measured them."""
+    """Timed rows of one scenario, one per (machine, variant, problem), with a `source` label saying
+    which GPU measured them. When one machine ran the scenario several times, the newest run's row
+    is kept (run ids start with their UTC time), so a line never zigzags between runs at one x."""
     t = timed(df)
     if t.empty:
         return t
     t = t[t["scenario"] == scenario]
+    if "run_id" in t and not t.empty:
+        t = t.sort_values("run_id").drop_duplicates(["gpu", "variant", "shape_id"], keep="last")
     return t.assign(source=[measured_label(g) for g in t["gpu"]])
 
 
@@ -717,6 +750,14 @@ def short_kernel(name: Any) -> str:
     return base[:48] or s[:48]
 
 
+KERNEL_LABEL_CHARS = 26
+"""Kernel names in chart labels are cut to this many characters (the full name is in the hover and tables)."""
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
 def ncu_key(df: pd.DataFrame) -> pd.Series:
     """'variant · problem · kernel' labels for Nsight Compute rows (bars and legends); '#launch' is
     added where one problem launches the same kernel more than once."""
@@ -724,12 +765,12 @@ def ncu_key(df: pd.DataFrame) -> pd.Series:
     k = find_column(df, ("kernel_short", "kernel", "kernel_name", "name"))
     if not cols and k is None:
         return pd.Series([str(i) for i in range(len(df))], index=df.index, dtype=object)
-    parts = [df[c].astype(str) for c in cols]
+    # Two short lines ('variant · kernel' over the problem), so labels leave the chart its width.
+    head = df["variant"].astype(str) if "variant" in df else pd.Series("", index=df.index, dtype=object)
     if k is not None:
-        parts.append(df[k].map(short_kernel))
-    out = parts[0]
-    for p in parts[1:]:
-        out = out + " · " + p
+        kern = df[k].map(lambda n: _clip(short_kernel(n), KERNEL_LABEL_CHARS))
+        head = kern if "variant" not in df else head + " · " + kern
+    out = head + ("<br>" + df["shape_id"].astype(str) if "shape_id" in df else "")
     launch = find_column(df, ("launch", "kernel_id"))
     if launch is not None:
         base = out

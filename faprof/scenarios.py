@@ -8,7 +8,7 @@ Layout of a file (every key is checked; unknown keys are errors, so typos do not
 
     name = "l4_causal"
     description = "..."
-    source = "shared/seeds/003_...txt"      # the report it reproduces (optional)
+    source = "Title, GPU, date"             # the report it reproduces, cited by title (optional)
     baseline = "sdpa_flash"                 # speedups are over this variant
     variants = ["all"]                      # or a list of names
 

@@ -14,11 +14,13 @@ run never writes into an existing folder; `--resume` adds the missing rows to an
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import tarfile
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -134,9 +136,14 @@ class Bundle:
 
     def manifest(self) -> dict[str, Any]:
         try:
-            return json.loads(self.manifest_path.read_text())
+            m = json.loads(self.manifest_path.read_text())
         except json.JSONDecodeError as e:
             raise FaprofError(f"{self.manifest_path} is not valid JSON ({e}); the bundle is damaged") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise FaprofError(f"{self.manifest_path} cannot be read ({_one_line(e)}); the bundle is damaged") from None
+        if not isinstance(m, dict):
+            raise FaprofError(f"{self.manifest_path} is not a faprof manifest (not a JSON object); the bundle is damaged")
+        return m
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         _atomic_write_bytes(self.manifest_path, json.dumps(_jsonable(manifest), indent=2, sort_keys=False).encode())
@@ -169,7 +176,7 @@ class Bundle:
         p = self.table_path(name)
         if not p.exists():
             return pd.DataFrame()
-        return pd.read_parquet(p)
+        return read_table_file(p)
 
     def write(self, name: str, df: pd.DataFrame) -> None:
         _atomic_write_parquet(df, self.table_path(name))
@@ -208,6 +215,25 @@ class Bundle:
                 if p.is_file() and (include_raw or "raw" not in p.relative_to(self.path).parts):
                     tar.add(p, arcname=str(Path(self.run_id) / p.relative_to(self.path)))
         return dest
+
+
+def _one_line(e: BaseException, limit: int = 160) -> str:
+    """An exception's message on one line, shortened: for one-line error messages."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def read_table_file(path: Path) -> pd.DataFrame:
+    """Read one parquet table; a damaged file is a FaprofError naming it (never a traceback).
+
+    pyarrow says ArrowInvalid (a ValueError) for a truncated or foreign file, OSError for an
+    unreadable one; both mean the same to a user: this file of the bundle is damaged.
+    """
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError) as e:
+        raise FaprofError(f"{path} cannot be read as a parquet table ({_one_line(e, 100)}); "
+                          f"the bundle is damaged: restore the file or re-run the scenario") from None
 
 
 def _flatten_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -280,9 +306,14 @@ def load_many(paths: list[str | Path]) -> tuple[pd.DataFrame, list[dict[str, Any
 
 def export_csv(bundle: Bundle, dest: str | Path) -> list[Path]:
     """Write every table of the bundle as CSV (list columns as JSON text) plus the manifest."""
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    written = []
+    files = csv_files(bundle)
+    return write_files(dest, files)
+
+
+def csv_files(bundle: Bundle) -> dict[str, str]:
+    """Every table of the bundle as CSV text (list columns as JSON text) plus the manifest, by file
+    name. Everything is read first, so a damaged file stops the export before anything is written."""
+    out: dict[str, str] = {}
     for name in TABLES:
         df = bundle.read(name)
         if df.empty:
@@ -291,13 +322,38 @@ def export_csv(bundle: Bundle, dest: str | Path) -> list[Path]:
         for c in df.columns:
             if df[c].map(lambda x: isinstance(x, list | tuple) or hasattr(x, "tolist")).any():
                 df[c] = df[c].map(lambda x: json.dumps(_jsonable(x.tolist() if hasattr(x, "tolist") else x)))
-        p = dest / f"{name}.csv"
-        df.to_csv(p, index=False)
-        written.append(p)
+        out[f"{name}.csv"] = df.to_csv(index=False)
     # Not "manifest.json": a folder holding one would be taken for a run bundle by find_bundles.
-    mp = dest / "bundle_manifest.json"
-    mp.write_text(json.dumps(bundle.manifest(), indent=2))
-    written.append(mp)
+    out["bundle_manifest.json"] = json.dumps(bundle.manifest(), indent=2)
+    return out
+
+
+def write_files(dest: str | Path, files: Mapping[str, str | bytes]) -> list[Path]:
+    """Write already-rendered files under `dest` (names may hold one sub-folder, e.g. 'csv/x.csv').
+
+    Each file is written to a temporary name and renamed, so none is ever half written; folders
+    this call created are removed again when a write fails, so a failed export leaves nothing.
+    """
+    dest = Path(dest)
+    created = [p for p in (dest, *dest.parents) if not p.exists()]
+    written: list[Path] = []
+    try:
+        for rel, data in files.items():
+            p = dest / rel
+            for d in reversed([p.parent, *p.parent.parents]):
+                if not d.exists():
+                    created.append(d)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            _atomic_write_bytes(p, data.encode("utf-8") if isinstance(data, str) else data)
+            os.chmod(p, 0o644)  # mkstemp makes files private; a report is for reading
+            written.append(p)
+    except OSError as e:
+        for p in written:
+            p.unlink(missing_ok=True)
+        for d in sorted(set(created), key=lambda d: len(d.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        raise FaprofError(f"could not write under {dest}: {_one_line(e)}") from None
     return written
 
 

@@ -8,7 +8,7 @@ PY=${PYTHON:-python3}
 if ! $PY -c "import torch" >/dev/null 2>&1; then
   $PY -m pip install -q "torch==2.13.0"
 fi
-$PY -m pip install -q -e ".[app,dev]"
+$PY -m pip install -q -e ".[app,report,dev]"
 # CUPTI kernel timing on a CUDA build of torch: cupti-python of the CUDA version torch ships
 # (a newer cupti-python needs a newer CUPTI library than torch's nvidia-cuda-cupti).
 CUDA_MM=$($PY -c "import torch; print('.'.join((torch.version.cuda or '').split('.')[:2]))" 2>/dev/null || true)

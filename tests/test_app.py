@@ -333,7 +333,7 @@ def test_variants_page_charts_and_tables(app):
     for unit in ("median latency (ms)", "TFLOP/s", "% of peak", "speedup (x)"):
         assert unit in titles
     assert "tflops" not in titles and "median_ms" not in titles  # no raw column names on axes
-    assert len(at.dataframe) >= 3 and len(at.get("download_button")) == len(at.dataframe)
+    assert len(at.dataframe) >= 2 and len(at.get("download_button")) == len(at.dataframe)  # ranking, all rows
     assert not at.warning  # the H100 run has no wrong or failed rows
 
 
@@ -345,6 +345,84 @@ def test_variants_page_flags_wrong_and_failed_rows(app):
     assert "wrong result" in _trace_names(at)
     flagged = [d.value for d in at.dataframe if "reason" in d.value.columns and set(d.value["status"]) == {"failed", "wrong"}]
     assert flagged and flagged[0]["reason"].str.contains("RuntimeError").sum() == 6
+
+
+def test_a_cpu_run_is_not_counted_as_a_gpu(app, runs):
+    """l4_causal ran on the H100 and on the CPU: one GPU and the CPU, never '2 GPUs'."""
+    assert fd.machine_count(["NVIDIA H100 80GB HBM3", fd.CPU_LABEL]) == (1, True)
+    assert fd.machines_phrase(["NVIDIA H100 80GB HBM3", fd.CPU_LABEL]) == "1 GPU and the CPU"
+    assert fd.machines_phrase([fd.CPU_LABEL]) == "the CPU only"
+    at = _open(app(), "gpus")
+    box = at.selectbox(key="gpus_scenario")
+    assert box.value == "l4_causal"
+    label = next(o for o in box.options if o.startswith("l4_causal"))
+    assert label.startswith("l4_causal (1 GPU and the CPU") and "2 GPUs" not in " ".join(box.options)
+    assert any("1 GPU and the CPU" in i.value for i in at.info)
+    overview = _open(app(), "overview")
+    gpus_metric = next(m for m in overview.metric if m.label == "GPUs")
+    assert gpus_metric.value == str(runs.runs["gpu"].nunique() - 1)  # the CPU-only runs are not a GPU
+
+
+def test_one_gpu_shows_its_newest_run_so_lines_do_not_zigzag(runs):
+    m = runs.measurements
+    rows = fd.gpu_comparison(m, "l4_causal")
+    h100 = rows[rows["gpu"] == "NVIDIA H100 80GB HBM3"]
+    assert m[(m["scenario"] == "l4_causal") & (m["gpu"] == "NVIDIA H100 80GB HBM3")]["run_id"].nunique() > 1
+    assert not h100.duplicated(["variant", "shape_id"]).any()
+    newest = h100.groupby(["variant", "shape_id"])["run_id"].first()
+    every = m[(m["scenario"] == "l4_causal") & (m["gpu"] == "NVIDIA H100 80GB HBM3") & m["status"].isin(["ok", "wrong"])]
+    assert (newest == every.groupby(["variant", "shape_id"])["run_id"].max().loc[newest.index]).all()
+
+
+def test_ranking_never_mixes_dtypes(runs):
+    m = runs.measurements
+    rank = fd.ranking_table(fd.timed(m[m["run_id"] == "20261121T200256Z_nvidia-h100-80gb-hbm3_l4-causal"]))
+    assert set(rank["dtype"]) == {"fp16", "fp32"}
+    assert list(rank.columns[:2]) == ["dtype", "variant"]
+    for _, g in rank.groupby("dtype"):
+        assert g["median_tflops"].is_monotonic_decreasing
+    # an fp32-only kernel is ranked among fp32 rows only
+    assert set(rank.loc[rank["variant"].isin(["fa1", "fa2", "naive"]), "dtype"]) <= {"fp32"}
+
+
+def test_variants_page_shows_one_dtype_at_a_time(app):
+    at = _open(app(), "variants")
+    at.selectbox(key="variants_run").set_value("20261121T200256Z_nvidia-h100-80gb-hbm3_l4-causal").run()  # example run
+    dt = at.selectbox(key="variants_dtype")
+    assert set(dt.options) == {"fp16", "fp32"}
+    for d in ("fp16", "fp32"):
+        dt.set_value(d).run()
+        assert not at.exception
+        ranking = next(x.value for x in at.dataframe if "median_tflops" in x.value.columns)
+        assert set(ranking["dtype"]) == {d}
+
+
+def test_log_axis_ticks_are_never_a_single_one():
+    ui = _faprof_ui()
+    for lo, hi in ((0.964, 1.018), (0.98, 1.01), (0.5, 1.0), (0.75, 1.2), (0.0012, 0.0021), (0.01, 100.0)):
+        ticks = ui.log_ticks(lo, hi)
+        inside = [t for t in ticks if lo / 1.06 <= t <= hi * 1.06]
+        assert 3 <= len(inside) <= 9, (lo, hi, ticks)
+
+
+def test_ncu_labels_leave_the_chart_its_width(runs):
+    s = runs.table("ncu_summary")
+    keys = fd.ncu_key(s)
+    lines = [line for k in keys for line in k.split("<br>")]
+    assert max(len(line) for line in lines) <= 60
+    assert all(k.count("<br>") == 1 for k in keys)
+
+
+def _faprof_ui():
+    pytest.importorskip("streamlit")
+    import sys
+
+    sys.path.insert(0, str(ROOT / "app"))
+    try:
+        import faprof_ui
+    finally:
+        sys.path.remove(str(ROOT / "app"))
+    return faprof_ui
 
 
 def test_gpus_page_labels_published_and_measured(app):

@@ -3,8 +3,11 @@
 Method: start `streamlit run app/dashboard.py -- tests/data/bundles` on a free loopback port, wait
 for its health endpoint, then for each page wait (bounded) until its title and either a rendered
 plotly chart or the page's "no data, run this" hint is on screen and the script has stopped
-running; fail on any Streamlit exception box or error alert. The server is killed at the end.
-Screenshots of every page go to $FAPROF_SHOTS when it is set (for looking at them by eye).
+running; fail on any Streamlit exception box or error alert, and on any chart whose tick labels
+overlap, run past the chart's edge, or whose legend entries are cut off (measured on the drawn SVG:
+plotly's automargin and angled ticks must have made room). The server is killed at the end.
+Screenshots of every page (1400x900 viewport, grown to the page's height) go to $FAPROF_SHOTS when it
+is set, else to the test's temporary folder (for looking at them by eye).
 
 Skips, with the reason, when chromium or playwright is missing (CI installs chromium through
 scripts/setup.sh). Never runs `playwright install`: the browser is the system's.
@@ -52,6 +55,42 @@ PAGES: dict[str, tuple[str, bool | None]] = {
 }
 
 CHART = ".js-plotly-plot, [data-testid=stPlotlyChart]"
+VIEWPORT = {"width": 1400, "height": 900}
+
+#: Finds what a reader would see as broken in every drawn plotly chart: tick labels of one axis that
+#: overlap, tick labels past the chart's edge, legend entries outside the chart or outside the
+#: legend's own box (cut off). One message per problem.
+GEOMETRY_JS = """
+() => {
+  const out = [];
+  const cut = (r, b) => r.left < b.left - 1 || r.right > b.right + 1 || r.top < b.top - 1 || r.bottom > b.bottom + 1;
+  const hit = (r, s) => r.left < s.right - 1 && s.left < r.right - 1 && r.top < s.bottom - 1 && s.top < r.bottom - 1;
+  document.querySelectorAll('.js-plotly-plot').forEach((plot, i) => {
+    const svg = plot.querySelector('.main-svg');
+    if (!svg) return;
+    const box = svg.getBoundingClientRect();
+    const name = ((plot.querySelector('.gtitle') || {}).textContent || `chart ${i + 1}`).slice(0, 60);
+    plot.querySelectorAll('.xaxislayer-above, .yaxislayer-above').forEach(layer => {
+      const labels = [...layer.querySelectorAll('text')].filter(t => t.textContent.trim())
+        .map(t => [t.textContent, t.getBoundingClientRect()]).filter(([, r]) => r.width > 0);
+      for (let a = 0; a < labels.length; a++) {
+        if (cut(labels[a][1], box)) out.push(`${name}: tick label '${labels[a][0]}' runs past the chart's edge`);
+        for (let b = a + 1; b < labels.length; b++)
+          if (hit(labels[a][1], labels[b][1])) out.push(`${name}: tick labels '${labels[a][0]}' and '${labels[b][0]}' overlap`);
+      }
+    });
+    const legend = plot.querySelector('.legend');
+    if (legend) {
+      const bg = (legend.querySelector('.bg') || legend).getBoundingClientRect();
+      legend.querySelectorAll('.traces').forEach(tr => {
+        const r = tr.getBoundingClientRect();
+        if (r.width && (cut(r, box) || cut(r, bg))) out.push(`${name}: legend entry '${tr.textContent}' is cut off`);
+      });
+    }
+  });
+  return out;
+}
+"""
 ERRORS = "[data-testid=stException], [data-testid=stAlertContentError]"
 
 
@@ -137,17 +176,16 @@ def _wait_idle(page, timeout_s: float) -> None:
         page.wait_for_timeout(200)
 
 
-def test_every_page_renders_in_chromium(server):
+def test_every_page_renders_in_chromium(server, tmp_path):
     sync_playwright = _playwright()
-    shots = os.environ.get("FAPROF_SHOTS")
-    if shots:
-        Path(shots).mkdir(parents=True, exist_ok=True)
+    shots = os.environ.get("FAPROF_SHOTS") or str(tmp_path / "shots")
+    Path(shots).mkdir(parents=True, exist_ok=True)
     problems: list[str] = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
                                     args=CHROMIUM_ARGS, timeout=60_000)
         try:
-            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            page = browser.new_page(viewport=VIEWPORT)
             page.set_default_timeout(PAGE_LOAD_S * 1000)
             for path, (title, has_chart) in PAGES.items():
                 page.goto(f"{server}/{path}", wait_until="domcontentloaded")
@@ -166,13 +204,13 @@ def test_every_page_renders_in_chromium(server):
                 if n_err:
                     texts = page.locator(ERRORS).all_inner_texts()
                     problems.append(f"/{path}: {n_err} error box(es): {' | '.join(t[:300] for t in texts)}")
-                if shots:
-                    height = page.evaluate("() => (document.querySelector('[data-testid=stMainBlockContainer]')"
-                                           " || document.body).scrollHeight")
-                    page.set_viewport_size({"width": 1440, "height": min(max(900, int(height) + 120), 8000)})
-                    page.wait_for_timeout(800)
-                    page.screenshot(path=str(Path(shots) / f"{path or 'overview'}.png"), full_page=True)
-                    page.set_viewport_size({"width": 1440, "height": 900})
+                problems += [f"/{path}: {msg}" for msg in page.evaluate(GEOMETRY_JS)]
+                height = page.evaluate("() => (document.querySelector('[data-testid=stMainBlockContainer]')"
+                                       " || document.body).scrollHeight")
+                page.set_viewport_size({"width": VIEWPORT["width"], "height": min(max(900, int(height) + 120), 8000)})
+                page.wait_for_timeout(800)
+                page.screenshot(path=str(Path(shots) / f"{path or 'overview'}.png"), full_page=True)
+                page.set_viewport_size(VIEWPORT)
         finally:
             browser.close()
     assert not problems, "\n".join(problems)

@@ -1,6 +1,9 @@
 """The CLI through click's CliRunner, and the smoke scenario end to end on the CPU."""
 
 import json
+import re
+import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -10,6 +13,9 @@ from faprof.cli import main
 from faprof.store import Bundle, find_bundles
 
 FAST = ["--budget", "0.05"]
+BUNDLES = Path(__file__).resolve().parent / "data" / "bundles"
+H100_L4 = "20261121T192510Z_nvidia-h100-80gb-hbm3_l4-causal"
+CPU_L4 = "20261121T193107Z_cpu_l4-causal"
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +107,10 @@ def test_list_and_doctor():
     (["profile"], "give --scenario"),
     (["export", "/nonexistent/run", "--csv", "/tmp/x"], "no run bundle"),
     (["show", "/nonexistent/run"], "no run bundle"),
+    (["profile", "--scenario", "smoke", "--variants", ""], "names no variant"),
+    (["profile", "--scenario", "smoke", "--variants", " , "], "names no variant"),
+    (["build", "--arch", "sm_75"], "the kernels need sm_80 or newer"),
+    (["build", "--arch", "sm_80,sm_70"], "older than"),
 ])
 def test_user_errors_exit_2_without_traceback(args, needle):
     r = CliRunner().invoke(main, args)
@@ -114,24 +124,43 @@ def test_report_writes_markdown_html_and_csv(smoke_run, tmp_path):
     r = CliRunner().invoke(main, ["report", str(bundle.path), "--out", str(tmp_path / "rep")])
     assert r.exit_code == 0, r.output
     md = (tmp_path / "rep" / "report.md").read_text()
-    for section in ("## Environment", "## Method", "## Results", "## Correctness", "## Findings",
-                    "### First output elements"):
+    for section in ("## The answer", "### Why", "## Appendix", "### Environment", "### Method", "### Results",
+                    "### Correctness", "## Observations", "### First output elements"):
         assert section in md, section
     # every measured row of the bundle appears in the results tables
     df = bundle.measurements()
-    assert md.count("| torch_standard |") >= (df["variant"] == "torch_standard").sum()
+    assert len(re.findall(r"^\| torch_standard +\|", md, re.M)) >= (df["variant"] == "torch_standard").sum()
     html = (tmp_path / "rep" / "report.html").read_text()
-    assert "<table>" in html and "Findings" in html
+    text = re.sub(r"<script.*?</script>", "", html, flags=re.S)
+    assert "<table>" in text and "Observations" in text and "**" not in text and "<strong>" in text
     assert (tmp_path / "rep" / "csv" / "measurements.csv").exists()
+    assert f"report: {tmp_path / 'rep' / 'report.md'}" in r.output  # where to look, said last
     r = CliRunner().invoke(main, ["report", str(bundle.path), "--format", "pdf"])
     assert r.exit_code == 2 and "unknown report format" in r.output
+    # --format picks the files; the default folder is RUN/report
+    only = tmp_path / "only_csv"
+    r = CliRunner().invoke(main, ["report", str(bundle.path), "--out", str(only), "--format", "csv"])
+    assert r.exit_code == 0 and sorted(p.name for p in only.iterdir()) == ["csv"]
 
 
 def test_compare_two_runs(smoke_run):
     _, bundle = smoke_run
     r = CliRunner().invoke(main, ["compare", str(bundle.path), str(bundle.path)])
     assert r.exit_code == 0, r.output
-    assert "1.000" in r.output  # a run against itself: every ratio is exactly 1
+    assert "B and A take the same time" in r.output  # a run against itself: every ratio is exactly 1
+    assert "warning" not in r.output
+
+
+def test_compare_says_which_is_faster_and_warns_on_different_machines():
+    """The H100 and CPU l4_causal fixture runs: the title names the faster run, the devices are called out."""
+    r = CliRunner().invoke(main, ["compare", str(BUNDLES / CPU_L4), str(BUNDLES / H100_L4)])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert re.search(r"B is [\d,.]+x faster than A \(geometric mean over \d+ rows timed in both\)", text), text
+    assert "warning: different GPUs: A ran on CPU only, B on NVIDIA H100 80GB HBM3" in text
+    assert "ran on different devices (cpu in A / cuda in B)" in text
+    r = CliRunner().invoke(main, ["compare", str(BUNDLES / H100_L4), str(BUNDLES / CPU_L4)])
+    assert re.search(r"B is [\d,.]+x slower than A", " ".join(r.output.split()))
 
 
 def test_unsupported_and_skipped_rows_carry_the_problems_work_counts(smoke_run):
@@ -140,3 +169,92 @@ def test_unsupported_and_skipped_rows_carry_the_problems_work_counts(smoke_run):
     not_run = df[df["status"].isin(["unsupported", "skipped"])]
     assert not not_run.empty
     assert (not_run["flops"] > 0).all() and (not_run["min_bytes"] > 0).all()
+
+
+def _one_error_line(output: str) -> str:
+    lines = [ln for ln in output.splitlines() if ln.strip()]
+    assert len(lines) == 1, output
+    return lines[0]
+
+
+def test_errors_are_never_wrapped_even_for_long_paths(tmp_path):
+    """rich wraps at 80 columns off a terminal; errors go through click.echo and stay on one line."""
+    long_dir = tmp_path / ("a_folder_name_long_enough_to_push_the_message_past_eighty_columns_" * 2)
+    missing = long_dir / "missing_run"
+    r = CliRunner().invoke(main, ["show", str(missing)])
+    assert r.exit_code == 2
+    line = _one_error_line(r.output)
+    assert line.startswith("error: ") and str(missing) in line
+
+
+def _corrupt_copy(tmp_path, table: str = "measurements") -> Path:
+    run = tmp_path / "damaged_run"
+    shutil.copytree(BUNDLES / H100_L4, run)
+    p = run / f"{table}.parquet"
+    p.write_bytes(p.read_bytes()[:3000])  # truncated: no parquet footer
+    return run
+
+
+@pytest.mark.parametrize("cmd", ["show", "report", "export", "compare"])
+def test_a_corrupt_table_is_one_line_naming_the_file_and_nothing_is_written(tmp_path, cmd):
+    run = _corrupt_copy(tmp_path)
+    out = tmp_path / "out"
+    args = {"show": ["show", str(run)], "report": ["report", str(run), "--out", str(out)],
+            "export": ["export", str(run), "--csv", str(out)],
+            "compare": ["compare", str(run), str(BUNDLES / H100_L4)]}[cmd]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2, r.output
+    line = _one_error_line(r.output)
+    assert str(run / "measurements.parquet") in line and "damaged" in line and "Traceback" not in r.output
+    assert not out.exists()
+    assert not (run / "report").exists()  # the default report folder is not left behind either
+    r = CliRunner().invoke(main, ["report", str(run)])
+    assert r.exit_code == 2 and not (run / "report").exists()
+
+
+def test_a_damaged_manifest_is_one_line_too(tmp_path):
+    run = tmp_path / "bad_manifest"
+    shutil.copytree(BUNDLES / H100_L4, run)
+    (run / "manifest.json").write_bytes(b"\xff\xfe not json")
+    r = CliRunner().invoke(main, ["show", str(run)])
+    assert r.exit_code == 2 and "manifest.json" in _one_error_line(r.output)
+
+
+def test_nsight_notices_are_repeated_under_the_table(smoke_run, tmp_path, monkeypatch):
+    """Without ncu/nsys (this machine) the run goes on; what was skipped is said again in the last lines."""
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.delenv("NCU", raising=False)
+    r = CliRunner().invoke(main, ["profile", "--scenario", "smoke", "--variants", "cpu_ref,torch_standard",
+                                  "--out", str(tmp_path), "--ncu", "basic", "--nsys", *FAST])
+    assert r.exit_code == 0, r.output
+    tail = r.output.strip().splitlines()[-4:]
+    notices = [ln for ln in tail if ln.startswith("notice: ")]
+    assert any("Nsight Compute" in n or "ncu" in n for n in notices), tail
+    assert any("nsys" in n for n in notices), tail
+    assert tail[-1].startswith("bundle: ")
+
+
+def test_build_table_is_readable_and_ptxas_results_are_cached(tmp_path, monkeypatch):
+    from faprof import build
+
+    if build.find_cuda_home() is None and shutil.which("nvcc") is None:
+        pytest.skip("nvcc not found")
+    monkeypatch.setenv("FAPROF_CACHE", str(tmp_path / "cache"))
+    r = CliRunner().invoke(main, ["build", "--arch", "sm_80"])
+    assert r.exit_code == 0, r.output
+    text = r.output
+    # full template arguments, causal and non-causal instantiations told apart, occupancy as a whole %
+    assert re.search(r"MmaConfig<64, 128, 128, 4, false, 2,\s*│.*\n.*false>, true", text) or "false>, true" in text
+    assert re.search(r"│\s+\d{1,3}% │", text) and "8.33333" not in text
+    assert "compiled" in text
+    r2 = CliRunner().invoke(main, ["build", "--arch", "sm_80"])
+    assert r2.exit_code == 0 and "0 of " in r2.output and "reused ptxas output cached" in r2.output
+    assert r2.output.split("ptxas resource usage")[1].split("(file, arch)")[0].count("│") > 0
+
+
+def test_dashboard_binds_to_localhost_unless_told(tmp_path):
+    pytest.importorskip("streamlit")
+    r = CliRunner().invoke(main, ["dashboard", "--print-command"])
+    assert r.exit_code == 0 and "--server.address 127.0.0.1" in r.output
+    r = CliRunner().invoke(main, ["dashboard", "--print-command", "--host", "0.0.0.0"])
+    assert "--server.address 0.0.0.0" in r.output

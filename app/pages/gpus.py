@@ -18,44 +18,58 @@ if df.empty:
 
 published_all = fd.published_figures(ctx.runs)
 scenarios = sorted(df["scenario"].unique())
-gpus_per = {s: df.loc[df["scenario"] == s, "gpu"].nunique() for s in scenarios}
+# A CPU-only run is a machine, not a GPU: it is drawn (as "CPU (no GPU)") but never counted as a GPU.
+machines = {s: df.loc[df["scenario"] == s, "gpu"].unique() for s in scenarios}
+gpus_per = {s: fd.machine_count(machines[s])[0] for s in scenarios}
 has_pub = {s: int((published_all["scenario"] == s).sum()) if not published_all.empty else 0 for s in scenarios}
-default = max(scenarios, key=lambda s: (gpus_per[s], has_pub[s]))
-top = st.columns([2, 3])
+default = max(scenarios, key=lambda s: (gpus_per[s], len(machines[s]), has_pub[s]))
+top = st.columns([3, 1, 3])
 scenario = top[0].selectbox("Scenario", scenarios, index=scenarios.index(default), key="gpus_scenario",
-                            format_func=lambda s: f"{s} ({gpus_per[s]} GPU{'s' if gpus_per[s] > 1 else ''}"
+                            format_func=lambda s: f"{s} ({fd.machines_phrase(machines[s])}"
                                                   f"{', published figures' if has_pub[s] else ''})")
 meas = fd.gpu_comparison(df, scenario)
+dtypes = sorted(meas["dtype"].dropna().unique()) if not meas.empty else []
+dtype = None
+if len(dtypes) > 1:  # one dtype at a time: fp16 and fp32 rows of one shape are different problems
+    counts = meas["dtype"].value_counts()
+    dtype = top[1].selectbox("dtype", dtypes, index=dtypes.index(max(dtypes, key=lambda d: (int(counts[d]), d == "fp16"))),
+                             key="gpus_dtype")
+    meas = meas[meas["dtype"] == dtype]
+elif dtypes:
+    top[1].selectbox("dtype", dtypes, key="gpus_dtype", disabled=True)
 pub = published_all[published_all["scenario"] == scenario] if not published_all.empty else published_all
 pub_plot = pub[pub["problem"].notna()] if not pub.empty else pub
+if dtype is not None and not pub_plot.empty:
+    pub_plot = pub_plot[pub_plot["problem"].str.contains(rf"\b{dtype}\b", regex=True)]
 
 variants = sorted(meas["variant"].unique()) if not meas.empty else []
-n_gpus = meas["gpu"].nunique() if not meas.empty else 0
-on_all = set(meas.groupby("variant")["gpu"].nunique().loc[lambda s: s == n_gpus].index) if n_gpus > 1 else set()
+n_machines = meas["gpu"].nunique() if not meas.empty else 0
+n_gpus = fd.machine_count(meas["gpu"])[0] if not meas.empty else 0
+on_all = set(meas.groupby("variant")["gpu"].nunique().loc[lambda s: s == n_machines].index) if n_machines > 1 else set()
 wanted = (set(meas["baseline"].astype(str)) if "baseline" in meas else set()) | \
     {str(v) for v in pub.get("maps_to", []) if v} | on_all
 default_v = [v for v in variants if v in wanted] or variants[:4]
-chosen = top[1].multiselect("Variants", variants, default=default_v, key="gpus_variants",
+chosen = top[2].multiselect("Variants", variants, default=default_v, key="gpus_variants",
                             help="Preselected: the scenario's baseline, the variants its report's figures map to, and the "
                                  "variants measured on every GPU.")
 meas = meas[meas["variant"].isin(chosen)] if chosen else meas
 gpus = sorted(meas["gpu"].unique()) if not meas.empty else []
 
 if n_gpus < 2:
-    st.info(f"Scenario `{scenario}` was measured on {n_gpus or 'no'} machine{'s' if n_gpus != 1 else ''} in "
+    st.info(f"Scenario `{scenario}` was measured on {fd.machines_phrase(meas['gpu'] if not meas.empty else [])} in "
             f"these runs. Run `faprof profile --scenario {scenario}` on another GPU and load both bundles to compare "
             "them; the report's published figures are shown beside what is loaded.", icon=":material/info:")
 st.caption("**measured (faprof, GPU)**: filled markers, one colour per variant, one marker shape and line style "
            "per GPU. **published (report NNN, GPU)**: figures quoted from the seed report the scenario reproduces, drawn "
            "as black/grey open stars on dotted lines: the report's numbers, not measurements. The legend groups "
-           "the lines by source.")
+           "the lines by source. A GPU that ran the scenario several times shows its newest run.")
 
-order = fd.problem_order(df[df["scenario"] == scenario])
+order = fd.problem_order(df[(df["scenario"] == scenario) & ((df["dtype"] == dtype) if dtype else True)])
 for p in pub_plot.get("problem", []):
     if p not in order:
         order.append(p)
 short, shared = fd.short_labels(order)
-short = {k: ui.wrap_label(v) for k, v in short.items()}
+short = ui.tick_labels(short, count=len(order) // 2)  # a full-width chart fits twice as many level ticks
 x_title = f"problem ({shared})" if shared else "problem"
 palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f", "#d62728"]
 colors = {v: palette[i % len(palette)] for i, v in enumerate(sorted(meas["variant"].unique()) if not meas.empty else [])}
@@ -100,8 +114,8 @@ def comparison(y: str, pub_col: str | None, title: str, key: str) -> bool:
     if not fig.data:
         return False
     fig.update_yaxes(type="log", title=fd.label(y))
-    fig.update_xaxes(type="category", categoryorder="array", categoryarray=[short[o] for o in order],
-                     tickangle=0, title=x_title)
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=[short[o] for o in order], title=x_title)
+    ui.category_ticks(fig, len(order), half_width=False)
     fig.update_layout(legend=dict(groupclick="toggleitem", tracegroupgap=12))
     ui.show(ui.style(fig, title=title, height=480), key=key)
     return True
@@ -129,7 +143,7 @@ else:
     wide.columns = [f"{fd.label(v)} · {g}" for v, g in wide.columns]
     wide = wide.reset_index()
     wide = wide.assign(_o=wide["problem"].map({p: i for i, p in enumerate(order)})).sort_values(["variant", "_o"]).drop(columns="_o")
-    ui.table(wide, f"gpus_measured_{scenario}", caption="Medians per GPU (several runs on one GPU: the median of them).")
+    ui.table(wide, f"gpus_measured_{scenario}", caption="Medians per GPU (several runs on one GPU: the newest).")
 
 st.subheader("Published figures")
 if pub.empty:

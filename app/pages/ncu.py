@@ -99,7 +99,7 @@ else:
     fig.update_xaxes(range=[0, 100], ticksuffix="%")
     fig.update_yaxes(automargin=True)
     ui.show(ui.style(fig, title="Where warps wait (stacked to 100% per kernel launch)", legend_title="stall reason",
-                     height=max(280, 90 + 40 * sh["key"].nunique())), key="ncu_stalls")
+                     height=max(280, 90 + 40 * sh["key"].nunique(), ui.legend_height(fig))), key="ncu_stalls")
 
 st.subheader("Roofline")
 csrc = fd.ceiling_sources(roof_t)

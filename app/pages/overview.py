@@ -10,6 +10,7 @@ import plotly.express as px
 import streamlit as st
 
 from faprof import analysis
+from faprof import dashboard as fd
 
 ctx = ui.context()
 runs = ctx.runs.runs
@@ -28,7 +29,8 @@ if ctx.filters.get("scenario"):
 
 c = st.columns(4)
 c[0].metric("runs", len(runs))
-c[1].metric("GPUs", runs["gpu"].nunique())
+n_gpus, with_cpu = fd.machine_count(runs["gpu"])
+c[1].metric("GPUs", n_gpus, help="Distinct GPUs among the runs" + (" (CPU-only runs are not counted)" if with_cpu else ""))
 c[2].metric("scenarios", runs["scenario"].nunique())
 c[3].metric("rows", int(runs["rows"].sum()))
 bad = int(runs["wrong"].sum() + runs["failed"].sum())

@@ -43,7 +43,8 @@ if not k_run.empty:
         fig = go.Figure()
         for i, (kname, g) in enumerate(tl.groupby("kernel", sort=False)):
             fig.add_trace(go.Bar(
-                y=g["variant"], x=g["duration_us"], base=g["start_us"], orientation="h", name=kname[:60],
+                y=g["variant"], x=g["duration_us"], base=g["start_us"], orientation="h",
+                name=fd._clip(fd.short_kernel(kname), 30),  # the full name is in the hover and the table
                 marker=dict(color=palette[i % len(palette)], line=dict(width=0.5, color="white")),
                 customdata=g[["iteration", "duration_us", "launch_latency_us"]].to_numpy(),
                 hovertemplate=f"{kname[:80]}<br>" + "call %{customdata[0]}<br>start %{base:.2f} µs, "
@@ -53,7 +54,8 @@ if not k_run.empty:
         fig.update_yaxes(title="", automargin=True, categoryorder="category descending")
         ui.show(ui.style(fig, title=f"Kernels of {labels.get(shape_id, shape_id)} "
                                + ("(first call)" if int(iters) == 1 else f"(first {int(iters)} calls)"),
-                         height=max(260, 110 + 55 * tl["variant"].nunique()), legend_title="kernel"), key="tl_gantt")
+                         height=max(260, 110 + 55 * tl["variant"].nunique(), ui.legend_height(fig)),
+                         legend_title="kernel"), key="tl_gantt")
         st.caption("Each lane is one variant, aligned at its first kernel; gaps are time the GPU sat idle between "
                    "kernels (launch overhead, host work).")
         with st.expander(f"Kernels shown ({len(tl)})"):

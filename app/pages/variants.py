@@ -27,17 +27,27 @@ runs = runs.sort_values(["has_gpu", "created", "run_id"], ascending=False)
 titles = dict(zip(runs["run_id"], [fd.run_title(ctx.runs.manifests[r]) for r in runs["run_id"]], strict=True))
 ids = list(titles)
 wanted_run = st.query_params.get("run")  # ?run=<run_id> links straight to a run
-top = st.columns([3, 2])
+top = st.columns([3, 1, 2])
 run_id = top[0].selectbox("Run", ids, index=ids.index(wanted_run) if wanted_run in ids else 0,
                           format_func=lambda r: titles[r], key="variants_run")
 run = df[df["run_id"] == run_id].copy()
+# One dtype at a time: fp16 and fp32 rows of the same shapes are different problems (and an fp32-only
+# kernel must never be ranked against fp16 rows it could not run).
+dtypes = sorted(run["dtype"].dropna().unique()) if "dtype" in run else []
+if len(dtypes) > 1:
+    timed_dt = fd.timed(run)["dtype"].value_counts()
+    first = max(dtypes, key=lambda d: (int(timed_dt.get(d, 0)), d == "fp16"))
+    dtype = top[1].selectbox("dtype", dtypes, index=dtypes.index(first), key="variants_dtype")
+    run = run[run["dtype"] == dtype].copy()
+elif dtypes:
+    top[1].selectbox("dtype", dtypes, key="variants_dtype", disabled=True)
 baselines = [str(b) for b in dict.fromkeys(run["baseline"].dropna()) if b] if "baseline" in run else []
 baseline = " / ".join(baselines)  # a scenario may give some groups their own baseline
-x_name = top[1].radio("x axis", list(fd.X_AXES), index=list(fd.X_AXES).index(fd.default_x_axis(run)),
+x_name = top[2].radio("x axis", list(fd.X_AXES), index=list(fd.X_AXES).index(fd.default_x_axis(run)),
                       horizontal=True, key="variants_x")
 x = fd.X_AXES[x_name]
 short, shared = fd.short_labels(fd.problem_order(run))
-short = {k: ui.wrap_label(v) for k, v in short.items()}
+short = ui.tick_labels(short)
 run["problem_x"] = run["problem"].map(short)
 order = [short[p] for p in fd.problem_order(run)]
 if x == "problem":
@@ -85,7 +95,7 @@ def line_chart(y: str, title: str, log_y: bool = True, key: str = "") -> go.Figu
         vals = sorted(d[x].dropna().unique())
         fig.update_xaxes(type="log", tickvals=vals if x == "seq_len" and len(vals) <= 12 else None)
     else:
-        fig.update_xaxes(tickangle=0)
+        ui.category_ticks(fig, len(order))
     return ui.style(fig, title=title, legend_title="variant" + (" and problem" if dash else ""), legend_below=True)
 
 
@@ -139,7 +149,7 @@ else:
                                  "reference": True, "reason": True, "problem_x": False})
     fig.update_traces(marker=dict(size=10))
     ui.hline(fig, 1.0, "tolerance (rtol of the dtype)", color=ui.STATUS_COLORS["wrong"], dash="dash")
-    fig.update_xaxes(tickangle=0)
+    ui.category_ticks(fig, len(order), half_width=False)
     ui.show(ui.style(fig, title="Relative error ‖out − ref‖ / ‖ref‖ over the tolerance (log): above 1 fails",
                      legend_title="variant, status" if several else "variant"), key="variants_error")
     tols = ", ".join(f"{d} {r:g}" for d, r in err.groupby("dtype")["rtol"].max().items())
@@ -157,7 +167,7 @@ if not skipped.empty:
     with st.expander(f"Not run: {int(skipped['problems'].sum())} rows unsupported or skipped"):
         ui.table(skipped, f"not_run_{run_id}")
 
-st.subheader("Ranking (median TFLOP/s over the problems)")
+st.subheader("Ranking (median TFLOP/s over the problems, per dtype)")
 rank = fd.ranking_table(t)
 if rank.empty:
     st.caption("No timed rows to rank.")
