@@ -184,7 +184,7 @@ def memory_table(df: pd.DataFrame, standard: str = "torch_standard", flash: str 
 def advise(measurements: pd.DataFrame, ncu_summary: pd.DataFrame | None = None, stalls: pd.DataFrame | None = None,
            nsys_summary: pd.DataFrame | None = None) -> pd.DataFrame:
     """Deprecated shim for callers of the old advisor: faprof.advisor's diagnosis aggregated across
-    shapes, in the old columns (variant, shape_id = the shapes, kernel, category, finding, suggestion).
+    shapes, in the old columns (variant, dtype, shape_id = the shapes, kernel, category, finding, suggestion).
 
     Use `faprof.advisor.diagnose(bundle)` and `faprof.advisor.summarize(...)`: they also read
     ncu_metrics, roofline and ncu_rules, which this signature cannot pass.
@@ -193,5 +193,5 @@ def advise(measurements: pd.DataFrame, ncu_summary: pd.DataFrame | None = None, 
 
     tables = {"measurements": measurements, "ncu_summary": ncu_summary, "stalls": stalls, "nsys_summary": nsys_summary}
     summary = advisor.summarize(advisor.diagnose({k: v for k, v in tables.items() if v is not None}))
-    return pd.DataFrame({"variant": summary["variant"], "shape_id": summary["shapes"], "kernel": "",
+    return pd.DataFrame({"variant": summary["variant"], "dtype": summary["dtype"], "shape_id": summary["shapes"], "kernel": "",
                          "category": summary["title"], "finding": summary["evidence"], "suggestion": summary["fix"]})

@@ -81,9 +81,10 @@ def test_the_shared_memory_limiter_gets_its_own_advice():
 
 def test_l4_causal_aggregated_view_fits_a_screen_per_dtype(l4):
     s = advisor.summarize(l4)
-    assert s.groupby(["variant", "cause"]).size().max() == 1
-    for _dtype, g in l4.groupby("dtype"):
-        assert len(advisor.summarize(g)) <= 20
+    assert s.groupby(["dtype", "variant", "cause"]).size().max() == 1
+    assert set(s["dtype"]) == {"fp16", "fp32"}
+    for _dtype, g in s.groupby("dtype"):
+        assert len(g) <= 20
 
 
 def test_launch_overhead_is_aggregated_and_only_where_the_gpu_waits():
@@ -93,15 +94,17 @@ def test_launch_overhead_is_aggregated_and_only_where_the_gpu_waits():
     assert set(lo["variant"]) <= {"torch_standard", "sdpa_math", "naive"}
     assert "sdpa_efficient" not in set(lo["variant"]) and "fa2_mma" not in set(lo["variant"])
     s = advisor.summarize(d)
-    assert len(s[s["cause"] == "launch_overhead"]) <= 3  # instead of ~60 rows
+    rows = s[s["cause"] == "launch_overhead"]
+    assert rows.groupby(["dtype", "variant"]).size().max() == 1 and len(rows) <= 5  # instead of ~60 rows
+    assert rows["n_shapes"].sum() == len(lo)
 
 
 def test_analysis_advise_shim_returns_the_aggregated_view():
     b = Bundle.open(L4_NCU)
     adv = analysis.advise(b.measurements(), b.read("ncu_summary"), b.read("stalls"), b.read("nsys_summary"))
-    assert list(adv.columns) == ["variant", "shape_id", "kernel", "category", "finding", "suggestion"]
+    assert list(adv.columns) == ["variant", "dtype", "shape_id", "kernel", "category", "finding", "suggestion"]
     assert not adv.empty and (adv["finding"].str.len() > 0).all()
-    assert adv.groupby(["variant", "category"]).size().max() == 1
+    assert adv.groupby(["dtype", "variant", "category"]).size().max() == 1
 
 
 def test_explain_command(tmp_path):

@@ -81,6 +81,19 @@ def test_register_spills_from_local_spill_requests():
     assert f["estimated_gain_pct"] == pytest.approx(35.0)
 
 
+def test_register_spills_weighs_local_bytes_against_l1_bytes():
+    m = {0: {"derived__local_spilling_requests": 2e5, "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum": 1e6,
+             "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": 1e6, "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum": 1e6}}
+    d = advisor.diagnose(tables([launch(0, mem=60)], m, measurements=[meas()]))
+    f = d[d["cause"] == "register_spills"].iloc[0]
+    # 32 MB of local traffic against 32 MB global + 128 MB shared: 1/6 of the L1 bytes
+    assert "1M local-memory sectors = 17% of the kernel's L1 bytes" in f["evidence"]
+    assert f["estimated_gain_pct"] == pytest.approx(100 / 6 * 0.6)
+    # a few local sectors beside heavy ldmatrix traffic (fa2_mma's 20-byte spill): no finding
+    m[0]["l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum"] = 1e4
+    assert "register_spills" not in causes(advisor.diagnose(tables([launch(0)], m, measurements=[meas()])))
+
+
 def test_few_spills_are_not_a_finding():
     m = {0: {"derived__local_spilling_requests": 100, "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum": 1e6,
              "smsp__sass_inst_executed_op_shared_ld.sum": 2e6}}
@@ -296,7 +309,7 @@ def test_every_threshold_is_quoted_in_the_readme():
 
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     for name, t in THRESHOLDS.items():
-        assert f"`{name}`" in readme and f"{t.value:g}" in readme, name
+        assert f"| `{name}` | {t.value:g} | {t.unit} |" in readme, name
 
 
 def test_diagnose_rejects_other_inputs_and_handles_empty_tables():

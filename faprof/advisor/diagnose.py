@@ -100,16 +100,16 @@ def diagnose(source: Any) -> pd.DataFrame:
 
 
 def summarize(diag: pd.DataFrame) -> pd.DataFrame:
-    """One row per (variant, cause) across shapes: the shapes it holds for (those where it is primary
-    first), its largest and median estimated gain, and the evidence of its largest-gain shape.
+    """One row per (dtype, variant, cause) across shapes: the shapes it holds for and those where it
+    is primary, its largest and median estimated gain, and the evidence of its largest-gain shape.
 
-    Rows are ordered by variant, then causes that are primary somewhere (most shapes first), then by
-    the largest gain; notes last."""
+    Rows are ordered by dtype, variant, then causes that are primary somewhere (most shapes first),
+    then by the largest gain; notes last."""
     if diag.empty:
         return pd.DataFrame(columns=list(SUMMARY_COLUMNS))
     rows = []
-    keys = ["variant", "cause", "title"]
-    for (variant, cause, title), g in diag.groupby(keys, sort=False, dropna=False):
+    d = diag.assign(_dtype=diag["dtype"].fillna(""))
+    for (_dt, variant, cause, title), g in d.groupby(["_dtype", "variant", "cause", "title"], sort=False, dropna=False):
         g = g.sort_values("estimated_gain_pct", ascending=False, na_position="last")
         best = g.iloc[0]
         shapes = list(dict.fromkeys(g["shape_id"]))
@@ -124,10 +124,12 @@ def summarize(diag: pd.DataFrame) -> pd.DataFrame:
             "fix": best["fix"], "_n_primary": len(prim), "_tier": 1 if best["kind"] == "note" else 0,
         })
     out = pd.DataFrame(rows)
-    order = list(dict.fromkeys(diag["variant"]))
-    out["_v"] = out["variant"].map({v: i for i, v in enumerate(order)})
-    out = out.sort_values(["_v", "_tier", "_n_primary", "max_gain_pct"], ascending=[True, True, False, False],
-                          na_position="last")
+    dorder = list(dict.fromkeys(d["_dtype"]))
+    vorder = list(dict.fromkeys(diag["variant"]))
+    out["_d"] = out["dtype"].fillna("").map({v: i for i, v in enumerate(dorder)})
+    out["_v"] = out["variant"].map({v: i for i, v in enumerate(vorder)})
+    out = out.sort_values(["_d", "_v", "_tier", "_n_primary", "max_gain_pct"],
+                          ascending=[True, True, True, False, False], na_position="last")
     return out[list(SUMMARY_COLUMNS)].reset_index(drop=True)
 
 

@@ -34,6 +34,8 @@ METRICS: dict[str, tuple[str, ...]] = {
     "global_ldgsts_requests": ("sm__sass_l1tex_t_requests_pipe_lsu_mem_global_op_ldgsts.sum",),
     "global_ld_sectors": ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",),
     "global_st_sectors": ("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",),
+    "global_ldgsts_sectors_bypass": ("sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts_cache_bypass.sum",),
+    "global_ldgsts_sectors_access": ("sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts_cache_access.sum",),
     "global_excess_sectors": ("derived__memory_l2_theoretical_sectors_global_excessive",
                               "derived__memory_l1_theoretical_sectors_global_excessive"),
     "global_ld_bytes_per_sector": ("smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.ratio",),

@@ -92,8 +92,7 @@ def render_text(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per_sha
     from faprof.advisor.diagnose import summarize
 
     s = summary if summary is not None else summarize(diag)
-    for v, g in s.groupby("variant", sort=False):
-        dt = g["dtype"].dropna().iloc[0] if g["dtype"].notna().any() else ""
+    for (dt, v), g in s.groupby([s["dtype"].fillna(""), "variant"], sort=False):
         out.append(f"{v}" + (f" ({dt})" if dt else ""))
         for _, r in g.iterrows():
             gain = _gain(r["max_gain_pct"])

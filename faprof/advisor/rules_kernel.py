@@ -51,24 +51,36 @@ def _share_text(lz: Launch) -> str:
 
 # ------------------------------------------------------------------------------------ memory
 def register_spills(lz: Launch, call: Call, ctx: Context) -> Finding | None:
-    """Local-memory spill traffic as a share of the kernel's memory instructions."""
+    """Local-memory (spill) traffic as a share of the kernel's L1 traffic: local sectors x 32 B
+    against global sectors x 32 B plus shared wavefronts x 128 B (bytes, so that one 4-byte spill
+    is not weighed like a 512-byte ldmatrix); instruction counts when sectors were not collected."""
     spill = lz.metric("spill_requests")
     source = "spill requests (derived__local_spilling_requests)"
     if not ok(spill):
         spill = nansum(lz.metric("local_ld_inst"), lz.metric("local_st_inst"))
         source = "local-memory instructions"
-    if not ok(spill) or spill <= 0:
+    local = nansum(lz.metric("local_ld_sectors"), lz.metric("local_st_sectors"))
+    if not (ok(spill) and spill > 0) and not (ok(local) and local > 0):
         return None
-    mem = nansum(spill, lz.metric("global_ld_requests"), lz.metric("global_st_requests"),
-                 lz.metric("global_ldgsts_requests"), lz.metric("shared_ld_inst"), lz.metric("shared_st_inst"))
-    share = spill / mem if ok(mem) and mem > 0 else math.nan
+    shared = lz.metric("shared_wavefronts")
+    if not ok(shared):
+        shared = nansum(lz.metric("shared_ld_wavefronts"), lz.metric("shared_st_wavefronts"))
+    glob = nansum(lz.metric("global_ld_sectors"), lz.metric("global_st_sectors"),
+                  lz.metric("global_ldgsts_sectors_bypass"), lz.metric("global_ldgsts_sectors_access"))
+    if ok(local) and local > 0 and (ok(shared) or ok(glob)):
+        other = 32 * (glob if ok(glob) else 0.0) + 128 * (shared if ok(shared) else 0.0)
+        share = 32 * local / (32 * local + other)
+        what = f"{big(local)} local-memory sectors = {pct(share)} of the kernel's L1 bytes (global sectors, shared wavefronts)"
+    else:
+        mem = nansum(spill, lz.metric("global_ld_requests"), lz.metric("global_st_requests"),
+                     lz.metric("global_ldgsts_requests"), lz.metric("shared_ld_inst"), lz.metric("shared_st_inst"))
+        share = spill / mem if ok(mem) and mem > 0 else math.nan
+        what = f"{pct(share)} of the kernel's memory instructions"
     if not ok(share) or share < T("SPILL_MIN_SHARE"):
         return None
     busy = _busy_memory(lz)
-    sectors = nansum(lz.metric("local_ld_sectors"), lz.metric("local_st_sectors"))
     regs = lz.col("registers_per_thread")
-    ev = (f"{big(spill)} {source} = {pct(share)} of the kernel's memory instructions"
-          + (f", {big(sectors)} local-memory sectors" if ok(sectors) else "")
+    ev = ((f"{big(spill)} {source}; " if ok(spill) and spill > 0 else "") + what
           + f"; {num(regs, '.0f')} registers/thread; memory/L1TEX pressure {pct(busy)}"
           + (f" (stalls: {_stall_text(lz)})" if lz.stalls else "") + f"; {_share_text(lz)}")
     fix = ("keep fewer values live per thread (smaller per-thread tiles or accumulators, no dynamically indexed "

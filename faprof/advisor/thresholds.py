@@ -22,7 +22,7 @@ THRESHOLDS: dict[str, Threshold] = {
     "MIN_GAIN": Threshold(0.02, "share of the call", "findings that would save less than this are dropped (small kernels get findings only when they matter)"),
     "SMALL_KERNEL_SHARE": Threshold(0.10, "share of the call", "a kernel below this share of the call's GPU time gets no roofline-position finding"),
     # ---- memory
-    "SPILL_MIN_SHARE": Threshold(0.05, "of memory instructions", "spill (local-memory) requests at least this share of the kernel's memory instructions are a finding"),
+    "SPILL_MIN_SHARE": Threshold(0.05, "of L1 bytes", "local-memory (spill) traffic at least this share of the kernel's L1 bytes (local and global sectors x 32 B, shared wavefronts x 128 B; memory instructions when sectors were not collected)"),
     "UNCOALESCED_MIN_SHARE": Threshold(0.25, "of global sectors", "excessive global sectors (beyond what the accessed bytes need) at least this share of all global sectors"),
     "UNCOALESCED_MAX_SECTORS_PER_REQUEST": Threshold(16.0, "sectors", "a warp request of 32 x 16 bytes needs 16 sectors; more per request is uncoalesced for any access width (fallback when ncu's excessive-sector metric is absent)"),
     "SMEM_EXCESS_MIN_SHARE": Threshold(0.10, "of shared wavefronts", "excessive shared-memory wavefronts (bank conflicts beyond the ideal) at least this share of all shared wavefronts; raw bank-conflict counts, which include arbitration, are never used"),
