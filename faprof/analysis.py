@@ -199,160 +199,17 @@ def memory_table(df: pd.DataFrame, standard: str = "torch_standard", flash: str 
 
 
 # ------------------------------------------------------------------------------ the advisor
-#: Thresholds of the advisor, each with its reason.
-#: A grid with fewer blocks than SMs leaves SMs idle for the whole kernel (report 003: 2 CTAs on 58 SMs).
-ADVISE_MIN_BLOCKS_PER_SM = 1.0
-#: Under this theoretical occupancy a latency-bound kernel rarely has enough warps to hide memory latency.
-ADVISE_LOW_OCCUPANCY_PCT = 25.0
-#: DRAM or SM throughput above this share of peak means that unit is the bottleneck.
-ADVISE_BUSY_PCT = 60.0
-#: When both SM and memory throughput are under this, the kernel is latency-bound (neither is busy).
-ADVISE_IDLE_PCT = 40.0
-#: Hardware FLOPs this much above the analytic count mean wasted work (masked tiles, recomputation).
-ADVISE_EXTRA_FLOPS = 1.3
-#: A stall reason with at least this share of stall cycles is worth naming.
-ADVISE_STALL_SHARE = 0.2
-#: When enqueuing a call costs the host at least this fraction of the call's GPU time, the host
-#: cannot keep the GPU fed in a loop of such calls: launch overhead bounds the throughput.
-ADVISE_LAUNCH_BOUND = 1.0
-
-#: What each warp stall reason means and what usually fixes it (Nsight Compute's stall reasons).
-STALL_ADVICE = {
-    "long_scoreboard": ("warps wait for global/local memory (L1TEX) results",
-                        "prefetch the next tile with cp.async / TMA, keep more loads in flight, check for register spills"),
-    "short_scoreboard": ("warps wait for shared memory or special-function (exp) results",
-                         "fewer dependent shared-memory reads (ldmatrix, registers), exp2 with the scale folded in"),
-    "mio_throttle": ("the shared-memory instruction queue is full",
-                     "wider shared-memory accesses (128-bit, ldmatrix) and fewer of them"),
-    "lg_throttle": ("the global-memory instruction queue is full",
-                    "vectorize global loads (16 bytes per thread) or stage through cp.async"),
-    "barrier": ("warps wait at __syncthreads", "fewer block-wide barriers, balance work between warps"),
-    "math_pipe_throttle": ("a math pipe is saturated", "good when it is the tensor pipe; otherwise move math to tensor cores"),
-    "wait": ("fixed-latency dependencies between instructions", "more independent work per warp (ILP), unroll"),
-    "not_selected": ("warps are ready but another was picked: the scheduler is busy", "compute-bound at issue"),
-    "selected": ("warps are issuing", "compute-bound at issue"),
-    "no_instructions": ("instruction-cache misses or branch targets", "smaller unrolled code"),
-    "tex_throttle": ("the texture/L1 pipe is full", "fewer or wider memory instructions"),
-    "membar": ("memory fences", "fewer fences"),
-    "branch_resolving": ("branch target computation", "fewer divergent branches"),
-    "dispatch_stall": ("the dispatcher stalled", "rare; check for pipe conflicts"),
-    "drain": ("stores draining at exit", "normal at kernel end"),
-    "sleeping": ("warps sleeping (nanosleep or barrier arrive/wait)", "check producer/consumer balance"),
-    "gmma": ("waiting on warpgroup MMA (wgmma) results", "deeper pipelining of wgmma"),
-    "warpgroup_arrive": ("waiting at warpgroup arrive", "balance warpgroups"),
-}
-
-
-def _num(x: Any) -> float:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return float("nan")
-    return v
-
-
 def advise(measurements: pd.DataFrame, ncu_summary: pd.DataFrame | None = None, stalls: pd.DataFrame | None = None,
            nsys_summary: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Why each (variant, shape) is as fast as it is, and what to change: one row per finding.
+    """Deprecated shim for callers of the old advisor: faprof.advisor's diagnosis aggregated across
+    shapes, in the old columns (variant, dtype, shape_id = the shapes, kernel, category, finding, suggestion).
 
-    Columns: variant, shape_id, kernel, category, finding (the evidence, with numbers), suggestion.
-    Uses whatever tables the bundle has: the harness's timings (launch-bound calls, wrong results),
-    the ncu summary (grid size vs SMs, occupancy and its limiter, SM vs DRAM throughput, bank
-    conflicts, hardware vs analytic FLOPs), the stall reasons and the nsys timeline (kernels per
-    call, idle gaps). Every finding quotes the figures it rests on.
+    Use `faprof.advisor.diagnose(bundle)` and `faprof.advisor.summarize(...)`: they also read
+    ncu_metrics, roofline and ncu_rules, which this signature cannot pass.
     """
-    rows: list[dict[str, Any]] = []
+    from faprof import advisor
 
-    def add(v, sid, kernel, cat, finding, suggestion):
-        rows.append({"variant": v, "shape_id": sid, "kernel": kernel, "category": cat, "finding": finding,
-                     "suggestion": suggestion})
-
-    m = measurements if measurements is not None else pd.DataFrame()
-    for _, r in m.iterrows():
-        if r.get("status") == "wrong":
-            add(r["variant"], r["shape_id"], "", "correctness",
-                f"output differs from the {r.get('reference')} reference: max abs {_num(r.get('max_abs_err')):.3g}, "
-                f"rel {_num(r.get('rel_err')):.3g}", "fix correctness before reading any timing")
-        enq, med, g = _num(r.get("host_enqueue_ms")), _num(r.get("median_ms")), _num(r.get("graph_ms"))
-        if enq == enq and med == med and med > 0 and enq >= ADVISE_LAUNCH_BOUND * med:
-            graph = f"; a CUDA-graph replay takes {g:.4g} ms (warm L2)" if g == g else ""
-            add(r["variant"], r["shape_id"], "", "launch overhead",
-                f"the host needs {enq:.3g} ms to enqueue a call whose GPU work takes {med:.4g} ms{graph}",
-                "capture the call in a CUDA graph, fuse kernels, or cut host-side work per call")
-
-    s = ncu_summary if ncu_summary is not None else pd.DataFrame()
-    if not s.empty:
-        per = s[s["kernel"] != "(all)"] if "kernel" in s else s
-        for _, r in per.iterrows():
-            v, sid, k = r.get("variant"), r.get("shape_id"), str(r.get("kernel"))
-            grid, sms = _num(r.get("grid_size")), _num(r.get("sm_count"))
-            if grid == grid and sms == sms and grid < ADVISE_MIN_BLOCKS_PER_SM * sms:
-                add(v, sid, k, "parallelism",
-                    f"grid of {grid:.0f} blocks on {sms:.0f} SMs: {sms - grid:.0f} SMs have nothing to do "
-                    f"({100 * grid / sms:.1f}% of the SMs busy)",
-                    "launch more blocks: a block per query tile per head (FA2's grid), or split the K/V loop")
-            occ, lim = _num(r.get("achieved_occupancy_pct")), r.get("occupancy_limiter")
-            theo, waves = _num(r.get("theoretical_occupancy_pct")), _num(r.get("waves_per_sm"))
-            if waves == waves and waves < 1 and grid == grid and sms == sms and grid >= sms:
-                add(v, sid, k, "parallelism",
-                    f"the grid fills {100 * waves:.0f}% of one wave ({grid:.0f} blocks; achieved occupancy {occ:.1f}%): "
-                    f"the SMs could hold more resident blocks than there are",
-                    "more, smaller blocks (smaller query tiles) or more work per launch (batch heads)")
-            if theo == theo and theo < ADVISE_LOW_OCCUPANCY_PCT:
-                add(v, sid, k, "occupancy",
-                    f"theoretical occupancy {theo:.1f}% (achieved {occ:.1f}%), limited by {lim}: "
-                    f"{_num(r.get('registers_per_thread')):.0f} registers/thread, "
-                    f"{_num(r.get('smem_per_block_bytes')) / 1024:.1f} KiB shared memory/block",
-                    {"registers": "cap registers (__launch_bounds__) or keep fewer values live",
-                     "shared memory": "smaller tiles or fewer pipeline stages per block"}.get(str(lim),
-                    "more warps per block or more blocks per SM") + " — or accept it if the kernel hides latency with ILP")
-            smt, dram = _num(r.get("sm_throughput_pct")), _num(r.get("dram_throughput_pct"))
-            memt = _num(r.get("memory_throughput_pct"))
-            if dram == dram and dram >= ADVISE_BUSY_PCT:
-                add(v, sid, k, "memory-bound",
-                    f"DRAM at {dram:.0f}% of peak ({_num(r.get('dram_gbs')):.0f} GB/s) while the SMs are at {smt:.0f}%",
-                    "move fewer bytes: keep the score matrix on chip (fuse), reuse K/V tiles across more queries")
-            elif smt == smt and smt >= ADVISE_BUSY_PCT:
-                tp = _num(r.get("tensor_pipe_util_pct"))
-                extra = f"; tensor pipe {tp:.0f}%" if tp == tp else ""
-                add(v, sid, k, "compute-bound", f"SM throughput {smt:.0f}% of peak{extra}",
-                    "use tensor cores (mma) if the math is on CUDA cores; otherwise the kernel is near its roof")
-            elif smt == smt and memt == memt and smt < ADVISE_IDLE_PCT and memt < ADVISE_IDLE_PCT and (grid != grid or grid >= sms):
-                add(v, sid, k, "latency-bound",
-                    f"neither compute ({smt:.0f}%) nor memory ({memt:.0f}%) is busy: warps are waiting",
-                    "more independent work in flight per SM (occupancy, ILP, async copies); see the stall reasons")
-            bc = _num(r.get("smem_bank_conflicts"))
-            if bc == bc and bc > 0:
-                add(v, sid, k, "bank conflicts", f"{bc:,.0f} shared-memory bank conflicts",
-                    "pad or XOR-swizzle shared-memory rows so a warp's accesses hit distinct banks")
-
-        # Hardware vs analytic FLOPs per call: on the per-(variant, shape) rows ("(all)") when the
-        # summary has them, else on single launches.
-        calls = s[s["kernel"] == "(all)"] if "kernel" in s and (s["kernel"] == "(all)").any() else per
-        for _, r in calls.iterrows():
-            ratio = _num(r.get("hw_over_analytic"))
-            if ratio == ratio and ratio > ADVISE_EXTRA_FLOPS:
-                add(r.get("variant"), r.get("shape_id"), str(r.get("kernel")), "wasted work",
-                    f"the hardware executed {ratio:.2f}x the analytic FLOPs per call (masked or padded tiles "
-                    f"computed, recomputation, or index arithmetic counted as FP)",
-                    "skip tiles that are fully masked (causal block skipping), avoid padding waste and recomputation")
-
-    st = stalls if stalls is not None else pd.DataFrame()
-    if not st.empty and "share" in st:
-        src = "warp_state" if (st["source"] == "warp_state").any() else st["source"].iloc[0]
-        st = st[(st["source"] == src) & (st["kernel"] != "(all)")]
-        for (v, sid, k), g in st.groupby(["variant", "shape_id", "kernel"], sort=False):
-            top = g.sort_values("share", ascending=False).iloc[0]
-            if top["share"] >= ADVISE_STALL_SHARE:
-                what, fix = STALL_ADVICE.get(top["reason"], (top["reason"], ""))
-                add(v, sid, k, "stalls", f"top stall reason {top['reason']} ({100 * top['share']:.0f}% of stall cycles): {what}", fix)
-
-    ns = nsys_summary if nsys_summary is not None else pd.DataFrame()
-    if not ns.empty:
-        for _, r in ns.iterrows():
-            kpc, idle = _num(r.get("kernels_per_call")), _num(r.get("idle_us"))
-            if kpc == kpc and kpc > 1:
-                add(r.get("variant"), r.get("shape_id"), "", "kernels per call",
-                    f"{kpc:.0f} kernels per call" + (f", {idle:.1f} µs idle between them per call" if idle == idle else ""),
-                    "fuse the kernels so intermediates stay on chip and launches disappear")
-    return pd.DataFrame(rows, columns=["variant", "shape_id", "kernel", "category", "finding", "suggestion"])
+    tables = {"measurements": measurements, "ncu_summary": ncu_summary, "stalls": stalls, "nsys_summary": nsys_summary}
+    summary = advisor.summarize(advisor.diagnose({k: v for k, v in tables.items() if v is not None}))
+    return pd.DataFrame({"variant": summary["variant"], "dtype": summary["dtype"], "shape_id": summary["shapes"], "kernel": "",
+                         "category": summary["title"], "finding": summary["evidence"], "suggestion": summary["fix"]})

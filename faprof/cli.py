@@ -581,6 +581,43 @@ def report(run: str, out_dir: Path | None, formats: str, runs_dir: Path) -> None
 
 
 @main.command()
+@click.argument("run")
+@click.option("--variant", "variant", help="Only this variant.")
+@click.option("--shape", "shape", help="Only this shape_id: its ranked findings, one by one.")
+@click.option("--per-shape", is_flag=True, help="Ranked findings of every (variant, shape) instead of the summary across shapes.")
+@click.option("--format", "fmt", type=click.Choice(["table", "text", "md"]), default="table", show_default=True,
+              help="A rich table, plain text, or Markdown.")
+@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
+def explain(run: str, variant: str | None, shape: str | None, per_shape: bool, fmt: str, runs_dir: Path) -> None:
+    """Why each variant is as fast as it is: the advisor's ranked diagnosis of a run bundle.
+
+    One primary cause per (variant, shape) with its estimated share of the call's time, then the
+    secondary findings; by default aggregated across shapes (one row per variant and cause).
+    """
+    from faprof import advisor
+    from faprof.store import resolve_run
+
+    bundle = resolve_run(run, runs_dir)
+    diag = advisor.diagnose(bundle)
+    for key, val in (("variant", variant), ("shape_id", shape)):
+        if val and not diag.empty and val not in set(diag[key]):
+            known = ", ".join(dict.fromkeys(diag[key]))
+            raise FaprofError(f"no findings for {key} {val!r} in {bundle.path.name}; with findings: {known}")
+    diag = advisor.select(diag, variant, shape)
+    if diag.empty:
+        console.print(f"No findings for {bundle.path.name}: the advisor needs timed rows with ncu and/or nsys tables "
+                      "(run `faprof profile ... --ncu --nsys`).")
+        return
+    per = per_shape or bool(shape)
+    if fmt == "md":
+        console.print(advisor.render_markdown(diag, per_shape=per), markup=False, soft_wrap=True)
+    elif fmt == "text":
+        console.print(advisor.render_text(diag, per_shape=per, width=console.width), markup=False, soft_wrap=True)
+    else:
+        console.print(advisor.rich_table(diag, per_shape=per, title=f"Why: {bundle.path.name}"))
+
+
+@main.command()
 @click.argument("run_a")
 @click.argument("run_b")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)

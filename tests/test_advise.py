@@ -1,45 +1,121 @@
-"""The bottleneck advisor on real tables: an ncu report recorded on the H100 and a real bundle."""
+"""The advisor on recorded data: an ncu report of kernels with known behaviour recorded on the H100,
+and the committed example bundles (l4_causal with ncu tables, with an nsys timeline)."""
+
+from __future__ import annotations
 
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 
-from faprof import analysis
+from faprof import advisor, analysis
+from faprof.cli import main
+from faprof.store import Bundle
 
 DATA = Path(__file__).parent / "data"
+EXAMPLES = Path(__file__).parent.parent / "examples" / "runs"
+L4_NCU = EXAMPLES / "20261121T202207Z_nvidia-h100-80gb-hbm3_l4-causal"
+L4_NSYS = EXAMPLES / "20261121T201056Z_nvidia-h100-80gb-hbm3_l4-causal"
 
 
 @pytest.fixture(scope="module")
-def ncu_tables():
+def tiny():
     pytest.importorskip("ncu_report", reason="the ncu-report package reads the recorded .ncu-rep")
     from faprof.nsight import ncu
 
     plan = ncu.load_plan(DATA / "ncu" / "tiny_full_plan.json")
-    return ncu.derive_tables(ncu.read_report(DATA / "ncu" / "tiny_full.ncu-rep", plan), plan)
+    metrics = ncu.read_report(DATA / "ncu" / "tiny_full.ncu-rep", plan)
+    return advisor.diagnose({"ncu_metrics": metrics, **ncu.derive_tables(metrics, plan)})
 
 
-def test_advisor_names_the_bottlenecks_the_fixture_kernels_were_built_to_show(ncu_tables):
-    adv = analysis.advise(pd.DataFrame(), ncu_tables["ncu_summary"], ncu_tables["stalls"])
-    cats = set(zip(adv["variant"], adv["shape_id"], adv["category"], strict=True))
-    # one block on 132 SMs: the parallelism problem of report 003 ("2 CTAs on 58 SMs")
-    assert ("tiny_ffma", "blocks1_t128_it256", "parallelism") in cats
-    one = adv[(adv["shape_id"] == "blocks1_t128_it256") & (adv["category"] == "parallelism")].iloc[0]
-    assert "131 SMs have nothing to do" in one["finding"]
-    # the strided shared-memory kernel: bank conflicts and an MIO-throttle stall
-    assert ("tiny_smem", "blocks132_stride32_it64", "bank conflicts") in cats
-    stall = adv[(adv["variant"] == "tiny_smem") & (adv["category"] == "stalls")].iloc[0]
-    assert "mio_throttle" in stall["finding"]
-    assert (adv["finding"].str.len() > 0).all() and (adv["suggestion"].str.len() > 0).all()
+def _primary(d: pd.DataFrame, variant: str, shape: str) -> pd.Series:
+    p = d[(d["variant"] == variant) & (d["shape_id"] == shape) & d["primary"]]
+    assert len(p) == 1, d[(d["variant"] == variant) & (d["shape_id"] == shape)]
+    return p.iloc[0]
 
 
-def test_advisor_flags_launch_bound_and_wrong_rows():
-    m = pd.DataFrame([
-        {"variant": "a", "shape_id": "s", "status": "ok", "median_ms": 0.01, "graph_ms": 0.02, "host_enqueue_ms": 0.05},
-        {"variant": "b", "shape_id": "s", "status": "wrong", "median_ms": 1.0, "graph_ms": 0.9, "reference": "cpu_ref fp64",
-         "max_abs_err": 0.5, "rel_err": 0.2},
-        {"variant": "c", "shape_id": "s", "status": "ok", "median_ms": 1.0, "graph_ms": 0.95, "host_enqueue_ms": 0.05},
-    ])
-    adv = analysis.advise(m)
-    assert list(zip(adv["variant"], adv["category"], strict=True)) == [("a", "launch overhead"), ("b", "correctness")]
-    assert "0.05 ms to enqueue a call whose GPU work takes 0.01 ms" in adv.iloc[0]["finding"]
+def test_recorded_kernels_get_the_cause_they_were_built_to_show(tiny):
+    # one block on 132 SMs: report 003's "2 CTAs on 58 SMs"
+    one = _primary(tiny, "tiny_ffma", "blocks1_t128_it256")
+    assert one["cause"] == "too_few_ctas" and "131 SMs idle" in one["evidence"]
+    # 32 lanes reading an int with a 32-int stride: ncu's excessive wavefronts, mio_throttle stalls
+    smem = _primary(tiny, "tiny_smem", "blocks132_stride32_it64")
+    assert smem["cause"] == "smem_bank_conflicts" and "mio_throttle" in smem["evidence"]
+    # wmma on the H100: mma.sync-class HMMA with no GMMA
+    hmma = tiny[(tiny["variant"] == "tiny_hmma") & (tiny["cause"] == "mma_sync_on_hopper")]
+    assert len(hmma) == 1 and "0 GMMA" in hmma.iloc[0]["evidence"]
+    assert (tiny["evidence"].str.len() > 0).all() and (tiny["fix"].str.len() > 0).all()
+
+
+@pytest.fixture(scope="module")
+def l4():
+    return advisor.diagnose(Bundle.open(L4_NCU))
+
+
+def test_l4_causal_diagnosis_does_not_contradict_the_evidence(l4):
+    # sdpa_efficient fp32 emulates fp32 with TF32 products: a note, never wasted work
+    fp32 = l4[(l4["variant"] == "sdpa_efficient") & (l4["dtype"] == "fp32")]
+    assert "wasted_work" not in set(fp32["cause"])
+    assert set(fp32[fp32["cause"] == "tf32_emulation"]["kind"]) == {"note"}
+    # small-S causal fa2 (one tile computes ~2x the exact pairs) is not told it wastes work
+    assert "wasted_work" not in set(l4[l4["variant"] == "fa2"]["cause"])
+    # bank conflicts only from excessive wavefronts: fa1 at b4_h8 had 77 raw conflicts, 2% excessive
+    fa1 = l4[(l4["variant"] == "fa1") & (l4["shape_id"] == "b4_h8_sq128_sk128_d64_fp32_causal_fwd")]
+    assert "smem_bank_conflicts" not in set(fa1["cause"])
+    for ev in l4[l4["cause"] == "smem_bank_conflicts"]["evidence"]:
+        assert "excessive" in ev
+    # one primary per (variant, shape) that ran: 5 shapes x (naive, fa1, fa2, sdpa_efficient) fp32 + 5 fp16
+    prim = l4[l4["primary"]].groupby(["variant", "shape_id"]).size()
+    assert (prim == 1).all() and len(prim) == 25
+
+
+def test_the_shared_memory_limiter_gets_its_own_advice():
+    """fa1's occupancy is limited by shared memory in the l4 bundle; its latency finding says what to do."""
+    d = advisor.diagnose(Bundle.open(L4_NCU))
+    lat = d[(d["variant"] == "fa1") & (d["cause"] == "latency_bound")]
+    assert not lat.empty
+    assert all("limited by shared_memory" in e for e in lat["evidence"])
+    assert all(advisor.LIMITER_ADVICE["shared_memory"] in f for f in lat["fix"])
+
+
+def test_l4_causal_aggregated_view_fits_a_screen_per_dtype(l4):
+    s = advisor.summarize(l4)
+    assert s.groupby(["dtype", "variant", "cause"]).size().max() == 1
+    assert set(s["dtype"]) == {"fp16", "fp32"}
+    for _dtype, g in s.groupby("dtype"):
+        assert len(g) <= 20
+
+
+def test_launch_overhead_is_aggregated_and_only_where_the_gpu_waits():
+    d = advisor.diagnose(Bundle.open(L4_NSYS))
+    lo = d[d["cause"] == "launch_overhead"]
+    # single-kernel calls (every SDPA backend, fa2_mma, ...) are never launch-bound from faprof's loop
+    assert set(lo["variant"]) <= {"torch_standard", "sdpa_math", "naive"}
+    assert "sdpa_efficient" not in set(lo["variant"]) and "fa2_mma" not in set(lo["variant"])
+    s = advisor.summarize(d)
+    rows = s[s["cause"] == "launch_overhead"]
+    assert rows.groupby(["dtype", "variant"]).size().max() == 1 and len(rows) <= 5  # instead of ~60 rows
+    assert rows["n_shapes"].sum() == len(lo)
+
+
+def test_analysis_advise_shim_returns_the_aggregated_view():
+    b = Bundle.open(L4_NCU)
+    adv = analysis.advise(b.measurements(), b.read("ncu_summary"), b.read("stalls"), b.read("nsys_summary"))
+    assert list(adv.columns) == ["variant", "dtype", "shape_id", "kernel", "category", "finding", "suggestion"]
+    assert not adv.empty and (adv["finding"].str.len() > 0).all()
+    assert adv.groupby(["dtype", "variant", "category"]).size().max() == 1
+
+
+def test_explain_command(tmp_path):
+    r = CliRunner().invoke(main, ["explain", str(L4_NCU), "--format", "text", "--variant", "fa1"])
+    assert r.exit_code == 0, r.output
+    assert "fa1 (fp32)" in r.output and "too few CTAs" in r.output and "evidence:" in r.output
+    r = CliRunner().invoke(main, ["explain", str(L4_NCU), "--format", "md", "--shape", "b16_h8_sq512_sk512_d64_fp32_causal_fwd"])
+    assert r.exit_code == 0 and "| 1 | **" in r.output
+    r = CliRunner().invoke(main, ["explain", str(L4_NCU)])
+    assert r.exit_code == 0 and "Why:" in r.output
+    r = CliRunner().invoke(main, ["explain", str(L4_NCU), "--variant", "nope"])
+    assert r.exit_code == 2 and "no findings for variant 'nope'" in r.output
+    r = CliRunner().invoke(main, ["explain", str(EXAMPLES / "20261121T200405Z_nvidia-h100-80gb-hbm3_h100-headline")])
+    assert r.exit_code == 0 and "No findings" in r.output

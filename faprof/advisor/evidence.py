@@ -1,0 +1,256 @@
+"""The evidence the rules read: a bundle's tables regrouped per call and per kernel launch.
+
+Every table is optional. A `Call` is one (variant, shape_id): its measured row, its nsys row and
+its ncu launches; a `Launch` is one profiled kernel launch: its ncu_summary row, every metric ncu
+recorded for it (the long ncu_metrics table, read by name), its stall shares and its roofline row.
+Metric names come from the catalogue (`faprof.nsight.metrics`) where it has the concept, else from
+METRICS below (names checked against reports recorded on an H100 with Nsight Compute 2025.3.1);
+the first name a report holds wins, and a metric a set did not collect is NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+#: Tables diagnose() reads, by bundle file stem.
+TABLES = ("measurements", "ncu_summary", "ncu_metrics", "stalls", "roofline", "nsys_summary", "nsys_kernels",
+          "ncu_rules")
+
+#: Metrics the advisor reads that are not catalogue concepts: key -> names in order of preference.
+METRICS: dict[str, tuple[str, ...]] = {
+    "spill_requests": ("derived__local_spilling_requests", "sass__inst_executed_register_spilling",
+                       "sass__inst_executed_register_spilling.sum"),
+    "local_ld_inst": ("smsp__sass_inst_executed_op_local_ld.sum",),
+    "local_st_inst": ("smsp__sass_inst_executed_op_local_st.sum",),
+    "local_ld_sectors": ("l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum",),
+    "local_st_sectors": ("l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum",),
+    "global_ld_requests": ("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",),
+    "global_st_requests": ("l1tex__t_requests_pipe_lsu_mem_global_op_st.sum",),
+    "global_ldgsts_requests": ("sm__sass_l1tex_t_requests_pipe_lsu_mem_global_op_ldgsts.sum",),
+    "global_ld_sectors": ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",),
+    "global_st_sectors": ("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",),
+    "global_ldgsts_sectors_bypass": ("sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts_cache_bypass.sum",),
+    "global_ldgsts_sectors_access": ("sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts_cache_access.sum",),
+    "global_excess_sectors": ("derived__memory_l2_theoretical_sectors_global_excessive",
+                              "derived__memory_l1_theoretical_sectors_global_excessive"),
+    "global_ld_bytes_per_sector": ("smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.ratio",),
+    "shared_wavefronts": ("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",),
+    "shared_ld_wavefronts": ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",),
+    "shared_st_wavefronts": ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",),
+    "shared_excess_wavefronts": ("derived__memory_l1_wavefronts_shared_excessive",),
+    "shared_util_pct": ("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed",),
+    "shared_ld_inst": ("smsp__sass_inst_executed_op_shared_ld.sum",),
+    "shared_st_inst": ("smsp__sass_inst_executed_op_shared_st.sum",),
+    "fma_util_pct": ("sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active",
+                     "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active",
+                     "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_elapsed"),
+    "hmma_util_pct": ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+                      "sm__pipe_tensor_op_hmma_cycles_active_v2.avg.pct_of_peak_sustained_active"),
+    "gmma_util_pct": ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",),
+}
+
+
+def _num(x: Any) -> float:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return math.nan
+    return v
+
+
+def ok(x: Any) -> bool:
+    """True for a real number (not NaN, not None)."""
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
+
+
+def nansum(*xs: float) -> float:
+    vals = [x for x in xs if ok(x)]
+    return float(sum(vals)) if vals else math.nan
+
+
+@dataclass
+class Launch:
+    """One profiled kernel launch."""
+
+    kernel: str
+    kernel_id: int
+    launch: int
+    row: dict[str, Any]
+    metrics: dict[str, float]
+    cc: str | None
+    stalls: list[tuple[str, float]] = field(default_factory=list)  # (reason, share), largest first
+    roofline: dict[str, Any] = field(default_factory=dict)
+    share: float = math.nan  # of the call's profiled GPU time
+
+    def col(self, name: str) -> float:
+        """A numeric ncu_summary column (NaN when absent)."""
+        return _num(self.row.get(name))
+
+    def metric(self, key: str) -> float:
+        """A metric by catalogue concept key or METRICS key; NaN when the report lacks it."""
+        from faprof.nsight import metrics as catalogue
+
+        names: tuple[str, ...] = METRICS.get(key, ())
+        if not names and key in catalogue.CATALOGUE:
+            names = catalogue.names_for(key, self.cc)
+        for n in names:
+            v = self.metrics.get(n)
+            if v is not None and ok(v):
+                return float(v)
+        return math.nan
+
+    def stall_share(self, *reasons: str) -> float:
+        shares = dict(self.stalls)
+        vals = [shares[r] for r in reasons if r in shares]
+        return float(sum(vals)) if vals else math.nan
+
+    @property
+    def duration_ms(self) -> float:
+        return self.col("duration_ms")
+
+    @property
+    def grid(self) -> float:
+        return self.col("grid_size")
+
+    @property
+    def sms(self) -> float:
+        return self.col("sm_count")
+
+
+@dataclass
+class Call:
+    """One (variant, shape_id): what was measured about it."""
+
+    variant: str
+    shape_id: str
+    measurement: dict[str, Any] = field(default_factory=dict)
+    nsys: dict[str, Any] = field(default_factory=dict)
+    launches: list[Launch] = field(default_factory=list)
+    analytic_flops: float = math.nan
+    rules: list[dict[str, Any]] = field(default_factory=list)  # ncu's own rule results
+
+    def problem(self, key: str) -> Any:
+        return self.measurement.get(key)
+
+    @property
+    def dtype(self) -> str | None:
+        d = self.measurement.get("dtype")
+        return str(d) if isinstance(d, str) else None
+
+    @property
+    def profiled_ms(self) -> float:
+        return nansum(*(lz.duration_ms for lz in self.launches))
+
+
+@dataclass
+class Tables:
+    """A bundle's tables (empty frames for those not collected) and its environment."""
+
+    frames: dict[str, pd.DataFrame]
+    env: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, name: str) -> pd.DataFrame:
+        df = self.frames.get(name)
+        return df if isinstance(df, pd.DataFrame) else pd.DataFrame()
+
+
+def tables_from(source: Any) -> Tables:
+    """Tables from a Bundle, a Tables, or a mapping {table name: DataFrame} (plus optional 'env')."""
+    if isinstance(source, Tables):
+        return source
+    if isinstance(source, Mapping):
+        frames = {k: v for k, v in source.items() if isinstance(v, pd.DataFrame)}
+        env = source.get("env") if isinstance(source.get("env"), dict) else {}
+        return Tables(frames, dict(env or {}))
+    read = getattr(source, "read", None)
+    if callable(read):
+        frames = {name: read(name) for name in TABLES}
+        try:
+            env = (source.manifest() or {}).get("env", {}) or {}
+        except Exception:  # a bundle without a readable manifest still has tables
+            env = {}
+        return Tables(frames, env)
+    raise TypeError(f"diagnose() takes a Bundle or a mapping of tables, not {type(source).__name__}")
+
+
+def _metric_dicts(metrics: pd.DataFrame) -> dict[int, dict[str, float]]:
+    if metrics.empty or not {"kernel_id", "metric", "value"} <= set(metrics.columns):
+        return {}
+    m = metrics[metrics["value"].notna()]
+    out: dict[int, dict[str, float]] = {}
+    for kid, g in m.groupby("kernel_id", sort=False):
+        vals = pd.to_numeric(g["value"], errors="coerce")
+        out[int(kid)] = dict(zip(g["metric"], vals, strict=True))
+    return out
+
+
+def _stalls(stalls: pd.DataFrame) -> dict[int, list[tuple[str, float]]]:
+    if stalls.empty or not {"kernel_id", "reason", "share", "source"} <= set(stalls.columns):
+        return {}
+    src = "warp_state" if (stalls["source"] == "warp_state").any() else str(stalls["source"].iloc[0])
+    s = stalls[(stalls["source"] == src) & stalls["share"].notna()]
+    out: dict[int, list[tuple[str, float]]] = {}
+    for kid, g in s.groupby("kernel_id", sort=False):
+        g = g.sort_values("share", ascending=False)
+        out[int(kid)] = [(str(r), float(v)) for r, v in zip(g["reason"], g["share"], strict=True)]
+    return out
+
+
+def _roofline(roof: pd.DataFrame) -> dict[int, dict[str, Any]]:
+    if roof.empty or "kernel_id" not in roof.columns:
+        return {}
+    r = roof[roof["ceiling_source"] == "ncu"] if "ceiling_source" in roof.columns else roof
+    return {int(k): dict(g.iloc[0]) for k, g in r.groupby("kernel_id", sort=False) if int(k) >= 0}
+
+
+def calls_from(tables: Tables) -> list[Call]:
+    """One Call per (variant, shape_id) found in any table, in measurement order."""
+    calls: dict[tuple[str, str], Call] = {}
+
+    def call(v: Any, s: Any) -> Call:
+        key = (str(v), str(s))
+        if key not in calls:
+            calls[key] = Call(*key)
+        return calls[key]
+
+    meas = tables.get("measurements")
+    if not meas.empty and {"variant", "shape_id"} <= set(meas.columns):
+        for r in meas.to_dict("records"):
+            call(r["variant"], r["shape_id"]).measurement = r
+    ns = tables.get("nsys_summary")
+    if not ns.empty and {"variant", "shape_id"} <= set(ns.columns):
+        for r in ns.to_dict("records"):
+            if r.get("status", "ok") == "ok":
+                call(r["variant"], r["shape_id"]).nsys = r
+    summ = tables.get("ncu_summary")
+    if not summ.empty and {"variant", "shape_id", "kernel"} <= set(summ.columns):
+        mdicts = _metric_dicts(tables.get("ncu_metrics"))
+        stalls = _stalls(tables.get("stalls"))
+        roof = _roofline(tables.get("roofline"))
+        for r in summ.to_dict("records"):
+            c = call(r["variant"], r["shape_id"])
+            if r["kernel"] == "(all)":
+                c.analytic_flops = _num(r.get("analytic_flops"))
+                continue
+            kid = int(_num(r.get("kernel_id"))) if ok(_num(r.get("kernel_id"))) else -1
+            cc = r.get("cc") if isinstance(r.get("cc"), str) and r.get("cc") else None
+            c.launches.append(Launch(str(r["kernel"]), kid, int(_num(r.get("launch")) or 0), r, mdicts.get(kid, {}),
+                                     cc, stalls.get(kid, []), roof.get(kid, {})))
+            if not ok(c.analytic_flops):
+                c.analytic_flops = _num(r.get("analytic_flops"))
+    rules = tables.get("ncu_rules")
+    if not rules.empty and {"variant", "shape_id"} <= set(rules.columns):
+        for r in rules.to_dict("records"):
+            if (str(r["variant"]), str(r["shape_id"])) in calls:
+                calls[(str(r["variant"]), str(r["shape_id"]))].rules.append(r)
+    for c in calls.values():
+        c.launches.sort(key=lambda lz: lz.launch)
+        total = c.profiled_ms
+        for lz in c.launches:
+            lz.share = lz.duration_ms / total if ok(total) and total > 0 and ok(lz.duration_ms) else math.nan
+    return list(calls.values())

@@ -1,0 +1,130 @@
+"""Text, Markdown and rich renderings of diagnose() / summarize() tables (`faprof explain`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+
+def _gain(x: Any) -> str:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return ""
+    return "" if math.isnan(v) else f"{v:.0f}%"
+
+
+def _md(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def select(diag: pd.DataFrame, variant: str | None = None, shape: str | None = None) -> pd.DataFrame:
+    """Rows of one variant and/or shape (None: all)."""
+    d = diag
+    if variant:
+        d = d[d["variant"] == variant]
+    if shape:
+        d = d[d["shape_id"] == shape]
+    return d
+
+
+def render_markdown(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per_shape: bool = False) -> str:
+    """Markdown: the aggregated table (one row per variant and cause, per dtype), or with per_shape
+    the ranked findings of each (variant, shape)."""
+    if diag.empty:
+        return "No findings: the bundle has no timed rows with Nsight data the advisor can read.\n"
+    parts: list[str] = []
+    if per_shape:
+        for (v, sid), g in diag.groupby(["variant", "shape_id"], sort=False):
+            parts.append(f"#### {v} · {sid}\n")
+            parts.append("| # | cause | kernel | est. gain | evidence | fix |\n|---|---|---|---|---|---|")
+            for _, r in g.sort_values("rank").iterrows():
+                star = "**" if r["primary"] else ""
+                parts.append(f"| {r['rank']} | {star}{_md(r['title'])}{star} | {_md(r['kernel'])[:40]} | "
+                             f"{_gain(r['estimated_gain_pct'])} | {_md(r['evidence'])} | {_md(r['fix'])} |")
+            parts.append("")
+        return "\n".join(parts) + "\n"
+    from faprof.advisor.diagnose import summarize
+
+    s = summary if summary is not None else summarize(diag)
+    for dtype, g in s.groupby(s["dtype"].fillna(""), sort=False):
+        if dtype:
+            parts.append(f"#### {dtype}\n")
+        parts.append("| variant | cause | primary on | also on | max gain | evidence (largest) | fix |\n"
+                     "|---|---|---|---|---|---|---|")
+        for _, r in g.iterrows():
+            prim = set(filter(None, str(r["primary_shapes"]).split(", ")))
+            also = [x for x in str(r["shapes"]).split(", ") if x and x not in prim]
+            parts.append(f"| {_md(r['variant'])} | {_md(r['title'])} | {_md(r['primary_shapes']) or '—'} | "
+                         f"{_md(', '.join(also)) or '—'} | {_gain(r['max_gain_pct'])} | {_md(r['evidence'])} | "
+                         f"{_md(r['fix'])} |")
+        parts.append("")
+    return "\n".join(parts) + "\n"
+
+
+def render_text(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per_shape: bool = False,
+                width: int = 100) -> str:
+    """Plain text: the same views as render_markdown, wrapped to `width` columns."""
+    import textwrap
+
+    if diag.empty:
+        return "No findings: the bundle has no timed rows with Nsight data the advisor can read.\n"
+    out: list[str] = []
+
+    def para(label: str, text: Any) -> None:
+        out.extend(textwrap.wrap(str(text), width=width, initial_indent=f"    {label}: ",
+                                 subsequent_indent=" " * (6 + len(label))))
+
+    if per_shape:
+        for (v, sid), g in diag.groupby(["variant", "shape_id"], sort=False):
+            out.append(f"{v} · {sid}")
+            for _, r in g.sort_values("rank").iterrows():
+                mark = "PRIMARY" if r["primary"] else f"{r['rank']:>7}"
+                gain = _gain(r["estimated_gain_pct"])
+                out.append(f"  {mark}  {r['title']}" + (f"  ~{gain} of the call" if gain else "")
+                           + (f"  [{str(r['kernel'])[:48]}]" if r["kernel"] else ""))
+                para("evidence", r["evidence"])
+                para("fix", r["fix"])
+            out.append("")
+        return "\n".join(out) + "\n"
+    from faprof.advisor.diagnose import summarize
+
+    s = summary if summary is not None else summarize(diag)
+    for (dt, v), g in s.groupby([s["dtype"].fillna(""), "variant"], sort=False):
+        out.append(f"{v}" + (f" ({dt})" if dt else ""))
+        for _, r in g.iterrows():
+            gain = _gain(r["max_gain_pct"])
+            prim = r["primary_shapes"]
+            out.append(f"  {r['title']}" + (f"  up to ~{gain}" if gain else "")
+                       + (f"  primary on {prim}" if prim else f"  on {r['shapes']}"))
+            para("evidence", r["evidence"])
+            para("fix", r["fix"])
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def rich_table(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per_shape: bool = False, title: str = ""):
+    """A rich Table of the same view (for the CLI)."""
+    from rich.table import Table
+
+    t = Table(title=title or None, header_style="bold", show_lines=True)
+    if per_shape:
+        for c in ("variant · shape", "#", "cause", "est. gain", "evidence", "fix"):
+            t.add_column(c, overflow="fold")
+        for _, r in diag.sort_values(["variant", "shape_id", "rank"], kind="stable").iterrows():
+            cause = f"[bold]{r['title']}[/]" if r["primary"] else str(r["title"])
+            t.add_row(f"{r['variant']}\n{r['shape_id']}", str(r["rank"]), cause, _gain(r["estimated_gain_pct"]),
+                      str(r["evidence"]), str(r["fix"]))
+        return t
+    from faprof.advisor.diagnose import summarize
+
+    s = summary if summary is not None else summarize(diag)
+    for c in ("variant", "cause", "primary on", "max gain", "evidence (largest)", "fix"):
+        t.add_column(c, overflow="fold")
+    for _, r in s.iterrows():
+        cause = f"[bold]{r['title']}[/]" if r["primary_shapes"] else str(r["title"])
+        t.add_row(f"{r['variant']}\n({r['dtype'] or ''})", cause, str(r["primary_shapes"]) or "—",
+                  _gain(r["max_gain_pct"]), str(r["evidence"]), str(r["fix"]))
+    return t

@@ -1,0 +1,233 @@
+"""Rules about a whole call: correctness, wasted work, how its kernels are launched, ncu's rules.
+
+Each rule takes (call, ctx) and returns a list of Findings. Work counts come from the hardware
+(ncu's FLOP counters) against the problem's exact FLOPs; launch structure from ncu's launches and
+the nsys timeline; nothing reads a kernel or variant name to decide anything.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+
+from faprof.advisor.evidence import Call, Launch, _num, nansum, ok
+from faprof.advisor.findings import Finding, big, num, pct
+from faprof.advisor.rules_kernel import Context
+from faprof.advisor.thresholds import value as T
+
+
+def correctness(call: Call, ctx: Context) -> list[Finding]:
+    r = call.measurement
+    if r.get("status") != "wrong":
+        return []
+    ev = (f"output differs from the {r.get('reference')} reference: max abs error {num(_num(r.get('max_abs_err')))}, "
+          f"relative {num(_num(r.get('rel_err')))}")
+    return [Finding(call.variant, call.shape_id, "correctness", math.nan, ev,
+                    "fix correctness before reading any timing", "correctness")]
+
+
+# -------------------------------------------------------------------------------- wasted work
+def causal_pairs(sq: int, sk: int) -> int:
+    """Unmasked (query, key) pairs under top-left causal masking: row i sees keys 0..i."""
+    n = min(sq, sk)
+    return n * (n + 1) // 2 + max(0, sq - sk) * sk
+
+
+def tile_pairs(sq: int, sk: int, causal: bool, tile: int) -> int:
+    """Pairs a kernel with square tiles of `tile` rows must compute: whole tiles, causal tiles up to
+    the one holding each query tile's last row's diagonal."""
+    n_kt = -(-sk // tile)
+    total = 0
+    for i in range(-(-sq // tile)):
+        last = min((i + 1) * tile, sq) - 1
+        kt = min(n_kt, last // tile + 1) if causal else n_kt
+        total += tile * kt * tile
+    return total
+
+
+def _problem(call: Call) -> tuple[int, int, bool] | None:
+    sq, sk, causal = _num(call.problem("Sq")), _num(call.problem("Sk")), call.problem("causal")
+    if not (ok(sq) and ok(sk)) or causal is None:
+        return None
+    return int(sq), int(sk), bool(causal)
+
+
+def wasted_work(call: Call, ctx: Context) -> list[Finding]:
+    """Hardware FLOPs over the exact FLOPs, beyond what whole tiles make unavoidable.
+
+    TF32 tensor FLOPs count 1/TF32_PRODUCTS (fp32 emulated with three TF32 products does the
+    exact work three times by design). The allowance is the work of WASTED_WORK_TILE-row tiles
+    (causal: up to the diagonal tile), so small causal problems are not called wasteful.
+    """
+    if not call.launches or not ok(call.analytic_flops) or call.analytic_flops <= 0:
+        return []
+    hw, tf32 = 0.0, 0.0
+    for lz in call.launches:
+        hw = nansum(hw, lz.col("hw_flops"))
+        t = lz.metric("tensor_ops_tf32")
+        tf32 = nansum(tf32, t)
+    if not ok(hw) or hw <= 0:
+        return []
+    effective = hw - (1 - 1 / T("TF32_PRODUCTS")) * (tf32 if ok(tf32) else 0.0)
+    ratio = effective / call.analytic_flops
+    prob = _problem(call)
+    tile = int(T("WASTED_WORK_TILE"))
+    allowance, allow_text = 1.0, "no problem shape known: no tile allowance"
+    if prob is not None:
+        sq, sk, causal = prob
+        exact_pairs = causal_pairs(sq, sk) if causal else sq * sk
+        allowance = tile_pairs(sq, sk, causal, tile) / exact_pairs if exact_pairs else 1.0
+        allow_text = f"{tile}-row tiles{' up to the diagonal' if causal else ''} need {allowance:.2f}x"
+    if ratio <= allowance * T("WASTED_WORK_MIN_RATIO"):
+        return []
+    tf_text = f" (TF32 FLOPs counted 1/{T('TF32_PRODUCTS'):.0f})" if ok(tf32) and tf32 > 0 else ""
+    ev = (f"the hardware executed {big(effective)} FLOPs{tf_text} for {big(call.analytic_flops)} exact ones "
+          f"({ratio:.2f}x); {allow_text}")
+    fix = ("skip work that cannot contribute: key tiles entirely above the causal diagonal (causal block skipping), "
+           "padded tails, recomputation")
+    return [Finding(call.variant, call.shape_id, "wasted_work", 1 - allowance / ratio, ev, fix, "wasted_work")]
+
+
+# ----------------------------------------------------------------------------- launch shape
+def _by_kernel(call: Call) -> dict[str, list[Launch]]:
+    """Launches grouped by kernel name."""
+    out: dict[str, list[Launch]] = {}
+    for lz in call.launches:
+        out.setdefault(lz.kernel, []).append(lz)
+    return out
+
+
+def _same_launches(call: Call) -> list[list[Launch]]:
+    """Groups of launches of one kernel instantiation (full demangled name, template arguments
+    included) with one launch configuration: the same code on the same grid, i.e. one launch
+    repeated over slices of the data (a generic kernel used for different ops differs in its
+    template arguments)."""
+    out: dict[tuple[str, str, str], list[Launch]] = {}
+    for lz in call.launches:
+        name = str(lz.row.get("kernel_demangled") or lz.kernel)
+        out.setdefault((name, str(lz.row.get("grid")), str(lz.row.get("block"))), []).append(lz)
+    return list(out.values())
+
+
+def launch_split(call: Call, ctx: Context) -> list[Finding]:
+    """The same kernel launched several times per call on the same grid, each launch with fewer
+    blocks than SMs: one launch over all slices would fill the GPU (supersedes too_few_ctas there)."""
+    out = []
+    for lzs in _same_launches(call):
+        n = len(lzs)
+        grid, sms = lzs[0].grid, lzs[0].sms
+        if n < 2 or not (ok(grid) and ok(sms)) or grid >= T("TOO_FEW_CTAS_PER_SM") * sms:
+            continue
+        share = nansum(*(lz.share for lz in lzs))
+        frac = 1 - max(1 / n, grid / sms)
+        ctx.split_launches.update(lz.kernel_id for lz in lzs)
+        ev = (f"{n} launches of one kernel on one grid per call, each {grid:.0f} blocks on {sms:.0f} SMs "
+              f"({pct(grid / sms)} of the SMs busy per launch; {n * grid:.0f} blocks in all); {pct(share)} of the call's "
+              f"kernel time")
+        fix = "launch once over all slices: put batch and heads in the grid (blockIdx.y/z) instead of looping on the host"
+        out.append(Finding(call.variant, call.shape_id, "launch_split", share * frac, ev, fix, "launch_split",
+                           kernel=lzs[0].kernel))
+    return out
+
+
+def kernels_per_call(call: Call, ctx: Context) -> list[Finding]:
+    """Several different kernels per call: intermediates make a round trip through DRAM.
+
+    Gain: the DRAM traffic beyond the problem's minimum bytes, at peak bandwidth, as a share of the
+    call's kernel time (a lower bound of what fusing saves)."""
+    names = list(_by_kernel(call))
+    nsys_names = call.nsys.get("kernel_names")
+    if nsys_names is not None and not isinstance(nsys_names, float) and len(set(map(str, nsys_names))) > len(names):
+        names = list(dict.fromkeys(map(str, nsys_names)))
+    if len(names) < 2:
+        return []
+    kpc = _num(call.nsys.get("kernels_per_call"))
+    dram = nansum(*(lz.col("dram_bytes") for lz in call.launches))
+    min_bytes = _num(call.problem("min_bytes"))
+    bw = _num(call.problem("mem_bw_gbs")) * 1e9
+    t = call.profiled_ms * 1e-3
+    gain = math.nan
+    extra = ""
+    if ok(dram) and ok(min_bytes) and ok(bw) and bw > 0 and ok(t) and t > 0:
+        gain = min(1.0, max(0.0, (dram - min_bytes) / bw / t))
+        extra = (f"; {big(dram)}B of DRAM traffic vs {big(min_bytes)}B the problem needs: "
+                 f"{1e6 * max(0.0, dram - min_bytes) / bw:.1f} µs at {bw / 1e9:.0f} GB/s")
+    count = f"{kpc:.0f} kernels" if ok(kpc) else f"{len(call.launches)} kernel launches"
+    ev = f"{count} per call ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''}){extra}"
+    fix = "fuse the kernels so scores and probabilities stay on chip (a FlashAttention-style single kernel)"
+    return [Finding(call.variant, call.shape_id, "kernels_per_call", gain, ev, fix, "kernels_per_call")]
+
+
+def launch_overhead(call: Call, ctx: Context) -> list[Finding]:
+    """The GPU idle between the kernels of one call in the nsys timeline: it waits for the host.
+
+    Only gaps inside a call count (faprof's own Python between calls is not the kernel's cost);
+    tracing lengthens each launch by a few µs, so an untraced run idles somewhat less."""
+    idle, gpu = _num(call.nsys.get("idle_us")), _num(call.nsys.get("gpu_us"))
+    kpc = _num(call.nsys.get("kernels_per_call"))
+    if not (ok(idle) and ok(gpu) and ok(kpc)) or kpc < 2 or gpu + idle <= 0:
+        return []
+    share = idle / (gpu + idle)
+    if share < T("LAUNCH_IDLE_MIN_SHARE"):
+        return []
+    ev = (f"the GPU sits idle {idle:.1f} µs between the {kpc:.0f} kernels of a call (median over "
+          f"{num(_num(call.nsys.get('iterations')), '.0f')} calls) for {gpu:.1f} µs of kernels: {pct(share)} of the call's "
+          f"GPU span waiting for the host (nsys tracing adds a few µs per launch)")
+    fix = "capture the call in a CUDA graph, or fuse its kernels"
+    return [Finding(call.variant, call.shape_id, "launch_overhead", share, ev, fix, "launch_overhead")]
+
+
+# ------------------------------------------------------------------------------ ncu's rules
+#: ncu rule names (lower case, punctuation removed) -> the advisor cause they corroborate.
+NCU_RULE_CAUSES = (
+    (re.compile(r"bank|sharedmem|shared(memory)?(access|conflict)|uncoalescedshared"), "smem_bank_conflicts"),
+    (re.compile(r"uncoalescedglobal|globalaccess|sector"), "uncoalesced_global"),
+    (re.compile(r"spill|localmem"), "register_spills"),
+    (re.compile(r"tail|wave"), "wave_tail"),
+    (re.compile(r"launchconfig|smallgrid|gridsize|fewblocks"), "too_few_ctas"),
+    (re.compile(r"fp32|tensor|pipeutil"), "tensor_cores_unused"),
+)
+
+
+def _rule_cause(name: str) -> str | None:
+    key = re.sub(r"[^a-z0-9]", "", name.lower())
+    for rx, cause in NCU_RULE_CAUSES:
+        if rx.search(key):
+            return cause
+    return None
+
+
+def merge_ncu_rules(call: Call, findings: list[Finding]) -> list[Finding]:
+    """ncu's own rule results: a rule that corroborates a finding on the same kernel is quoted in its
+    evidence; others with an estimated speedup become 'ncu' findings (never primary)."""
+    out: list[Finding] = []
+    for r in call.rules:
+        est = _num(r.get("est_speedup_pct"))
+        name = str(r.get("rule") or r.get("rule_id") or "")
+        kernel = str(r.get("kernel") or "")
+        cause = _rule_cause(name + " " + str(r.get("section") or ""))
+        mine = [f for f in findings if f.cause == cause and (not kernel or f.kernel in ("", kernel))]
+        if mine:
+            tag = f" [ncu rule {name}{': est. speedup ' + format(est, '.0f') + '%' if ok(est) else ''}]"
+            if tag not in mine[0].evidence:
+                mine[0].evidence += tag
+            continue
+        if not ok(est) or est < T("NCU_RULE_MIN_SPEEDUP_PCT"):
+            continue
+        lzs = [lz for lz in call.launches if lz.kernel == kernel] or call.launches
+        share = nansum(*(lz.share for lz in lzs)) / max(1, len(lzs)) if lzs else math.nan
+        msg = re.sub(r"\s+", " ", str(r.get("message") or "")).strip()
+        out.append(Finding(call.variant, call.shape_id, "ncu_rule", share * est / 100 if ok(share) else math.nan,
+                           f"{msg[:240]}{'...' if len(msg) > 240 else ''} (est. speedup {est:.0f}% of the kernel)",
+                           "see the rule's text in Nsight Compute", f"ncu:{name}", kernel=kernel,
+                           title=f"ncu: {name}"))
+    return out
+
+
+CallRule = Callable[[Call, Context], list[Finding]]
+
+#: Call rules that run before the kernel rules (launch_split tells too_few_ctas which launches it covers).
+CALL_RULES_FIRST: tuple[CallRule, ...] = (correctness, launch_split)
+#: Call rules that run after them.
+CALL_RULES: tuple[CallRule, ...] = (wasted_work, kernels_per_call, launch_overhead)

@@ -1,0 +1,304 @@
+"""Rules about one kernel launch, from its Nsight Compute counters.
+
+Each rule takes (launch, call, ctx) and returns a Finding or None. The estimated gain is the
+launch's share of the call's profiled GPU time times the share of the kernel's time the cause
+accounts for (the part of a unit's work the defect adds x how busy that unit is, or the gap to a
+roof). Every finding quotes the counters it rests on; none looks at kernel or variant names.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from faprof.advisor.evidence import Call, Launch, nansum, ok
+from faprof.advisor.evidence import _num as _numf
+from faprof.advisor.findings import LIMITER_ADVICE, STALL_ADVICE, Finding, big, num, pct
+from faprof.advisor.thresholds import value as T
+
+
+@dataclass
+class Context:
+    """What rules share besides the launch and the call."""
+
+    env: dict[str, Any] = field(default_factory=dict)
+    split_launches: set[int] = field(default_factory=set)  # kernel_ids covered by a launch_split finding
+
+
+def _busy_memory(lz: Launch) -> float:
+    """How much memory latency or throughput limits the kernel, 0..1: the larger of the memory
+    throughput (% of peak) and the share of stalls waiting on L1TEX (long_scoreboard, lg_throttle)."""
+    mem = lz.col("memory_throughput_pct") / 100
+    stall = lz.stall_share("long_scoreboard", "lg_throttle")
+    vals = [v for v in (mem, stall) if ok(v)]
+    return min(1.0, max(vals)) if vals else 0.5
+
+
+def _stall_text(lz: Launch, n: int = 3) -> str:
+    top = [(r, s) for r, s in lz.stalls[:n] if s >= T("STALL_SHARE")] or lz.stalls[:1]
+    return ", ".join(f"{r} {pct(s)}" for r, s in top)
+
+
+def _f(call: Call, lz: Launch, cause: str, gain: float, evidence: str, fix: str, rule: str) -> Finding:
+    return Finding(call.variant, call.shape_id, cause, gain, evidence, fix, rule, kernel=lz.kernel)
+
+
+def _share_text(lz: Launch) -> str:
+    return f"{pct(lz.share)} of the call's kernel time"
+
+
+# ------------------------------------------------------------------------------------ memory
+def register_spills(lz: Launch, call: Call, ctx: Context) -> Finding | None:
+    """Local-memory (spill) traffic as a share of the kernel's L1 traffic: local sectors x 32 B
+    against global sectors x 32 B plus shared wavefronts x 128 B (bytes, so that one 4-byte spill
+    is not weighed like a 512-byte ldmatrix); instruction counts when sectors were not collected."""
+    spill = lz.metric("spill_requests")
+    source = "spill requests (derived__local_spilling_requests)"
+    if not ok(spill):
+        spill = nansum(lz.metric("local_ld_inst"), lz.metric("local_st_inst"))
+        source = "local-memory instructions"
+    local = nansum(lz.metric("local_ld_sectors"), lz.metric("local_st_sectors"))
+    if not (ok(spill) and spill > 0) and not (ok(local) and local > 0):
+        return None
+    shared = lz.metric("shared_wavefronts")
+    if not ok(shared):
+        shared = nansum(lz.metric("shared_ld_wavefronts"), lz.metric("shared_st_wavefronts"))
+    glob = nansum(lz.metric("global_ld_sectors"), lz.metric("global_st_sectors"),
+                  lz.metric("global_ldgsts_sectors_bypass"), lz.metric("global_ldgsts_sectors_access"))
+    if ok(local) and local > 0 and (ok(shared) or ok(glob)):
+        other = 32 * (glob if ok(glob) else 0.0) + 128 * (shared if ok(shared) else 0.0)
+        share = 32 * local / (32 * local + other)
+        what = f"{big(local)} local-memory sectors = {pct(share)} of the kernel's L1 bytes (global sectors, shared wavefronts)"
+    else:
+        mem = nansum(spill, lz.metric("global_ld_requests"), lz.metric("global_st_requests"),
+                     lz.metric("global_ldgsts_requests"), lz.metric("shared_ld_inst"), lz.metric("shared_st_inst"))
+        share = spill / mem if ok(mem) and mem > 0 else math.nan
+        what = f"{pct(share)} of the kernel's memory instructions"
+    if not ok(share) or share < T("SPILL_MIN_SHARE"):
+        return None
+    busy = _busy_memory(lz)
+    regs = lz.col("registers_per_thread")
+    ev = ((f"{big(spill)} {source}; " if ok(spill) and spill > 0 else "") + what
+          + f"; {num(regs, '.0f')} registers/thread; memory/L1TEX pressure {pct(busy)}"
+          + (f" (stalls: {_stall_text(lz)})" if lz.stalls else "") + f"; {_share_text(lz)}")
+    fix = ("keep fewer values live per thread (smaller per-thread tiles or accumulators, no dynamically indexed "
+           "local arrays) or loosen the register cap (__launch_bounds__ min blocks, -maxrregcount)")
+    return _f(call, lz, "register_spills", lz.share * share * busy, ev, fix, "register_spills")
+
+
+def uncoalesced_global(lz: Launch, call: Call, ctx: Context) -> Finding | None:
+    """Global sectors beyond what the accessed bytes need (ncu's excessive-sector analysis)."""
+    sectors = nansum(lz.metric("global_ld_sectors"), lz.metric("global_st_sectors"))
+    excess = lz.metric("global_excess_sectors")
+    bps = lz.metric("global_ld_bytes_per_sector")
+    requests = lz.metric("global_ld_requests")
+    if ok(excess) and ok(sectors) and sectors > 0:
+        share = min(1.0, excess / sectors)
+        how = f"{big(excess)} of {big(sectors)} global sectors are excessive (ncu's theoretical-sector analysis)"
+    elif ok(bps) and bps > 0:
+        share = max(0.0, 1 - bps / 32)
+        how = f"global loads use {bps:.1f} of each sector's 32 bytes"
+    elif ok(requests) and requests > 0 and ok(sectors):
+        spr = sectors / requests
+        limit = T("UNCOALESCED_MAX_SECTORS_PER_REQUEST")
+        share = 1 - limit / spr if spr > limit else 0.0
+        how = f"{spr:.1f} sectors per global load request (at most {limit:.0f} for any coalesced access)"
+    else:
+        return None
+    if share < T("UNCOALESCED_MIN_SHARE"):
+        return None
+    busy = _busy_memory(lz)
+    spr_text = f"; {sectors / requests:.1f} sectors per load request" if ok(requests) and requests > 0 and ok(sectors) else ""
+    ev = (f"{how} ({pct(share)}){spr_text}; memory pressure {pct(busy)}"
+          + (f" (stalls: {_stall_text(lz)})" if lz.stalls else "") + f"; {_share_text(lz)}")
+    fix = ("let consecutive lanes read consecutive 16-byte chunks of a row (one warp = whole 128-byte lines), "
+           "vectorize to 16 bytes per thread, or stage tiles with cp.async/TMA")
+    return _f(call, lz, "uncoalesced_global", lz.share * share * busy, ev, fix, "uncoalesced_global")
+
+
+def smem_bank_conflicts(lz: Launch, call: Call, ctx: Context) -> Finding | None:
+    """Excessive shared-memory wavefronts (beyond the ideal), never raw bank-conflict counts."""
+    excess = lz.metric("shared_excess_wavefronts")
+    total = lz.metric("shared_wavefronts")
+    if not ok(total):
+        total = nansum(lz.metric("shared_ld_wavefronts"), lz.metric("shared_st_wavefronts"))
+    if not ok(excess) or not ok(total) or total <= 0:
+        return None
+    share = min(1.0, excess / total)
+    if share < T("SMEM_EXCESS_MIN_SHARE"):
+        return None
+    util = lz.metric("shared_util_pct") / 100
+    stall = lz.stall_share("mio_throttle", "short_scoreboard")
+    busy_vals = [v for v in (util, stall) if ok(v)]
+    busy = min(1.0, max(busy_vals)) if busy_vals else 0.5
+    ev = (f"{big(excess)} of {big(total)} shared-memory wavefronts are excessive ({pct(share)}; "
+          f"derived__memory_l1_wavefronts_shared_excessive); shared pipe {pct(util)} busy"
+          + (f", stalls: {_stall_text(lz)}" if lz.stalls else "") + f"; {_share_text(lz)}")
+    fix = "XOR-swizzle (or pad) shared-memory rows so the 8 rows of an ldmatrix / a warp's accesses fall in distinct banks"
+    return _f(call, lz, "smem_bank_conflicts", lz.share * share * busy, ev, fix, "smem_bank_conflicts")
+
+
+# ----------------------------------------------------------------------------------- compute
+def _tensor_over_fma(lz: Launch, ctx: Context, dtype: str) -> tuple[float, str]:
+    """Peak tensor FLOP/s over peak fp32 FMA FLOP/s: from ncu's peaks, else the GPU database."""
+    ffma, tensor = lz.metric("peak_ffma_per_cycle"), lz.metric("peak_tensor_mma_per_cycle")
+    if ok(ffma) and ok(tensor) and ffma > 0:
+        return tensor / (2 * ffma), "ncu peak_sustained"
+    name = ctx.env.get("gpu_name")
+    if name:
+        from faprof import gpus
+
+        spec = gpus.lookup(name)
+        if spec is not None:
+            t, _ = gpus.peak_tflops(spec, dtype, "tensor")
+            f, _ = gpus.peak_tflops(spec, "fp32", "cuda_core")
+            if t and f:
+                return t / f, "GPU database"
+    return T("TENSOR_OVER_FMA_DEFAULT"), "default"
+
+
+def tensor_cores_unused(lz: Launch, call: Call, ctx: Context) -> Finding | None:
+    """fp16/bf16 attention whose math runs on the FMA pipe while the tensor pipes idle."""
+    if call.dtype not in ("fp16", "bf16"):
+        return None
+    tensor = lz.col("tensor_pipe_util_pct")
+    if not ok(tensor):
+        tensor = lz.col("tensor_fp_util_pct")
+    fma = lz.metric("fma_util_pct")
+    cuda_flops = nansum(lz.col("fp32_flops"), lz.col("fp16_flops"))
+    tflops = lz.col("tensor_flops")
+    idle = (ok(tensor) and tensor < T("TENSOR_IDLE_PCT")) or (not ok(tensor) and ok(tflops) and ok(cuda_flops)
+                                                             and tflops < 0.01 * cuda_flops)
+    if not idle:
+        return None
+    busy = fma / 100 if ok(fma) else lz.col("sm_throughput_pct") / 100
+    if not ok(busy) or 100 * busy < T("FMA_BUSY_PCT"):
+        return None
+    ratio, src = _tensor_over_fma(lz, ctx, call.dtype)
+    ev = (f"{call.dtype} problem; tensor pipes {num(tensor, '.1f')}% active while the FMA pipe is {pct(busy)} busy"
+          + (f"; {big(cuda_flops)} CUDA-core FLOPs" if ok(cuda_flops) else "")
+          + f"; tensor peak is {ratio:.1f}x the fp32 FMA peak ({src}); {_share_text(lz)}")
+    fix = "do QKᵀ and PV with tensor-core MMA (mma.sync/wgmma, or wmma) on fp16/bf16 operands with fp32 accumulation"
+    gain = lz.share * min(1.0, busy) * (1 - 1 / ratio) if ratio > 1 else 0.0
+    return _f(call, lz, "tensor_cores_unused", gain, ev, fix, "tensor_cores_unused")
+
+
+def mma_sync_on_hopper(lz: Launch, call: Call, ctx: Context) -> Finding | None:
+    """Warp-level HMMA (mma.sync/wmma) on sm_90, where warp-group MMA has a 1.5x higher roof."""
+    if not (lz.cc or "").startswith("9."):
+        return None
+    hmma, gmma = lz.col("tensor_hmma_inst"), lz.col("tensor_gmma_inst")
+    moves = lz.metric("tensor_hmma_hfma2_inst")
+    real = hmma - moves if ok(moves) else hmma
+    util = lz.metric("hmma_util_pct")
+    if not ok(util):
+        util = lz.col("tensor_fp_util_pct")
+    if not (ok(real) and real > 0 and ok(gmma) and gmma == 0 and ok(util)) or util < T("HOPPER_MMA_MIN_UTIL_PCT"):
+        return None
+    r = T("HOPPER_WGMMA_OVER_MMA")
+    ev = (f"sm_{(lz.cc or '').replace('.', '')}: {big(real)} warp-level HMMA instructions, 0 GMMA; HMMA pipe {util:.0f}% "
+          f"of its peak, whose roof is 1/{r:g} of wgmma's; {_share_text(lz)}")
+    fix = "on Hopper use warp-group MMA (wgmma.mma_async with TMA-fed shared memory), as FlashAttention-3 does"
+    return _f(call, lz, "mma_sync_on_hopper", lz.share * (1 - 1 / r) * util / 100, ev, fix, "mma_sync_on_hopper")
+
+
+def tf32_emulation(lz: Launch, call: Call, ctx: Context) -> Finding | None:
+    """fp32 attention computed with TF32 tensor products (3xTF32): recognised, not wasted work."""
+    tf32 = lz.metric("tensor_ops_tf32")
+    if call.dtype != "fp32" or not ok(tf32) or tf32 <= 0:
+        return None
+    exact = call.analytic_flops * lz.share if ok(call.analytic_flops) and ok(lz.share) else math.nan
+    ratio = f" = {tf32 / exact:.1f}x this kernel's share of the exact FLOPs" if ok(exact) and exact > 0 else ""
+    ev = (f"fp32 problem, {big(tf32)} TF32 tensor FLOPs{ratio}: fp32 accuracy from {T('TF32_PRODUCTS'):.0f} TF32 "
+          f"products per product, so hardware FLOPs exceed the exact count by design")
+    return _f(call, lz, "tf32_emulation", math.nan, ev, "none needed: this is how the kernel keeps fp32 accuracy on tensor cores",
+              "tf32_emulation")
+
+
+# ------------------------------------------------------------------------------- parallelism
+def too_few_ctas(lz: Launch, call: Call, ctx: Context) -> Finding | None:
+    """A grid with fewer blocks than SMs: the idle SMs' share of the kernel's time."""
+    grid, sms = lz.grid, lz.sms
+    if not (ok(grid) and ok(sms)) or lz.kernel_id in ctx.split_launches:
+        return None
+    if grid >= T("TOO_FEW_CTAS_PER_SM") * sms:
+        return None
+    ev = (f"grid of {grid:.0f} blocks on {sms:.0f} SMs: {sms - grid:.0f} SMs idle for the whole kernel "
+          f"({pct(grid / sms)} of the SMs busy); {_share_text(lz)}")
+    fix = ("put more blocks in the grid: a block per query tile per head (FA2's grid), smaller query tiles, or "
+           "split the key loop over blocks (split-KV, as flash-decoding) when B·H·Sq is small")
+    return _f(call, lz, "too_few_ctas", lz.share * (1 - grid / sms), ev, fix, "too_few_ctas")
+
+
+def wave_tail(lz: Launch, call: Call, ctx: Context) -> Finding | None:
+    """A partial last wave of blocks: up to 1 - waves/ceil(waves) of the kernel runs part-empty."""
+    w = lz.col("waves_per_sm")
+    if not ok(w) or w < 1 or math.ceil(w) > T("WAVE_TAIL_MAX_WAVES"):
+        return None
+    loss = 1 - w / math.ceil(w)
+    if loss < T("WAVE_TAIL_MIN_LOSS"):
+        return None
+    ev = (f"{w:.2f} waves of blocks ({lz.grid:.0f} blocks): the last of {math.ceil(w)} waves is "
+          f"{pct(w - math.floor(w))} full, up to {pct(loss)} of the kernel at partial occupancy; {_share_text(lz)}")
+    fix = "size the grid to a whole number of waves (tile size, or a persistent grid of SMs x blocks/SM with a tile scheduler)"
+    return _f(call, lz, "wave_tail", lz.share * loss, ev, fix, "wave_tail")
+
+
+# ---------------------------------------------------------------------------------- position
+def roofline_position(lz: Launch, call: Call, ctx: Context) -> Finding | None:
+    """Memory-, compute- or latency-bound, from SM / memory / DRAM throughput and the roofline."""
+    if not ok(lz.share) or lz.share < T("SMALL_KERNEL_SHARE"):
+        return None
+    sm, mem, dram = lz.col("sm_throughput_pct"), lz.col("memory_throughput_pct"), lz.col("dram_throughput_pct")
+    if not (ok(sm) and ok(mem)):
+        return None
+    roof = lz.roofline
+    roof_pct = _numf(roof.get("pct_of_roof"))
+    roof_text = (f"; {roof_pct:.0f}% of its {roof.get('bound')}-side roof ({roof.get('precision')}, "
+                 f"{num(_numf(roof.get('arithmetic_intensity')))} FLOP/byte)" if ok(roof_pct) else "")
+    busiest = max(sm, mem)
+    headroom = 1 - (roof_pct if ok(roof_pct) else busiest) / 100
+    occ, theo, lim = lz.col("achieved_occupancy_pct"), lz.col("theoretical_occupancy_pct"), lz.row.get("occupancy_limiter")
+    occ_text = f"occupancy {num(occ, '.0f')}% (theoretical {num(theo, '.0f')}%, limited by {lim}"
+    if lim == "registers":
+        occ_text += f": {num(lz.col('registers_per_thread'), '.0f')} registers/thread"
+    elif lim in ("shared_memory", "shared memory"):
+        occ_text += f": {num(lz.col('smem_per_block_bytes') / 1024, '.1f')} KiB shared memory/block"
+    occ_text += ")"
+    few_ctas = ok(lz.grid) and ok(lz.sms) and lz.grid < 0.5 * lz.sms  # too_few_ctas says it better
+    if ok(dram) and dram >= T("BUSY_PCT"):
+        cause, ev = "memory_bound", f"DRAM {dram:.0f}% of peak ({num(lz.col('dram_gbs'), '.0f')} GB/s), SM {sm:.0f}%"
+        fix = "move fewer bytes: keep intermediates on chip (fuse), reuse each K/V tile for more queries, use smaller dtypes"
+    elif busiest >= T("BUSY_PCT"):
+        if sm >= mem:
+            cause, ev = "compute_bound", f"SM throughput {sm:.0f}% of peak (memory {mem:.0f}%)"
+            fix = "near the roof of the pipes it uses: fewer instructions per FLOP (tensor cores, exp2 with folded scale)"
+        else:
+            cause, ev = "memory_bound", f"on-chip memory throughput {mem:.0f}% of peak (L1/shared/L2), DRAM {num(dram, '.0f')}%"
+            fix = "fewer or wider shared/L1 accesses: ldmatrix, registers for reused operands, no bank conflicts"
+    elif sm < T("IDLE_PCT") and mem < T("IDLE_PCT") and not few_ctas:
+        cause = "latency_bound"
+        ev = f"neither compute ({sm:.0f}%) nor memory ({mem:.0f}%) is busy; {occ_text}"
+        if lz.stalls:
+            top = lz.stalls[0][0]
+            what, _ = STALL_ADVICE.get(top, (top, ""))
+            ev += f"; warps stall on {_stall_text(lz)} (top: waiting for {what})"
+        fix = "more independent work in flight per SM"
+        if isinstance(lim, str) and lim in LIMITER_ADVICE and ok(theo) and theo < 50:
+            fix += f": {LIMITER_ADVICE[lim]}"
+        if lz.stalls:
+            fix += f"; for {lz.stalls[0][0]}: {STALL_ADVICE.get(lz.stalls[0][0], ('', 'see ncu'))[1]}"
+    else:
+        return None
+    return _f(call, lz, cause, lz.share * headroom, ev + roof_text + f"; {_share_text(lz)}", fix, "roofline_position")
+
+
+KernelRule = Callable[[Launch, Call, Context], "Finding | None"]
+
+#: The per-launch rules, in the order they run (the order does not rank them).
+KERNEL_RULES: tuple[KernelRule, ...] = (
+    register_spills, uncoalesced_global, smem_bank_conflicts, tensor_cores_unused, mma_sync_on_hopper,
+    tf32_emulation, too_few_ctas, wave_tail, roofline_position,
+)

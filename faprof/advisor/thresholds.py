@@ -1,0 +1,64 @@
+"""The advisor's thresholds: one table, each with its value, unit and reason (the README quotes it).
+
+Rules read a threshold as `value("NAME")`; nothing in a rule hard-codes a number that decides
+whether a finding fires or how it ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Threshold:
+    value: float
+    unit: str
+    why: str
+
+
+THRESHOLDS: dict[str, Threshold] = {
+    # ---- ranking
+    "PRIMARY_MIN_GAIN": Threshold(0.05, "share of the call", "a cause must explain at least this much of the call's time to be the primary one; below it the roofline position is primary"),
+    "MIN_GAIN": Threshold(0.02, "share of the call", "findings that would save less than this are dropped (small kernels get findings only when they matter)"),
+    "SMALL_KERNEL_SHARE": Threshold(0.10, "share of the call", "a kernel below this share of the call's GPU time gets no roofline-position finding"),
+    # ---- memory
+    "SPILL_MIN_SHARE": Threshold(0.05, "of L1 bytes", "local-memory (spill) traffic at least this share of the kernel's L1 bytes (local and global sectors x 32 B, shared wavefronts x 128 B; memory instructions when sectors were not collected)"),
+    "UNCOALESCED_MIN_SHARE": Threshold(0.25, "of global sectors", "excessive global sectors (beyond what the accessed bytes need) at least this share of all global sectors"),
+    "UNCOALESCED_MAX_SECTORS_PER_REQUEST": Threshold(16.0, "sectors", "a warp request of 32 x 16 bytes needs 16 sectors; more per request is uncoalesced for any access width (fallback when ncu's excessive-sector metric is absent)"),
+    "SMEM_EXCESS_MIN_SHARE": Threshold(0.10, "of shared wavefronts", "excessive shared-memory wavefronts (bank conflicts beyond the ideal) at least this share of all shared wavefronts; raw bank-conflict counts, which include arbitration, are never used"),
+    # ---- compute
+    "TENSOR_IDLE_PCT": Threshold(1.0, "% of peak", "tensor pipes below this are idle"),
+    "FMA_BUSY_PCT": Threshold(20.0, "% of peak", "an FMA pipe above this does the math on CUDA cores"),
+    "TENSOR_OVER_FMA_DEFAULT": Threshold(8.0, "x", "tensor over fp32 FMA peak when neither ncu nor the GPU database gives both peaks"),
+    "HOPPER_WGMMA_OVER_MMA": Threshold(1.5, "x", "on sm_90 the warp-group MMA (wgmma) roof is 1.5x the warp-level mma.sync one (540,672 vs 360,448 dense fp16 FLOP/cycle on an H100 SXM)"),
+    "HOPPER_MMA_MIN_UTIL_PCT": Threshold(5.0, "% of peak", "mma.sync on Hopper is a finding only when the HMMA pipe is at least this busy"),
+    "TF32_PRODUCTS": Threshold(3.0, "x", "fp32 emulated on tensor cores (CUTLASS 3xTF32) executes three TF32 products per fp32 one: tensor FLOPs from TF32 count 1/3 as exact work"),
+    "WASTED_WORK_TILE": Threshold(128.0, "rows", "largest query/key tile assumed when computing the work a tiled kernel cannot avoid (causal diagonal tiles, padded tails)"),
+    "WASTED_WORK_MIN_RATIO": Threshold(1.3, "x", "hardware FLOPs above the tile-granular minimum by this factor are wasted work"),
+    # ---- parallelism
+    "TOO_FEW_CTAS_PER_SM": Threshold(1.0, "blocks per SM", "a grid with fewer blocks than this times the SM count leaves SMs idle for the whole kernel"),
+    "WAVE_TAIL_MIN_LOSS": Threshold(0.20, "of the kernel", "a partial last wave costing at least this share of the kernel (1 - waves/ceil(waves)) is a finding"),
+    "WAVE_TAIL_MAX_WAVES": Threshold(4.0, "waves", "beyond this many waves the tail matters little"),
+    # ---- position on the roofline
+    "BUSY_PCT": Threshold(60.0, "% of peak", "a unit (SM, DRAM, memory) above this is the bottleneck"),
+    "IDLE_PCT": Threshold(40.0, "% of peak", "with SM and memory both below this the kernel is latency-bound"),
+    "STALL_SHARE": Threshold(0.15, "of stall cycles", "stall reasons above this share are quoted"),
+    # ---- calls
+    "LAUNCH_IDLE_MIN_SHARE": Threshold(0.20, "of the call's GPU span", "GPU idle between the kernels of one call (nsys) above this share: the GPU waits for the host"),
+    "NCU_RULE_MIN_SPEEDUP_PCT": Threshold(5.0, "%", "ncu rule results with a smaller estimated speedup are left out"),
+}
+
+
+def value(name: str) -> float:
+    """A threshold's value (KeyError names the known ones)."""
+    try:
+        return THRESHOLDS[name].value
+    except KeyError:
+        raise KeyError(f"no advisor threshold {name!r}; known: {', '.join(THRESHOLDS)}") from None
+
+
+def thresholds_table():
+    """THRESHOLDS as a DataFrame (name, value, unit, why), for docs and `faprof explain --thresholds`."""
+    import pandas as pd
+
+    return pd.DataFrame([{"name": k, "value": t.value, "unit": t.unit, "why": t.why} for k, t in THRESHOLDS.items()])

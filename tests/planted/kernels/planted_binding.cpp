@@ -1,0 +1,81 @@
+// TEST ONLY: torch ops for the planted-fault kernels (torch.ops.faprof_planted.*), built as their
+// own small extension by tests/planted/planted_variants.py, never as part of faprof's extension.
+#include <ATen/core/Tensor.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "planted_kernels.h"
+
+namespace {
+
+// q [B, H, Sq, D], k and v [B, H, Sk, D], out like q, lse [B, H, Sq] fp32; all CUDA, contiguous,
+// 16-byte aligned; q, k, v, out in one 16-bit dtype (fp16 only when fp16_only).
+void check(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+           const at::Tensor& lse, bool fp16_only) {
+    for (const at::Tensor* t : {&q, &k, &v, &out, &lse}) {
+        TORCH_CHECK(t->is_cuda() && t->device() == q.device(), op, ": every tensor must be on q's CUDA device");
+        TORCH_CHECK(t->is_contiguous(), op, ": tensors must be contiguous");
+        TORCH_CHECK(reinterpret_cast<std::uintptr_t>(t->data_ptr()) % 16 == 0, op, ": tensors must be 16-byte aligned");
+    }
+    TORCH_CHECK(q.scalar_type() == at::kHalf || (!fp16_only && q.scalar_type() == at::kBFloat16), op,
+                ": q must be ", fp16_only ? "float16" : "float16 or bfloat16", ", got ", q.scalar_type());
+    for (const at::Tensor* t : {&k, &v, &out})
+        TORCH_CHECK(t->scalar_type() == q.scalar_type(), op, ": q, k, v and out must share one dtype");
+    TORCH_CHECK(lse.scalar_type() == at::kFloat, op, ": lse must be float32");
+    TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && k.sizes() == v.sizes() && out.sizes() == q.sizes(), op,
+                ": q/out [B, H, Sq, D] and k/v [B, H, Sk, D] expected");
+    TORCH_CHECK(q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3), op,
+                ": q and k must share B, H and D");
+    TORCH_CHECK(lse.dim() == 3 && lse.size(0) == q.size(0) && lse.size(1) == q.size(1) && lse.size(2) == q.size(2),
+                op, ": lse must be [B, H, Sq]");
+    for (int i = 0; i < 4; ++i)
+        TORCH_CHECK(q.size(i) <= std::numeric_limits<int>::max() && k.size(i) <= std::numeric_limits<int>::max(), op,
+                    ": sizes must fit in int32");
+}
+
+void check_launch(const char* op, cudaError_t err) {
+    TORCH_CHECK(err == cudaSuccess, op, ": CUDA error ", cudaGetErrorName(err), ": ", cudaGetErrorString(err));
+}
+
+void mma_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out, at::Tensor& lse,
+             bool causal, double scale, int64_t fault, bool per_head) {
+    constexpr const char* op = "faprof_planted::mma_fwd";
+    check(op, q, k, v, out, lse, true);
+    c10::cuda::CUDAGuard guard(q.device());
+    check_launch(op, faprof_planted_mma_fwd(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                                            lse.data_ptr<float>(), static_cast<int>(q.size(0)),
+                                            static_cast<int>(q.size(1)), static_cast<int>(q.size(2)),
+                                            static_cast<int>(k.size(2)), static_cast<int>(q.size(3)),
+                                            static_cast<float>(scale), causal, q.scalar_type() == at::kBFloat16,
+                                            static_cast<int>(fault), per_head,
+                                            c10::cuda::getCurrentCUDAStream(q.get_device()).stream()));
+}
+
+void cuda_core_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out, at::Tensor& lse,
+                   bool causal, double scale) {
+    constexpr const char* op = "faprof_planted::cuda_core_fwd";
+    check(op, q, k, v, out, lse, true);
+    c10::cuda::CUDAGuard guard(q.device());
+    check_launch(op, faprof_planted_cuda_core_fwd(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                                                  lse.data_ptr<float>(), static_cast<int>(q.size(0)),
+                                                  static_cast<int>(q.size(1)), static_cast<int>(q.size(2)),
+                                                  static_cast<int>(k.size(2)), static_cast<int>(q.size(3)),
+                                                  static_cast<float>(scale), causal,
+                                                  c10::cuda::getCurrentCUDAStream(q.get_device()).stream()));
+}
+
+}  // namespace
+
+TORCH_LIBRARY(faprof_planted, m) {
+    m.def("mma_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale, int fault, bool per_head) -> ()");
+    m.def("cuda_core_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(faprof_planted, CUDA, m) {
+    m.impl("mma_fwd", &mma_fwd);
+    m.impl("cuda_core_fwd", &cuda_core_fwd);
+}
