@@ -641,16 +641,16 @@ def compare(run_a: str, run_b: str, runs_dir: Path) -> None:
     say(f"A = {a.run_id} ({summary.gpu_a})")
     say(f"B = {b.run_id} ({summary.gpu_b})")
     t = Table(title=summary.headline, header_style="bold")
-    for c in ("variant", "shape_id", "A status", "B status", "A ms", "B ms", "B vs A", "CIs overlap"):
+    for c in ("variant", "shape_id", "A status", "B status", "A ms", "B ms", "B vs A", "significant (p)"):
         t.add_column(c, justify="right" if c in ("A ms", "B ms", "B vs A") else "left")
     for _, r in df.iterrows():
-        ov = r["ci_overlap"]
+        sig = r["significant"]
         t.add_row(r["variant"], r["shape_id"], str(r["status_a"]), str(r["status_b"]), _fmt(r["median_ms_a"], ".4g"),
                   _fmt(r["median_ms_b"], ".4g"), _faster_words(r["ratio_b_over_a"]),
-                  "" if pd.isna(ov) else ("yes" if ov else "[bold]no[/]"))
+                  "" if pd.isna(sig) else (f"[bold]yes[/] ({r['p_value']:.2g})" if sig else f"no ({r['p_value']:.2g})"))
     console.print(t)
-    say("B vs A: A's median over B's ('1.30x faster': B takes 1/1.30 of A's time); "
-        "CIs overlap 'no' marks a difference the 95% confidence intervals resolve")
+    say("B vs A: A's median over B's ('1.30x faster': B takes 1/1.30 of A's time); significant: two-sided "
+        "Mann-Whitney U on the kept samples at p < 0.05 (the dashboard's Diff page uses the same test)")
     for w in summary.warnings:
         say(f"warning: {w}", style="yellow")
 

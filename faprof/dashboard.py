@@ -8,10 +8,10 @@ Where bundles come from (`load_runs`): folders or bundles named on the command l
 uploaded in the page (`safe_extract`), and always the example bundles shipped under
 `examples/runs/`, so a fresh clone shows real data. A bundle seen twice (same run id) is loaded once.
 
-The Diff page's significance test is the Mann-Whitney U test with its normal approximation, tie
-correction and continuity correction (`mann_whitney_u`), written with numpy only: scipy is not a
-dependency. It compares the kept timing samples of two runs without assuming they are normal
-(timings are skewed: a long right tail of slow repeats).
+The Diff page's significance test is faprof's one method (`faprof.stats.significance`, also used
+by `faprof compare`): the two-sided Mann-Whitney U test on the kept timing samples of the two runs
+(scipy), which assumes nothing about their distribution (timings are skewed: a long right tail of
+slow repeats), beside the ratio of medians.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from faprof import analysis
+from faprof import analysis, stats
 from faprof.errors import FaprofError
 from faprof.store import MANIFEST, TABLES, find_bundles
 
@@ -63,7 +63,7 @@ MAX_ARCHIVE_BYTES = 4 * 1024**3
 """Unpacked size limit of an uploaded archive: raw .ncu-rep files reach hundreds of MB, a
 decompression bomb reaches this first."""
 
-SIGNIFICANCE_LEVEL = 0.05
+SIGNIFICANCE_LEVEL = stats.SIGNIFICANCE_ALPHA
 """The Diff page flags a change as significant when the two-sided p-value is below 5%."""
 
 MIN_SAMPLES_FOR_TEST = 5
@@ -1051,46 +1051,6 @@ def timeline(kernels: pd.DataFrame, run_id: str, shape_id: str, iterations: int)
 
 
 # --------------------------------------------------------------------------------------- diff
-def _norm_sf(z: float) -> float:
-    """Upper tail of the standard normal, P(Z > z)."""
-    return 0.5 * math.erfc(z / math.sqrt(2.0))
-
-
-def mann_whitney_u(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> tuple[float, float]:
-    """Two-sided Mann-Whitney U test, normal approximation with tie and continuity corrections.
-
-    U counts the pairs (xi, yj) with xi > yj (ties count 1/2). Under the null hypothesis (the two
-    samples come from one distribution) U has mean n1·n2/2 and variance
-    n1·n2/12 · ((n+1) − Σ(t³ − t) / (n(n − 1))), t running over the sizes of groups of tied values;
-    z = (|U − mean| − 1/2) / sd and p = 2·P(Z > z). Matches scipy.stats.mannwhitneyu(x, y,
-    alternative='two-sided', method='asymptotic', use_continuity=True).
-
-    Args:
-        x, y: the two samples (NaNs are dropped).
-
-    Returns:
-        (U of x, two-sided p-value). p is NaN when a sample is empty; 1.0 when every value is tied.
-    """
-    a = np.asarray(x, dtype=float)
-    b = np.asarray(y, dtype=float)
-    a, b = a[~np.isnan(a)], b[~np.isnan(b)]
-    n1, n2 = len(a), len(b)
-    if n1 == 0 or n2 == 0:
-        return math.nan, math.nan
-    both = np.concatenate([a, b])
-    ranks = pd.Series(both).rank(method="average").to_numpy()
-    u1 = float(ranks[:n1].sum() - n1 * (n1 + 1) / 2.0)
-    n = n1 + n2
-    _, counts = np.unique(both, return_counts=True)
-    tie = float(((counts.astype(float) ** 3) - counts).sum())
-    var = n1 * n2 / 12.0 * ((n + 1) - tie / (n * (n - 1))) if n > 1 else 0.0
-    if var <= 0:
-        return u1, 1.0
-    mean = n1 * n2 / 2.0
-    z = (abs(u1 - mean) - 0.5) / math.sqrt(var)
-    return u1, min(1.0, 2.0 * _norm_sf(z))
-
-
 def _samples(v: Any) -> np.ndarray:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return np.array([], dtype=float)
@@ -1110,7 +1070,7 @@ def diff_runs(a: pd.DataFrame, b: pd.DataFrame, alpha: float = SIGNIFICANCE_LEVE
 
     Args:
         a, b: measurement rows of run A (the reference) and run B.
-        alpha: significance level of the Mann-Whitney test on the kept samples.
+        alpha: significance level of the Mann-Whitney test on the kept samples (faprof.stats.significance).
 
     Returns:
         One row per (variant, shape_id) in either run: both statuses and medians, `ratio` = B's
@@ -1141,7 +1101,7 @@ def diff_runs(a: pd.DataFrame, b: pd.DataFrame, alpha: float = SIGNIFICANCE_LEVE
         else:
             sa, sb = _samples(r.get("samples_ms_a")), _samples(r.get("samples_ms_b"))
             if len(sa) >= MIN_SAMPLES_FOR_TEST and len(sb) >= MIN_SAMPLES_FOR_TEST:
-                _, p = mann_whitney_u(sa, sb)
+                p = stats.significance(sa, sb, alpha)["p_value"]
             if math.isnan(p):
                 verdict = "too few samples to test"
             elif p < alpha:

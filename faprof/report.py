@@ -43,10 +43,6 @@ NOISY_REL_SEM = 0.02
 #: A ratio trend counts as widening/narrowing when the gap (max(s, 1/s)) changes by more than this factor.
 TREND_FACTOR = 1.15
 
-#: Which advisor category is a variant's primary diagnosis when it has several (first wins).
-DIAGNOSIS_PRIORITY = ("correctness", "parallelism", "memory-bound", "compute-bound", "latency-bound", "occupancy",
-                      "kernels per call", "stalls", "wasted work", "bank conflicts", "launch overhead")
-
 #: faprof's own kernels in the order of the progression, most developed first, per kind of math:
 #: the one that stands in for a seed report's own ("custom") kernel when the scenario names none.
 ROLE_STAND_INS = {"tensor": ("fa2_mma", "fa2_wmma"), "cuda_core": ("fa2", "fa1", "naive")}
@@ -178,44 +174,45 @@ def _headline(block: Block, gpu: str | None) -> list[str]:
 
 
 def _diagnosis_section(bundle: Bundle, df: pd.DataFrame, order: list[str]) -> tuple[list[str], pd.DataFrame]:
-    """The 'why': one primary diagnosis per variant for the first screen, and every finding for the appendix.
+    """The 'why': the advisor's ranked diagnosis (faprof.advisor), one line per variant and dtype for
+    the first screen, and every finding, ranked per (variant, shape), for the appendix.
 
-    For now it renders what `analysis.advise` returns (the lead engineer will point it at the new
-    advisor). A variant's primary diagnosis is its finding of the highest DIAGNOSIS_PRIORITY
-    category, at the largest shape that shows it; the line says on how many shapes it holds.
+    A variant's line names the cause that is primary on most of its shapes (ties: the larger
+    estimated gain), the shapes it holds for, the evidence it rests on and the fix.
     """
-    ncu, stalls, nsys = bundle.read("ncu_summary"), bundle.read("stalls"), bundle.read("nsys_summary")
-    adv = analysis.advise(df, ncu, stalls, nsys)
+    from faprof import advisor
+
+    ncu, nsys = bundle.read("ncu_summary"), bundle.read("nsys_summary")
+    diag = advisor.diagnose(bundle)
     have = [name for name, t in (("Nsight Compute", ncu), ("Nsight Systems", nsys)) if not t.empty]
     lines = ["### Why: the primary diagnosis per variant", ""]
     if have:
-        lines += [f"From the timings and {' and '.join(have)} (every finding: appendix).", ""]
+        lines += [f"From the timings and {' and '.join(have)}, ranked by the share of the call's time each cause "
+                  "explains (`faprof explain RUN` for every shape; every finding: appendix).", ""]
     else:
         lines += ["From the timings alone: this run has no Nsight data, so occupancy, memory throughput and stall "
-                  "reasons are unknown (`faprof profile --ncu basic` adds them).", ""]
-    flops = df.drop_duplicates("shape_id").set_index("shape_id")["flops"] if "flops" in df else pd.Series(dtype=float)
-    labels = {r["shape_id"]: rt.shape(r) for _, r in df.drop_duplicates("shape_id").iterrows()}
-    prio = {c: i for i, c in enumerate(DIAGNOSIS_PRIORITY)}
-    fixes: dict[str, str] = {}
+                  "reasons are unknown (`faprof profile --ncu` adds them).", ""]
+    summ = advisor.summarize(diag) if not diag.empty else pd.DataFrame()
     quiet = []
     for v in order:
-        g = adv[adv["variant"] == v]
+        g = summ[summ["variant"] == v] if not summ.empty else summ
         if g.empty:
             quiet.append(v)
             continue
-        g = g.assign(_p=g["category"].map(lambda c: prio.get(c, len(prio))),
-                     _f=g["shape_id"].map(lambda s: f.num(flops.get(s))))
-        top = g.sort_values(["_p", "_f"], ascending=[True, False]).iloc[0]
-        n_shapes = g[g["category"] == top["category"]]["shape_id"].nunique()
-        total = df[(df["variant"] == v) & df["status"].isin(analysis.TIMED)]["shape_id"].nunique()
-        fixes.setdefault(str(top["category"]), str(top["suggestion"]))
-        lines.append(f"- **{v}**: {top['category']} ({n_shapes} of {total} shapes; at {labels.get(top['shape_id'], top['shape_id'])}): "
-                     f"{top['finding']}.")
+        for dtype, gd in g.groupby("dtype", sort=False):
+            gd = gd.assign(_np=gd["primary_shapes"].map(lambda x: len([t for t in str(x).split(", ") if t])),
+                           _g=pd.to_numeric(gd["max_gain_pct"], errors="coerce").fillna(-1))
+            top = gd.sort_values(["_np", "_g"], ascending=False).iloc[0]
+            if top["_np"] == 0:
+                continue
+            total = df[(df["variant"] == v) & (df["dtype"] == dtype) & df["status"].isin(analysis.TIMED)]["shape_id"].nunique()
+            gain = f"; up to {top['max_gain_pct']:.0f}% of the call's time" if pd.notna(top["max_gain_pct"]) else ""
+            ev = str(top["evidence"]).split(" | ")[0]
+            lines.append(f"- **{v}** ({dtype}): {top['title']} (primary on {top['_np']} of {total} shapes{gain}): "
+                         f"{ev}. Fix: {top['fix']}.")
     if quiet:
-        lines.append(f"- no bottleneck finding in this run's data for {', '.join(quiet)}.")
-    if fixes:
-        lines += ["", "What usually fixes it: " + "; ".join(f"{c} → {s}" for c, s in fixes.items()) + "."]
-    return lines + [""], adv
+        lines.append(f"- no diagnosis from this run's data for {', '.join(quiet)}.")
+    return lines + [""], diag
 
 
 def _stand_in(p: dict[str, Any], df: pd.DataFrame) -> tuple[str, str]:
@@ -503,7 +500,8 @@ def _appendix(bundle: Bundle, df: pd.DataFrame, m: dict[str, Any], blks: list[Bl
         if not frame.empty:
             parts += [f"### {title}", "", rt.md_table(frame)]
     if not adv.empty:
-        parts += ["### Every advisor finding", "", "Each finding quotes the measurement or Nsight metric it rests on.", "",
+        parts += ["### Every advisor finding", "", "Ranked per variant and shape (rank 1 is the primary cause); each "
+                  "finding quotes the measurement or Nsight metric it rests on.", "",
                   rt.md_table(rt.advisor_frame(adv, df))]
     ncu = rt.ncu_frame(bundle.read("ncu_summary"))
     if not ncu.empty:
@@ -581,17 +579,31 @@ def write_reports(bundle: Bundle, dest: str | Path, formats: tuple[str, ...] = (
 
 # -------------------------------------------------------------------------------- compare
 def compare_runs(a: Bundle, b: Bundle) -> pd.DataFrame:
-    """Row-by-row comparison of two runs on (variant, shape_id): medians, ratio, and whether the
-    95% confidence intervals overlap (a quick significance read; the app runs a proper test)."""
+    """Row-by-row comparison of two runs on (variant, shape_id): medians with their 95% CIs, the
+    ratio, and faprof's one significance method (`stats.significance`: two-sided Mann-Whitney U on
+    the kept samples, as the dashboard's Diff page): `p_value`, `significant` (None: too few samples)."""
+    from faprof import stats
+
     da, db = a.measurements(), b.measurements()
     keys = ["variant", "shape_id"]
-    cols = [*keys, "status", "median_ms", "ci95_low_ms", "ci95_high_ms", "tflops", "device", "dtype"]
+    cols = [*keys, "status", "median_ms", "ci95_low_ms", "ci95_high_ms", "tflops", "device", "dtype", "samples_ms"]
     m = da[[c for c in cols if c in da]].merge(db[[c for c in cols if c in db]], on=keys, suffixes=("_a", "_b"))
     m["ratio_b_over_a"] = m["median_ms_b"] / m["median_ms_a"]
-    overlap = ~((m["ci95_high_ms_b"] < m["ci95_low_ms_a"]) | (m["ci95_low_ms_b"] > m["ci95_high_ms_a"]))
-    known = m[["ci95_low_ms_a", "ci95_high_ms_a", "ci95_low_ms_b", "ci95_high_ms_b"]].notna().all(axis=1)
-    m["ci_overlap"] = overlap.astype("boolean").where(known, pd.NA)
-    return m
+    tests = [stats.significance(_as_list(x), _as_list(y)) if {sa, sb} <= set(analysis.TIMED) else {}
+             for x, y, sa, sb in zip(m.get("samples_ms_a", [None] * len(m)), m.get("samples_ms_b", [None] * len(m)),
+                                     m["status_a"], m["status_b"], strict=True)]
+    m["p_value"] = [t.get("p_value", float("nan")) for t in tests]
+    m["significant"] = pd.array([t.get("significant") for t in tests], dtype="boolean")
+    return m.drop(columns=[c for c in ("samples_ms_a", "samples_ms_b") if c in m])
+
+
+def _as_list(v: Any) -> list[float]:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return []
+    try:
+        return [float(x) for x in v]
+    except TypeError:
+        return []
 
 
 @dataclass

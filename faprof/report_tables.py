@@ -209,8 +209,9 @@ def advisor_frame(adv: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
         return adv
     labels = {r["shape_id"]: shape(r) for _, r in df.drop_duplicates("shape_id").iterrows()}
     return pd.DataFrame([{
-        "variant": r["variant"], "shape": labels.get(r["shape_id"], r["shape_id"]), "category": r["category"],
-        "finding": r["finding"], "what usually fixes it": r["suggestion"],
+        "variant": r["variant"], "shape": labels.get(r["shape_id"], r["shape_id"]), "rank": str(r["rank"]),
+        "cause": r["title"], "est. gain": f.pct(r["estimated_gain_pct"]) if pd.notna(r["estimated_gain_pct"]) else "–",
+        "evidence": f.text(r["evidence"]), "what usually fixes it": f.text(r["fix"]),
     } for _, r in adv.iterrows()])
 
 
