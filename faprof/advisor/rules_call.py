@@ -189,9 +189,22 @@ NCU_RULE_CAUSES = (
     (re.compile(r"fp32|tensor|pipeutil"), "tensor_cores_unused"),
 )
 
+#: ncu's access-pattern rule speaks of one memory space per result; its message says which
+#: ("... for global loads ...", "... for local stores ..."), and that names the cause it corroborates.
+ACCESS_PATTERN_RULE = re.compile(r"accesspattern")
+ACCESS_PATTERN_SPACES = (("global", "uncoalesced_global"), ("local", "register_spills"), ("shared", "smem_bank_conflicts"))
 
-def _rule_cause(name: str) -> str | None:
+#: Causes whose own rule needs a counter that a cheap section set may lack (the excessive-wavefront
+#: count comes from ncu's source counters, in `full` only). Where the launch has no such counter,
+#: ncu's own rule for the cause, from the counters its section did collect, stands in for it.
+STAND_IN_CAUSES = {"smem_bank_conflicts": "shared_excess_wavefronts"}
+
+
+def _rule_cause(name: str, message: str = "") -> str | None:
     key = re.sub(r"[^a-z0-9]", "", name.lower())
+    if ACCESS_PATTERN_RULE.search(key):
+        m = re.search(r"for (global|local|shared) (loads|stores)", message.lower())
+        return dict(ACCESS_PATTERN_SPACES).get(m.group(1)) if m else None
     for rx, cause in NCU_RULE_CAUSES:
         if rx.search(key):
             return cause
@@ -199,26 +212,56 @@ def _rule_cause(name: str) -> str | None:
 
 
 def merge_ncu_rules(call: Call, findings: list[Finding]) -> list[Finding]:
-    """ncu's own rule results: a rule that corroborates a finding on the same kernel is quoted in its
-    evidence; others with an estimated speedup become 'ncu' findings (never primary)."""
+    """ncu's own rule results (Nsight Compute's analysis of the counters it collected):
+
+    - a rule that corroborates a finding on the same kernel is quoted in its evidence, and where
+      ncu estimates more of the kernel's time than faprof's rule did, the finding takes ncu's
+      estimate (times the kernel's share of the call);
+    - a rule for a cause whose own counter the section set lacked (STAND_IN_CAUSES) becomes that
+      cause's finding, with ncu's estimate and message as its evidence;
+    - any other rule with an estimated speedup becomes an 'ncu' finding (never primary)."""
     out: list[Finding] = []
+    stood_in: dict[tuple[str, str], Finding] = {}
     for r in call.rules:
         est = _num(r.get("est_speedup_pct"))
         name = str(r.get("rule") or r.get("rule_id") or "")
         kernel = str(r.get("kernel") or "")
-        cause = _rule_cause(name + " " + str(r.get("section") or ""))
+        msg = re.sub(r"\s+", " ", str(r.get("message") or "")).strip()
+        cause = _rule_cause(name + " " + str(r.get("section") or ""), msg)
+        lzs = [lz for lz in call.launches if lz.kernel == kernel] or call.launches
+        share = nansum(*(lz.share for lz in lzs)) / max(1, len(lzs)) if lzs else math.nan
+        gain = share * est / 100 if ok(share) and ok(est) else math.nan
         mine = [f for f in findings if f.cause == cause and (not kernel or f.kernel in ("", kernel))]
         if mine:
             tag = f" [ncu rule {name}{': est. speedup ' + format(est, '.0f') + '%' if ok(est) else ''}]"
             if tag not in mine[0].evidence:
                 mine[0].evidence += tag
+            if ok(gain) and (not ok(mine[0].gain) or gain > mine[0].gain):
+                mine[0].gain = min(1.0, gain)
+            continue
+        counter = STAND_IN_CAUSES.get(cause or "")
+        if counter and ok(gain) and est >= T("NCU_RULE_MIN_SPEEDUP_PCT") and lzs and not any(
+                ok(lz.metric(counter)) for lz in lzs):
+            # as the own rule does: excess wavefronts cost time only as far as the shared pipe is the
+            # bottleneck (its utilization, or the warps' stalls on it)
+            busy_vals = [v for lz in lzs for v in (lz.metric("shared_util_pct") / 100,
+                                                    lz.stall_share("mio_throttle", "short_scoreboard")) if ok(v)]
+            gain *= min(1.0, max(busy_vals)) if busy_vals else 1.0
+            key = (cause or "", kernel)
+            if key in stood_in:
+                stood_in[key].gain = max(stood_in[key].gain, gain)
+                continue
+            f = Finding(call.variant, call.shape_id, cause or "", gain,
+                        f"ncu rule {name}: {msg[:240]}{'...' if len(msg) > 240 else ''} (est. speedup {est:.0f}% of the "
+                        f"kernel; the section set has no {counter} counter of faprof's own)",
+                        "XOR-swizzle (or pad) shared-memory rows so a warp's accesses fall in distinct banks",
+                        f"ncu:{name}", kernel=kernel)
+            stood_in[key] = f
+            out.append(f)
             continue
         if not ok(est) or est < T("NCU_RULE_MIN_SPEEDUP_PCT"):
             continue
-        lzs = [lz for lz in call.launches if lz.kernel == kernel] or call.launches
-        share = nansum(*(lz.share for lz in lzs)) / max(1, len(lzs)) if lzs else math.nan
-        msg = re.sub(r"\s+", " ", str(r.get("message") or "")).strip()
-        out.append(Finding(call.variant, call.shape_id, "ncu_rule", share * est / 100 if ok(share) else math.nan,
+        out.append(Finding(call.variant, call.shape_id, "ncu_rule", gain,
                            f"{msg[:240]}{'...' if len(msg) > 240 else ''} (est. speedup {est:.0f}% of the kernel)",
                            "see the rule's text in Nsight Compute", f"ncu:{name}", kernel=kernel,
                            title=f"ncu: {name}"))
