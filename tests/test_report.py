@@ -47,11 +47,10 @@ def test_first_screen_answers_what_is_fastest_by_how_much_why_and_against_the_pu
     # the ranking keeps dtypes apart: fp32-only kernels are never ranked against fp16 rows
     fp16_rank = next(ln for ln in screen if ln.startswith("Speed vs sdpa_flash"))
     assert "fa2 " not in fp16_rank and "naive" not in fp16_rank and "fa2_mma" in fp16_rank
-    # why: a primary diagnosis per timed variant, quoting its numbers
-    assert "### Why" in text
-    for v in ("sdpa_auto", "fa2_mma", "fa1"):
-        assert re.search(rf"^- \*\*{v}\*\*: launch overhead \(\d of \d+ shapes; at B=.*ms", text, re.M), v
-    assert "- no bottleneck finding in this run's data for cpu_ref." in text
+    # why: this bundle has timings only, so the advisor claims no cause it has no counters for
+    # (the old advisor called ~60 calls "launch overhead" from host enqueue time alone)
+    assert "### Why" in text and "From the timings alone" in text
+    assert "launch overhead" not in text and "- no diagnosis from this run's data for " in text
     # published figures: the custom kernel mapped to faprof's stand-in, measured column filled for throughput
     assert "report's custom kernel → **fa2_mma**" in text
     rows = [ln for ln in screen if ln.startswith("| throughput")]
@@ -74,7 +73,7 @@ def test_every_committed_bundle_renders_clean():
             continue
         md = report.render_markdown(Bundle(b))
         assert report_fmt.problems_in(md) == [], b.name
-        assert "shared/" not in md, b.name  # seed reports are cited by title, GPU and date
+        assert "shared/seeds" not in md and "shared/GPU" not in md, b.name  # reports cited by title, GPU and date
         assert len(_first_screen(md)) <= FIRST_SCREEN_LINES + 10, b.name
 
 
@@ -83,7 +82,7 @@ def test_nsight_bundle_diagnoses_from_the_profiler():
     screen = "\n".join(_first_screen(md))
     assert "From the timings and Nsight Compute" in screen
     fa1 = next(ln for ln in screen.splitlines() if ln.startswith("- **fa1**"))
-    assert "parallelism" in fa1 and "SMs" in fa1  # fa1: a block per (b, h) leaves SMs idle
+    assert "too few CTAs" in fa1 and "SMs idle" in fa1  # fa1: a block per (b, h) leaves SMs idle
     assert "### Nsight Compute, per kernel launch" in md
 
 
