@@ -529,3 +529,15 @@ def test_run_folders_come_from_the_environment_and_after_the_double_dash():
     assert faprof_ui.command_line_paths([entry, "b"], {"FAPROF_RUNS": f"a{__import__('os').pathsep}b"}) == ["a", "b"]
     # Under pytest (AppTest) sys.argv is pytest's: never taken for run folders.
     assert "tests/test_app.py" not in faprof_ui.command_line_paths(["pytest", "tests/test_app.py"], {})
+
+
+def test_nsight_page_diagnosis_is_the_advisors(runs):
+    from faprof import advisor
+    from faprof.store import Bundle
+
+    summ, diag = fd.diagnosis(runs, H100_NCU)
+    assert not summ.empty and (diag["rank"] >= 1).all()
+    path = runs.runs.set_index("run_id").loc[H100_NCU, "path"]
+    assert diag.equals(advisor.diagnose(Bundle.open(path)))  # one ranking everywhere
+    assert (summ["primary_on"] <= summ["n_shapes"]).all()
+    assert fd.diagnosis(runs, "no-such-run")[0].empty

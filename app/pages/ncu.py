@@ -30,6 +30,19 @@ def of_run(t):
     return t[t["run_id"] == run_id] if not t.empty else t
 
 
+st.subheader("Why: the advisor's ranked diagnosis")
+summ_d, diag = fd.diagnosis(ctx.runs, run_id)
+if summ_d.empty:
+    st.caption("No finding for this run (the advisor needs the run's folder; `faprof explain RUN` prints the same).")
+else:
+    st.caption("One row per (variant, cause), causes that are primary on most shapes first; the estimated gain is the "
+               "share of the call's time the cause explains. The same ranking as `faprof explain` and the report's Why section.")
+    st.dataframe(summ_d[["variant", "dtype", "title", "kind", "primary_on", "n_shapes", "max_gain_pct", "evidence", "fix"]]
+                 .rename(columns={"title": "cause", "primary_on": "primary on (shapes)", "n_shapes": "seen on (shapes)",
+                                  "max_gain_pct": "est. gain, max (%)"}),
+                 hide_index=True, use_container_width=True,
+                 column_config={"est. gain, max (%)": st.column_config.NumberColumn(format="%.0f")})
+
 raw = {"ncu_summary": of_run(summary), "stalls": of_run(stalls), "roofline": of_run(roof_t), "ncu_metrics": of_run(metrics)}
 summary, stalls, roof_t = (ctx.label_shapes(raw[n]) for n in ("ncu_summary", "stalls", "roofline"))
 
@@ -48,7 +61,15 @@ if problem != ALL:
     summary, stalls, roof_t = (t[t["shape_id"] == problem].drop(columns="shape_id") if "shape_id" in t else t
                                for t in (summary, stalls, roof_t))
 st.caption("One bar per kernel launch: `variant · " + ("problem · " if problem == ALL else "") + "kernel`. "
-           "Collected with `--ncu full` (`basic` has no stall reasons).")
+           "Collected with `--ncu` (faprof's set) or `--ncu full` (`basic` has no stall reasons).")
+if problem != ALL and not diag.empty:
+    d1 = diag[diag["shape_id"] == problem]
+    if not d1.empty:
+        st.markdown("**Ranked findings for this problem** (rank 1: the primary cause)")
+        st.dataframe(d1[["variant", "rank", "title", "kind", "estimated_gain_pct", "evidence", "fix"]]
+                     .rename(columns={"title": "cause", "estimated_gain_pct": "est. gain (%)"}),
+                     hide_index=True, use_container_width=True,
+                     column_config={"est. gain (%)": st.column_config.NumberColumn(format="%.0f")})
 
 st.subheader("Occupancy and its limiter")
 occ = fd.occupancy(summary)
