@@ -36,6 +36,8 @@ def main() -> int:
         return 2
     props = torch.cuda.get_device_properties(0)
     l2 = props.L2_cache_size
+    torch.zeros(1, device="cuda").add_(1.0)  # a CUDA context and a first kernel before CUPTI is enabled
+    torch.cuda.synchronize()
     timer = cupti_timer.KernelTimer.open()
     res: dict[str, float | str] = {"gpu": props.name, "l2_bytes": l2}
 
@@ -54,7 +56,13 @@ def main() -> int:
             xs.append(got[cid].sum_ns / 1e3)
         return statistics.median(xs)
 
-    # -- the flush
+    # -- the flush (a few tagged warm-up calls first: CUPTI's first records after enabling can be late)
+    for _ in range(3):
+        (cid0,) = timer.new_ids(1)
+        with timer.call(cid0):
+            torch.cuda._sleep(1000)
+        torch.cuda.synchronize()
+        timer.collect(expect=[cid0], wait_s=0.5)
     n = 16 * 2**20 // 4
     x = torch.randn(n, device="cuda")
     y = torch.empty_like(x)
