@@ -106,3 +106,22 @@ def test_speedups_use_each_groups_baseline():
     assert out.loc[("mine", "f"), "speedup"] == 2.0 and out.loc[("mine", "f"), "baseline"] == "eff"
     assert out.loc[("eff", "f"), "speedup"] == 1.0
     assert pd.isna(out.loc[("bad", "f"), "speedup"])
+
+
+def test_no_committed_bundle_has_a_median_outside_its_ci():
+    from pathlib import Path
+
+    from faprof.store import find_bundles
+
+    root = Path(__file__).resolve().parent.parent
+    checked = 0
+    for folder in (root / "examples" / "runs", root / "tests" / "data"):
+        for b in find_bundles(folder):
+            df = b.measurements()
+            if "median_ms" not in df or "ci95_low_ms" not in df:
+                continue
+            t = df[df["median_ms"].notna() & df["ci95_low_ms"].notna()]
+            bad = t[(t["median_ms"] < t["ci95_low_ms"]) | (t["median_ms"] > t["ci95_high_ms"])]
+            assert bad.empty, (b.path.name, bad[["variant", "shape_id", "median_ms", "ci95_low_ms", "ci95_high_ms"]])
+            checked += len(t)
+    assert checked > 500
