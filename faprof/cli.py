@@ -77,14 +77,14 @@ def results_table(df, baseline: str, title: str | None = None) -> Table:
     """The profile table: variant, shape, status, median ms, TFLOP/s, % of peak, speedup, max error."""
     t = Table(title=title, show_lines=False, header_style="bold")
     for col, just in (("variant", "left"), ("shape", "left"), ("status", "left"), ("median ms", "right"),
-                      ("±95% CI", "right"), ("TFLOP/s", "right"), ("% peak", "right"),
+                      ("95% CI of median", "right"), ("TFLOP/s", "right"), ("% peak", "right"),
                       ("speedup", "right"), ("max err", "right"), ("ref", "left")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for _, r in df.iterrows():
         status = r["status"]
         ci = ""
         if r.get("ci95_high_ms") is not None and not _isnan(r.get("ci95_high_ms")):
-            ci = _fmt((r["ci95_high_ms"] - r["ci95_low_ms"]) / 2, ".2g")
+            ci = f"{_fmt(r['ci95_low_ms'], '.4g')}–{_fmt(r['ci95_high_ms'], '.4g')}"
         speed = r.get("speedup")
         t.add_row(
             r["variant"], _shape_label(r), f"[{_STATUS_STYLE.get(status, '')}]{status}[/]",
@@ -110,6 +110,25 @@ def _shape_label(r) -> str:
     mask = " causal" if r["causal"] else ""
     d = "" if r["direction"] == "fwd" else f" {r['direction']}"
     return f"B={r['B']} H={r['H']} {s} D={r['D']} {r['dtype']}{mask}{d}"
+
+
+def _print_timing_note(df) -> None:
+    """Which clock timed the rows, and rows measured while the GPU throttled (they carry a flag)."""
+    if "timer" not in df:
+        return
+    names = {"cupti": "CUPTI kernel time per call (sum of the call's kernel durations)",
+             "cuda_event": "CUDA events around each call (fallback: a few-µs floor per call)", "host": "host clock (CPU rows)"}
+    timers = [t for t in dict.fromkeys(df["timer"].dropna()) if t]
+    if timers:
+        say("GPU times: " + "; ".join(f"{names.get(t, t)}: {int((df['timer'] == t).sum())} rows" for t in timers))
+    notes = sorted({str(n) for n in df.get("timer_note", []) if isinstance(n, str) and n})
+    for n in notes[:3]:
+        say(f"  timer fallback: {n}", style="yellow")
+    if "throttled" in df:
+        thr = df[df["throttled"].fillna(False).astype(bool)]
+        if not thr.empty:
+            say(f"  {len(thr)} row(s) measured while the GPU throttled ({', '.join(sorted(set(thr['variant'])))}): "
+                "see throttle_reasons in the bundle", style="yellow")
 
 
 def _print_baselines(df) -> None:
@@ -255,6 +274,7 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
     gpu = env.get("gpu_name") or "no GPU (CPU only)"
     console.print(results_table(df, m["scenario"]["baseline"], title=f"{m['scenario']['name']} on {gpu}"))
     _print_baselines(df)
+    _print_timing_note(df)
     _print_reasons(df)
     counts = df["status"].value_counts().to_dict()
     say("status: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
@@ -543,6 +563,8 @@ def show(run: str, runs_dir: Path) -> None:
         raise FaprofError(f"{bundle.path} has no measurements yet (status: {m.get('status')})")
     gpu = m.get("env", {}).get("gpu_name") or "no GPU (CPU only)"
     console.print(results_table(df, m["scenario"]["baseline"], title=f"{m['scenario']['name']} on {gpu} ({m.get('status')})"))
+    _print_baselines(df)
+    _print_timing_note(df)
     _print_reasons(df)
 
 
