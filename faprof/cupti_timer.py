@@ -207,10 +207,13 @@ class KernelTimer:
         kernels, links, api = _COLLECTOR.take()
         if expect:
             deadline = time.perf_counter() + wait_s
+            settled = False
             while time.perf_counter() < deadline:
                 linked = {links[c] for c, _, _ in kernels if c in links}
-                if all(i in linked for i in expect):
+                done = all(i in linked for i in expect)
+                if done and settled:
                     break
+                settled = done  # once every call has a kernel, one more flush for a multi-kernel call's stragglers
                 time.sleep(0.001)
                 self._cupti.activity_flush_all(1)
                 k2, l2, a2 = _COLLECTOR.take()
