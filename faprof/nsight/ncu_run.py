@@ -18,8 +18,6 @@ command, the tables' row counts, and how to re-run ncu alone (`rerun`).
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 import os
 import re
 import signal
@@ -227,29 +225,14 @@ def _kill_group(proc: subprocess.Popen) -> None:
 # ------------------------------------------------------------------------------- the scenario file
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(x)}" for k, x in v.items()) + "}"
-    raise FaprofError(f"cannot write {type(v).__name__} value {v!r} to TOML")
-
-
 def toml_dumps(data: Mapping[str, Any]) -> str:
-    """A TOML document of a parsed TOML table (top-level keys, inline tables and arrays below)."""
-    return "".join(f"{json.dumps(str(k))} = {_toml_value(v)}\n" for k, v in data.items())
+    """A TOML document of a parsed TOML table (tomli-w; the scenario as run, for the profiled process)."""
+    import tomli_w
+
+    try:
+        return tomli_w.dumps(dict(data))
+    except TypeError as e:
+        raise FaprofError(f"cannot write the scenario back to TOML: {e}") from e
 
 
 # ------------------------------------------------------------------------------------- helpers
