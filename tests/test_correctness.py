@@ -121,7 +121,7 @@ def test_nondeterministic_but_correct_repeats_pass_only_where_declared():
     def jitter(q, k, v, c, s, out=None):
         calls["n"] += 1
         o = _kernel_like(q, k, v, c, s)
-        return o + (calls["n"] % 2) * 1e-7  # rounding-level differences between calls
+        return o + (1e-7 if calls["n"] == 1 else 0.0)  # the checked (first) call differs at rounding level
 
     settings = TimingSettings(warmup_ms=0, budget_s=0.02, min_repeats=2, max_repeats=4)
     det = harness.measure(_variant("det", jitter), p, inputs, ref, "cpu", settings)
