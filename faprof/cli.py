@@ -57,7 +57,8 @@ def main() -> None:
       faprof profile --scenario l4_causal          # measure, write a run bundle, print a table
       faprof list                                  # scenarios, variants, GPUs
       faprof doctor                                # what this machine can do
-      faprof export runs/<run> --csv out/          # tables as CSV
+      faprof explain runs/<run>                    # why each variant is as fast as it is
+    faprof report runs/<run>                     # Markdown/HTML report that leads with the answer
     """
 
 
@@ -644,7 +645,8 @@ def explain(run: str, variant: str | None, shape: str | None, per_shape: bool, f
 @click.argument("run_b")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
 def compare(run_a: str, run_b: str, runs_dir: Path) -> None:
-    """Compare two runs row by row: medians, which is faster and by how much, whether the 95% CIs overlap.
+    """Compare two runs row by row: medians, which is faster and by how much, and whether each difference is
+    significant (two-sided Mann-Whitney U on the kept samples, as the dashboard's Diff page).
 
     Says first when the runs differ in GPU, in the devices rows ran on, or in dtypes.
     """
