@@ -702,6 +702,47 @@ def _faster_words(ratio_b_over_a: Any) -> str:
     return f"{1 / r:.2f}x faster" if r < 1 else f"{r:.2f}x slower"
 
 
+# --------------------------------------------------------------------------- sanitize
+@main.command()
+@click.argument("variant")
+@click.option("--scenario", default="smoke", show_default=True, help="Scenario whose shapes are run (name or TOML path).")
+@click.option("--shapes", default="smallest", show_default=True, help="Shape ids and/or 'smallest'/'largest' (per problem group).")
+@click.option("--tool", "tools", help="Comma-separated compute-sanitizer tools (default: memcheck,racecheck,initcheck,synccheck).")
+@click.option("--kernel", "kernels", multiple=True, help="Load a kernel as for `faprof profile --kernel` (then name it as VARIANT).")
+@click.option("--user-variants", "user_variants", multiple=True, help="A .py file or module registering extra variants.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"), show_default=True,
+              help="Folder for the sanitize bundle.")
+def sanitize(variant: str, scenario: str, shapes: str, tools: str | None, kernels: tuple[str, ...],
+             user_variants: tuple[str, ...], out_dir: Path) -> None:
+    """Run VARIANT under NVIDIA compute-sanitizer on small shapes; write sanitizer.parquet in a bundle.
+
+    Exit codes: 0 no reports; 3 the tools reported something (see the table); 2 bad input or no
+    compute-sanitizer.
+    """
+    from faprof import sanitize as sz
+    from faprof.plan import split_list
+    from faprof.user_kernel import make_spec
+
+    tool_list = sz.parse_tools(tools)
+    specs = [*user_variants, *(make_spec(k) for k in kernels)]
+    bundle = sz.run(variant, scenario, tool_list, out_dir, split_list(shapes), specs,
+                    progress=lambda m: say(m, style="dim"))
+    df = bundle.read("sanitizer")
+    totals = bundle.manifest().get("sanitizer_error_summary", {})
+    t = Table(title=f"compute-sanitizer: {variant} on {scenario}", header_style="bold")
+    for col in ("tool", "severity", "kind", "kernel", "source", "count"):
+        t.add_column(col, justify="right" if col == "count" else "left")
+    for r in df.itertuples():
+        t.add_row(r.tool, r.severity, escape(str(r.kind)), escape(str(r.kernel))[:60], escape(str(r.source)), str(r.count))
+    console.print(t)
+    for tool in tool_list:
+        n = totals.get(tool)
+        say(f"{tool}: " + ("did not finish (see raw/sanitizer_" + tool + ".txt)" if n is None else f"ERROR SUMMARY {n}"))
+    say(f"bundle: {bundle.path}")
+    if not df.empty or any(n is None or n > 0 for n in totals.values()):
+        sys.exit(EXIT_ROWS_BAD)
+
+
 # --------------------------------------------------------------------------- dashboard
 @main.command()
 @click.argument("runs", nargs=-1, type=click.Path(path_type=Path))

@@ -253,3 +253,24 @@ def test_example_cu_matches_sdpa(monkeypatch, tmp_path, dtype, causal):
         ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal, scale=d ** -0.5)
         tol = {"fp16": 2e-3, "bf16": 1.6e-2, "fp32": 1e-5}[dtype]
         torch.testing.assert_close(o.double(), ref, atol=tol, rtol=tol)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_example_triton_matches_sdpa(cache, dtype, causal):
+    pytest.importorskip("triton")
+    import torch
+    import torch.nn.functional as F
+
+    v = user_kernel.load_kernel(f"ex_triton={EXAMPLES / 'triton_attn.py'}:triton_attn")
+    assert v.dtypes == ("fp16", "bf16")
+    tdt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    for sq, sk, d in [(37, 37, 64), (17, 113, 32), (200, 130, 128)]:
+        q = torch.randn(2, 3, sq, d, device="cuda", dtype=tdt)
+        k = torch.randn(2, 3, sk, d, device="cuda", dtype=tdt)
+        vv = torch.randn(2, 3, sk, d, device="cuda", dtype=tdt)
+        o = v.fn(q, k, vv, causal, d ** -0.5, out=torch.full_like(q, float("nan")))
+        ref = F.scaled_dot_product_attention(q.double(), k.double(), vv.double(), is_causal=causal, scale=d ** -0.5)
+        tol = {"fp16": 4e-3, "bf16": 2.4e-2}[dtype]
+        torch.testing.assert_close(o.double(), ref, atol=tol, rtol=tol)
