@@ -714,7 +714,10 @@ def _faster_words(ratio_b_over_a: Any) -> str:
               help="Folder for the sanitize bundle.")
 def sanitize(variant: str, scenario: str, shapes: str, tools: str | None, kernels: tuple[str, ...],
              user_variants: tuple[str, ...], out_dir: Path) -> None:
-    """Run VARIANT under NVIDIA compute-sanitizer on small shapes; write sanitizer.parquet in a bundle.
+    """Run VARIANT (or several, comma-separated) under NVIDIA compute-sanitizer on small shapes.
+
+    Each tool runs once over every (variant, shape) pair; the reports go into sanitizer.parquet
+    in a new bundle under --out, the tools' text output into its raw/ folder.
 
     Exit codes: 0 no reports; 3 the tools reported something (see the table); 2 bad input or no
     compute-sanitizer.

@@ -182,7 +182,8 @@ def sanitizer_command(sanitizer: str, tool: str, target_argv: Sequence[str]) -> 
 def run(variant: str, scenario_spec: str, tools: Sequence[str], out_dir: Path, shapes: Sequence[str] = ("smallest",),
         user_variants: Sequence[str] = (), timeout_s: float = 900.0,
         progress: Callable[[str], None] = lambda _m: None) -> Any:
-    """Run `variant` on the scenario's selected shapes under each tool; returns the bundle."""
+    """Run `variant` (a name, or comma-separated names) on the scenario's selected shapes under each tool;
+    returns the bundle. Pairs a variant does not support are skipped by the target."""
     from faprof import variants
     from faprof.plan import select_shapes
     from faprof.scenarios import load_scenario
@@ -191,11 +192,11 @@ def run(variant: str, scenario_spec: str, tools: Sequence[str], out_dir: Path, s
     sanitizer = find_compute_sanitizer()
     for spec in user_variants:
         variants.load_user_variants(spec)
-    v = variants.get(variant)
+    vs = variants.resolve(variant)  # one name or a comma-separated list
     scenario = load_scenario(scenario_spec)
     shape_ids = select_shapes(scenario, shapes)
     supported = [p.shape_id for p in scenario.problems if p.shape_id in shape_ids and
-                 v.supports(p, cuda_available=True)[0]]
+                 any(v.supports(p, cuda_available=True)[0] for v in vs)]
     if not supported:
         raise FaprofError(f"{variant} supports none of the shapes {', '.join(shape_ids)} of {scenario.name}; "
                           "choose other shapes (--shapes) or another scenario")
@@ -203,21 +204,22 @@ def run(variant: str, scenario_spec: str, tools: Sequence[str], out_dir: Path, s
 
     if not torch.cuda.is_available():
         raise FaprofError("faprof sanitize needs an NVIDIA GPU with CUDA; none is visible here (see `faprof doctor`)")
-    if v.needs_extension:  # build outside the sanitizer (nvcc under it would be slow and checked for nothing)
+    if any(v.needs_extension for v in vs):  # build outside the sanitizer (nvcc under it would be slow and checked for nothing)
         from faprof import build
 
         build.load(on_status=progress)
     gpu = torch.cuda.get_device_name(0)
-    bundle = Bundle.create(out_dir, f"sanitize {variant} {scenario.name}", gpu, {
+    label = vs[0].name if len(vs) == 1 else f"{len(vs)}-variants"
+    bundle = Bundle.create(out_dir, f"sanitize {label} {scenario.name}", gpu, {
         "kind": "sanitize", "scenario": {"name": scenario.name, "path": str(scenario.path) if scenario.path else None},
-        "env": {"gpu_name": gpu}, "settings": {"variant": variant, "shapes": supported, "tools": list(tools),
+        "env": {"gpu_name": gpu}, "settings": {"variants": [v.name for v in vs], "shapes": supported, "tools": list(tools),
                                                "user_variants": list(user_variants), "sanitizer": sanitizer},
     })
     frames, totals = [], {}
     for tool in tools:
         plan_out = bundle.raw_dir() / f"plan_{tool}.json"
         target = [sys.executable, "-m", "faprof.nsight.target", "--scenario", str(scenario.path or scenario_spec),
-                  "--tool", "none", "--variants", variant, "--shapes", ",".join(supported), "--iters", "1",
+                  "--tool", "none", "--variants", ",".join(v.name for v in vs), "--shapes", ",".join(supported), "--iters", "1",
                   "--plan-out", str(plan_out)]
         for spec in user_variants:
             target += ["--user-variants", spec]

@@ -182,7 +182,7 @@ def nvcc_shared_command(nvcc: str, wrapper: Path, source_dir: Path, arch: str, o
 
 def wrapper_source(source: Path, launcher: str) -> str:
     """The translation unit faprof compiles: header, the user's file, the signature check."""
-    src = json.dumps(str(source))  # a C string literal for the path (quotes and backslashes escaped)
+    src = json.dumps(str(source), ensure_ascii=False)  # a C string literal for the path (quotes and backslashes escaped)
     return (
         '#include "faprof_attention.h"\n'
         f"#include {src}\n"
