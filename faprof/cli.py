@@ -180,6 +180,9 @@ EXIT_ROWS_BAD = 3
 @click.option("--nsys/--no-nsys", default=None, help="Capture an Nsight Systems timeline.")
 @click.option("--budget", type=float, help="Timing budget per variant and shape, in seconds (overrides the scenario).")
 @click.option("--user-variants", "user_variants", multiple=True, help="A .py file or module registering extra variants (repeatable).")
+@click.option("--kernel", "kernels", multiple=True,
+              help="Your kernel as a variant: FILE.cu[:LAUNCHER] (built with nvcc, see faprof_attention.h) or FILE.py:FUNCTION (repeatable).")
+@click.option("--name", "kernel_name", help="Variant name for the one --kernel (default: the file's stem).")
 @click.option("--no-isolate", is_flag=True, help="Run variants in this process instead of a worker (no fault containment).")
 @click.option("--timeout", "task_timeout", type=float, default=600.0, show_default=True, help="Seconds before a variant counts as hung.")
 @click.option("--timer", type=click.Choice(["auto", "cupti", "events"]),
@@ -188,8 +191,8 @@ EXIT_ROWS_BAD = 3
 def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resume: Path | None, ncu: str | None,
             ncu_variants: str | None, ncu_shapes: str | None, ncu_kernel: str | None, ncu_launches: int | None,
             ncu_cache_control: str | None, ncu_clock_control: str | None, nsys: bool | None, budget: float | None,
-            user_variants: tuple[str, ...], no_isolate: bool, task_timeout: float, timer: str | None,
-            allow_failures: bool) -> None:
+            user_variants: tuple[str, ...], kernels: tuple[str, ...], kernel_name: str | None, no_isolate: bool,
+            task_timeout: float, timer: str | None, allow_failures: bool) -> None:
     """Measure a scenario's variants on its problems and write a run bundle.
 
     Each variant is checked against a reference before it is timed. Rows are written as they
@@ -215,21 +218,33 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
     if names == []:
         raise FaprofError(f"--variants {variant_list!r} names no variant: give comma-separated names "
                           "(see `faprof list variants`), 'all', or leave --variants out for the scenario's own")
+    if resume and kernels:
+        raise FaprofError("--resume finishes a run with the kernels it was started with: drop --kernel")
+    if kernel_name is not None and len(kernels) != 1:
+        raise FaprofError("--name names the one --kernel; with several, write --kernel NAME=FILE.cu[:LAUNCHER]")
+    from faprof.user_kernel import make_spec
+
+    kernel_specs = [make_spec(k, kernel_name) for k in kernels]
     options = runner.ProfileOptions(
         variants=names,
         out_dir=out_dir, ncu=ncu, nsys=nsys, isolate=not no_isolate, task_timeout_s=task_timeout,
         ncu_cache_control=ncu_cache_control, ncu_clock_control=ncu_clock_control,
         ncu_variants=split_list(ncu_variants) or None, ncu_shapes=split_list(ncu_shapes) or None,
         ncu_kernel=ncu_kernel, ncu_launches=ncu_launches,
-        user_variants=list(user_variants),
+        user_variants=[*user_variants, *kernel_specs],
         settings_overrides={**({"budget_s": budget} if budget is not None else {}), **({"timer": timer} if timer else {})},
     )
     from faprof.variants import load_user_variants
 
     for spec in user_variants:
         load_user_variants(spec)
+    kernel_names = [n for spec in kernel_specs for n in load_user_variants(spec)]  # builds: errors stop here
     if scenario and not resume:
         scn = load_scenario(scenario)  # validate before any work starts
+        if kernel_names and names is None and scn.variants != ["all"]:  # the scenario's variants and yours
+            options.variants = list(dict.fromkeys([*scn.variants, *kernel_names]))
+        elif kernel_names and names is not None and names != ["all"]:
+            options.variants = list(dict.fromkeys([*names, *kernel_names]))
         _check_ncu_selectors(scn, options, ncu if ncu is not None else scn.collect["ncu"], explicit=ncu is not None)
     state: dict[str, Any] = {"notices": []}
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -687,6 +702,50 @@ def _faster_words(ratio_b_over_a: Any) -> str:
     if abs(r - 1) < 0.005:
         return "same"
     return f"{1 / r:.2f}x faster" if r < 1 else f"{r:.2f}x slower"
+
+
+# --------------------------------------------------------------------------- sanitize
+@main.command()
+@click.argument("variant")
+@click.option("--scenario", default="smoke", show_default=True, help="Scenario whose shapes are run (name or TOML path).")
+@click.option("--shapes", default="smallest", show_default=True, help="Shape ids and/or 'smallest'/'largest' (per problem group).")
+@click.option("--tool", "tools", help="Comma-separated compute-sanitizer tools (default: memcheck,racecheck,initcheck,synccheck).")
+@click.option("--kernel", "kernels", multiple=True, help="Load a kernel as for `faprof profile --kernel` (then name it as VARIANT).")
+@click.option("--user-variants", "user_variants", multiple=True, help="A .py file or module registering extra variants.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"), show_default=True,
+              help="Folder for the sanitize bundle.")
+def sanitize(variant: str, scenario: str, shapes: str, tools: str | None, kernels: tuple[str, ...],
+             user_variants: tuple[str, ...], out_dir: Path) -> None:
+    """Run VARIANT (or several, comma-separated) under NVIDIA compute-sanitizer on small shapes.
+
+    Each tool runs once over every (variant, shape) pair; the reports go into sanitizer.parquet
+    in a new bundle under --out, the tools' text output into its raw/ folder.
+
+    Exit codes: 0 no reports; 3 the tools reported something (see the table); 2 bad input or no
+    compute-sanitizer.
+    """
+    from faprof import sanitize as sz
+    from faprof.plan import split_list
+    from faprof.user_kernel import make_spec
+
+    tool_list = sz.parse_tools(tools)
+    specs = [*user_variants, *(make_spec(k) for k in kernels)]
+    bundle = sz.run(variant, scenario, tool_list, out_dir, split_list(shapes), specs,
+                    progress=lambda m: say(m, style="dim"))
+    df = bundle.read("sanitizer")
+    totals = bundle.manifest().get("sanitizer_error_summary", {})
+    t = Table(title=f"compute-sanitizer: {variant} on {scenario}", header_style="bold")
+    for col in ("tool", "severity", "kind", "kernel", "source", "count"):
+        t.add_column(col, justify="right" if col == "count" else "left")
+    for r in df.itertuples():
+        t.add_row(r.tool, r.severity, escape(str(r.kind)), escape(str(r.kernel))[:60], escape(str(r.source)), str(r.count))
+    console.print(t)
+    for tool in tool_list:
+        n = totals.get(tool)
+        say(f"{tool}: " + ("did not finish (see raw/sanitizer_" + tool + ".txt)" if n is None else f"ERROR SUMMARY {n}"))
+    say(f"bundle: {bundle.path}")
+    if not df.empty or any(n is None or n > 0 for n in totals.values()):
+        sys.exit(EXIT_ROWS_BAD)
 
 
 # --------------------------------------------------------------------------- dashboard

@@ -202,6 +202,10 @@ def profile(scenario_spec: str | Path | Scenario, options: ProfileOptions | None
 
 def _resolved(spec: str) -> str:
     """A user-variant file as an absolute path (so a resume from another folder finds it); modules as given."""
+    from faprof.user_kernel import parse_spec, resolve_spec
+
+    if parse_spec(spec) is not None:
+        return resolve_spec(spec)
     return str(Path(spec).resolve()) if spec.endswith(".py") else spec
 
 

@@ -281,9 +281,18 @@ def resolve(names: list[str] | str) -> list[Variant]:
 def load_user_variants(spec: str) -> list[str]:
     """Register user variants from a Python file or module that calls `faprof.variants.register`.
 
-    `spec` is a path to a .py file or a dotted module name. Returns the names it added.
+    `spec` is a path to a .py file or a dotted module name, or a kernel spec of `--kernel`
+    ([NAME=]FILE.cu[:launcher] or [NAME=]FILE.py:function, see faprof.user_kernel). Returns the
+    names it added.
     """
     _load()
+    from faprof import user_kernel  # imports this module: loaded here, not at the top
+
+    if user_kernel.parse_spec(spec) is not None:  # --kernel FILE.cu[:launcher] or FILE.py:fn
+        key = user_kernel.resolve_spec(spec)
+        if key not in _USER_SPECS:
+            _USER_SPECS[key] = [user_kernel.load_kernel(key).name]
+        return _USER_SPECS[key]
     key = str(Path(spec).resolve()) if spec.endswith(".py") else spec
     if key in _USER_SPECS:  # loading the same file twice is a no-op, not a name clash
         return _USER_SPECS[key]
