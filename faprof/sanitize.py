@@ -136,12 +136,15 @@ def parse_output(text: str, tool: str) -> pd.DataFrame:
 
 
 def error_summary(text: str) -> int | None:
-    """The N of 'ERROR SUMMARY: N errors' (None when the tool did not print it: it did not finish)."""
+    """The number of hazards the tool reported: 'ERROR SUMMARY: N errors' (memcheck, initcheck,
+    synccheck), or racecheck's 'RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)';
+    None when the tool printed neither (it did not finish)."""
     _, summaries = split_reports(text)
-    for s in summaries:
-        m = re.match(r"ERROR SUMMARY: (\d+) errors?", s)
-        if m:
-            return int(m.group(1))
+    for pattern in (r"ERROR SUMMARY: (\d+) errors?", r"RACECHECK SUMMARY: (\d+) hazards? displayed"):
+        for s in summaries:
+            m = re.match(pattern, s)
+            if m:
+                return int(m.group(1))
     return None
 
 

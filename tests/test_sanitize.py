@@ -11,6 +11,8 @@ scripts/gpu_kernel_check.sh, which keeps the tool's raw text in each bundle.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 
@@ -154,3 +156,13 @@ def test_memcheck_finds_the_planted_fault(tmp_path):
     assert not hits.empty, text[-3000:]
     assert hits["source"].str.contains(r"fault\.cu:\d+").all()
     assert int(df["count"].sum()) == sanitize.error_summary(text)
+
+
+def test_recorded_h100_outputs_parse():
+    """compute-sanitizer's own output, recorded on the H100 (faprof sanitize naive,fa1,fa2 on smoke's
+    smallest shape): racecheck closes with a RACECHECK SUMMARY, not an ERROR SUMMARY."""
+    data = Path(__file__).parent / "data" / "sanitizer"
+    race = (data / "h100_racecheck_naive_fa1_fa2.txt").read_text()
+    mem = (data / "h100_memcheck_naive_fa1_fa2.txt").read_text()
+    assert sanitize.error_summary(race) == 0 and sanitize.parse_output(race, "racecheck").empty
+    assert sanitize.error_summary(mem) == 0 and sanitize.parse_output(mem, "memcheck").empty
