@@ -448,7 +448,14 @@ def render_markdown(bundle: Bundle, chart_hook: ChartHook | None = None, charts:
     """The report as Markdown. `chart_hook(name, title)` returns the Markdown (or an HTML placeholder)
     for each chart in `charts`; without charts the section says why (`chart_note`)."""
     m = bundle.manifest()
-    df = analysis.speedups_for(bundle.measurements(), m)
+    meas = bundle.measurements()
+    if meas.empty or "variant" not in meas:
+        from faprof.errors import FaprofError
+
+        what = ("a `faprof sanitize` bundle: its findings are in sanitizer.parquet (`faprof export RUN --csv DIR`)"
+                if m.get("kind") == "sanitize" else f"status {m.get('status')}")
+        raise FaprofError(f"{bundle.path} has no timed rows to report ({what})")
+    df = analysis.speedups_for(meas, m)
     env = m.get("env", {}) or {}
     gpu = env.get("gpu_name") or "CPU (no GPU)"
     blks = blocks(df)

@@ -102,7 +102,14 @@ def pct(x: float, spec: str = ".0f") -> str:
 
 
 def num(x: float, spec: str = ".3g") -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+    """A number for evidence text; never in exponent notation (values of 1000 and up get a thousands
+    separator and no decimals, tiny ones fixed decimals)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    out = format(x, spec)
+    if "e" in out or "E" in out:
+        out = f"{x:,.0f}" if abs(x) >= 1 else f"{x:.6f}".rstrip("0").rstrip(".")
+    return out
 
 
 def big(x: float) -> str:
