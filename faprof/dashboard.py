@@ -1236,3 +1236,14 @@ def diagnosis(runs: RunSet, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     summ = advisor.summarize(diag)
     summ = summ.assign(primary_on=summ["primary_shapes"].map(lambda x: len([t for t in str(x).split(", ") if t])))
     return summ, diag
+
+
+def error_ratio(df: pd.DataFrame) -> pd.Series:
+    """Each row's error over the bound it is checked against (above 1 fails; faprof.correctness):
+    max |out - ref| over FlashAttention's bound (tol_factor x PyTorch's own error in the dtype +
+    tol_eps) where the row has one; else, for rows written before that rule or checked without a
+    separate baseline, the norm-wise relative error over rtol."""
+    num = lambda c: pd.to_numeric(df[c], errors="coerce") if c in df else pd.Series(np.nan, index=df.index)  # noqa: E731
+    bound = num("tol_factor") * num("baseline_max_err") + num("tol_eps").fillna(0.0)
+    fa = num("max_abs_err") / bound.where(bound > 0)
+    return fa.fillna(num("rel_err") / num("rtol"))

@@ -542,3 +542,13 @@ def test_nsight_page_diagnosis_is_the_advisors(runs):
     assert diag.equals(advisor.diagnose(Bundle.open(path)))  # one ranking everywhere
     assert (summ["primary_on"] <= summ["n_shapes"]).all()
     assert fd.diagnosis(runs, "no-such-run")[0].empty
+
+
+def test_error_ratio_is_the_checked_bound(runs):
+    m = runs.measurements
+    new = m[m["run_id"] == "20261123T053932Z_nvidia-h100-80gb-hbm3_l4-causal"]
+    r = fd.error_ratio(new[new["status"] == "ok"])
+    has_fa = new["baseline_max_err"].notna() & (new["status"] == "ok")
+    assert has_fa.sum() > 20 and (r[has_fa] <= 1.0).all()  # an ok row is within its own bound
+    old = m[m["run_id"] == H100_L4]
+    assert np.allclose(fd.error_ratio(old), old["rel_err"] / old["rtol"], equal_nan=True)  # older rows: rel / rtol
