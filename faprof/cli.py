@@ -607,7 +607,7 @@ def report(run: str, out_dir: Path | None, formats: str, runs_dir: Path) -> None
     if bad or not fmts:
         raise FaprofError(f"unknown report format(s) {sorted(bad) or [formats]}: use md, html and/or csv")
     bundle = resolve_run(run, runs_dir)
-    if bundle.measurements().empty:
+    if bundle.measurements().empty and bundle.manifest().get("kind") != "sanitize":
         raise FaprofError(f"{bundle.path} has no measurements yet; nothing to report")
     dest = out_dir or bundle.path / "report"
     written = write_reports(bundle, dest, fmts, notice=lambda m: say(f"note: {m}", style="yellow"))

@@ -1247,3 +1247,25 @@ def error_ratio(df: pd.DataFrame) -> pd.Series:
     bound = num("tol_factor") * num("baseline_max_err") + num("tol_eps").fillna(0.0)
     fa = num("max_abs_err") / bound.where(bound > 0)
     return fa.fillna(num("rel_err") / num("rtol"))
+
+
+def sanitizer_table(runs: RunSet) -> pd.DataFrame:
+    """One row per (sanitize run, tool): variants, shapes, hazards and status (faprof.sanitize.tool_totals),
+    for `faprof sanitize` bundles among the loaded runs; empty when there are none."""
+    from faprof import sanitize
+    from faprof.store import Bundle
+
+    frames = []
+    for run_id, m in runs.manifests.items():
+        if m.get("kind") != "sanitize" or not m.get("path"):
+            continue
+        try:
+            t = sanitize.tool_totals(Bundle.open(m["path"]))
+        except FaprofError:
+            continue
+        st_ = m.get("settings") or {}
+        frames.append(t.assign(run_id=run_id, variants=", ".join(st_.get("variants") or []),
+                               shapes=", ".join(st_.get("shapes") or []), gpu=(m.get("env") or {}).get("gpu_name")))
+    if not frames:
+        return pd.DataFrame()
+    return pd.concat(frames, ignore_index=True)[["run_id", "gpu", "variants", "shapes", "tool", "hazards", "findings", "status"]]

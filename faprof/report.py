@@ -551,6 +551,23 @@ def render_files(bundle: Bundle, formats: tuple[str, ...] = ("md", "html", "csv"
     """Every file of the report, rendered in memory, by path relative to the report folder."""
     files: dict[str, str | bytes] = {}
     m = bundle.manifest()
+    if m.get("kind") == "sanitize":  # a `faprof sanitize` bundle: its own short report
+        from markdown_it import MarkdownIt
+
+        from faprof import sanitize
+
+        md = sanitize.markdown(bundle)
+        if "md" in formats:
+            files["report.md"] = md
+        if "html" in formats:
+            body = MarkdownIt("commonmark").enable("table").render(md)
+            files["report.html"] = (f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>faprof sanitize"
+                                    f"</title><style>{_HTML_STYLE}</style></head>\n<body>\n{body}</body></html>\n")
+        if "csv" in formats:
+            from faprof.store import csv_files
+
+            files.update({f"csv/{name}": text for name, text in csv_files(bundle).items()})
+        return files
     charts = build_charts(blocks(analysis.speedups_for(bundle.measurements(), m))) if {"md", "html"} & set(formats) else []
     if "md" in formats:
         from faprof import report_charts as rc

@@ -243,3 +243,43 @@ def run(variant: str, scenario_spec: str, tools: Sequence[str], out_dir: Path, s
     bundle.write("sanitizer", df)
     bundle.update_manifest(status="complete", finished_utc=utc_stamp(), sanitizer_error_summary=totals)
     return bundle
+
+
+# ---------------------------------------------------------------------------------- reading
+def tool_totals(bundle: Any) -> pd.DataFrame:
+    """One row per tool of a sanitize bundle: hazards reported (from the tool's own summary line in
+    the kept raw output, read with this faprof's parser; else the manifest's), findings parsed, and
+    a status ('clean', 'N reported', 'did not finish')."""
+    m = bundle.manifest()
+    tools = list((m.get("settings") or {}).get("tools") or [])
+    recorded = m.get("sanitizer_error_summary") or {}
+    table = bundle.read("sanitizer")
+    rows = []
+    for tool in tools:
+        raw = bundle.path / "raw" / f"sanitizer_{tool}.txt"
+        total = error_summary(raw.read_text(errors="replace")) if raw.exists() else recorded.get(tool)
+        found = int(table[table["tool"] == tool]["count"].sum()) if not table.empty and "tool" in table else 0
+        status = "did not finish" if total is None else ("clean" if total == 0 else f"{total} reported")
+        rows.append({"tool": tool, "hazards": total, "findings": found, "status": status})
+    return pd.DataFrame(rows, columns=["tool", "hazards", "findings", "status"])
+
+
+def markdown(bundle: Any) -> str:
+    """A short Markdown report of a `faprof sanitize` bundle: what ran, each tool's total, the findings."""
+    m = bundle.manifest()
+    st = m.get("settings") or {}
+    gpu = (m.get("env") or {}).get("gpu_name") or "a GPU"
+    lines = [f"# compute-sanitizer: {', '.join(st.get('variants') or [])} on {gpu}", "",
+             f"Run `{m.get('run_id')}` · scenario {(m.get('scenario') or {}).get('name')} · shapes "
+             f"{', '.join(f'`{x}`' for x in st.get('shapes') or [])} · tools {', '.join(st.get('tools') or [])}.", "",
+             "## Each tool", ""]
+    totals = tool_totals(bundle)
+    lines += [totals.to_markdown(index=False), ""]
+    table = bundle.read("sanitizer")
+    lines += ["## Findings", ""]
+    if table.empty:
+        lines.append("None: no tool reported a hazard." if (totals["status"] == "clean").all() else
+                     "No finding parsed (see each tool's status above and its raw output under raw/).")
+    else:
+        lines.append(table.to_markdown(index=False))
+    return "\n".join(lines) + "\n"

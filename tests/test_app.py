@@ -552,3 +552,10 @@ def test_error_ratio_is_the_checked_bound(runs):
     assert has_fa.sum() > 20 and (r[has_fa] <= 1.0).all()  # an ok row is within its own bound
     old = m[m["run_id"] == H100_L4]
     assert np.allclose(fd.error_ratio(old), old["rel_err"] / old["rtol"], equal_nan=True)  # older rows: rel / rtol
+
+
+def test_sanitize_runs_are_listed_per_tool(runs):
+    san = fd.sanitizer_table(runs)
+    assert {"memcheck", "racecheck", "initcheck", "synccheck"} <= set(san["tool"])
+    assert (san["status"] == "clean").all() and (san["hazards"] == 0).all()  # as recorded on the H100
+    assert any("fa2_mma" in v for v in san["variants"])

@@ -166,3 +166,18 @@ def test_recorded_h100_outputs_parse():
     mem = (data / "h100_memcheck_naive_fa1_fa2.txt").read_text()
     assert sanitize.error_summary(race) == 0 and sanitize.parse_output(race, "racecheck").empty
     assert sanitize.error_summary(mem) == 0 and sanitize.parse_output(mem, "memcheck").empty
+
+
+def test_report_of_a_recorded_sanitize_bundle(tmp_path):
+    from faprof.report import write_reports
+    from faprof.store import Bundle
+
+    root = Path(__file__).resolve().parent.parent / "examples" / "runs"
+    b = Bundle.open(next(root.glob("*sanitize-3-variants-smoke")))
+    # racecheck's total comes from its recorded raw output (RACECHECK SUMMARY), not the manifest's null
+    t = sanitize.tool_totals(b).set_index("tool")
+    assert t.loc["racecheck", "status"] == "clean" and t.loc["memcheck", "hazards"] == 0
+    written = write_reports(b, tmp_path / "rep")
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "# compute-sanitizer: naive, fa1, fa2" in md and "| racecheck |" in md.replace("  ", " ").replace("  ", " ")
+    assert any(p.name == "report.html" for p in written)

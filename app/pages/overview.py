@@ -57,6 +57,13 @@ fig.update_yaxes(automargin=True, categoryorder="array",  # newest at the top, a
                                                   + runs["created"].str.slice(0, 16)))[::-1])
 ui.show(ui.style(fig, height=max(220, 60 + 45 * len(runs)), legend_title="status"), key="status_bars")
 
+san = fd.sanitizer_table(ctx.runs)
+if not san.empty:
+    st.subheader("compute-sanitizer")
+    st.caption("`faprof sanitize` runs among these bundles: each tool's hazards on the variants' smallest shapes "
+               "(memcheck, racecheck, initcheck, synccheck); findings are in each bundle's sanitizer.parquet.")
+    st.dataframe(san, hide_index=True, use_container_width=True)
+
 st.subheader("Environment of each run")
 for r in runs.itertuples():
     m = ctx.runs.manifests.get(r.run_id, {})
