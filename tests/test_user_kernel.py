@@ -274,3 +274,36 @@ def test_example_triton_matches_sdpa(cache, dtype, causal):
         ref = F.scaled_dot_product_attention(q.double(), k.double(), vv.double(), is_causal=causal, scale=d ** -0.5)
         tol = {"fp16": 4e-3, "bf16": 2.4e-2}[dtype]
         torch.testing.assert_close(o.double(), ref, atol=tol, rtol=tol)
+
+
+FAULT_CU = '''FAPROF_KERNEL_INFO("dtypes=fp16,fp32");
+// TEST ONLY: writes to an unmapped address (the device's null page) -> illegal memory access.
+__global__ void user_fault_kernel(float* bad) { bad[threadIdx.x] = 1.f; }
+extern "C" FAPROF_LAUNCHER(user_fault) {
+    user_fault_kernel<<<1, 32, 0, stream>>>(reinterpret_cast<float*>(0x100));
+    return (int)cudaGetLastError();
+}
+'''
+
+
+@pytest.mark.gpu
+def test_a_faulting_user_kernel_is_one_failed_row(tmp_path, monkeypatch):
+    """A user .cu kernel that corrupts the CUDA context is contained like faprof's own: one failed
+    row, the worker replaced, the variants after it run."""
+    from faprof import runner
+    from faprof.scenarios import parse_scenario
+
+    monkeypatch.setenv("FAPROF_CACHE", str(tmp_path / "cache"))
+    src = _write(tmp_path, "user_fault.cu", FAULT_CU)
+    spec = f"user_fault={src}"
+    scen = parse_scenario({
+        "name": "user_fault", "baseline": "sdpa_flash", "variants": ["sdpa_flash", "user_fault", "fa2_mma"],
+        "problems": [{"B": 1, "H": 2, "S": 128, "D": 64, "dtype": "fp16"}],
+        "timing": {"budget_s": 0.2, "min_repeats": 5, "warmup_ms": 5, "e2e_repeats": 3},
+    }, "test")
+    bundle = runner.profile(scen, runner.ProfileOptions(out_dir=tmp_path / "runs", task_timeout_s=300, ceilings=False,
+                                                        user_variants=[spec]))
+    df = bundle.measurements().set_index("variant")
+    assert df.loc["user_fault", "status"] == "failed"
+    assert "illegal" in df.loc["user_fault", "reason"]
+    assert df.loc["fa2_mma", "status"] == "ok" and df.loc["sdpa_flash", "status"] == "ok"
