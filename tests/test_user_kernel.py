@@ -296,6 +296,7 @@ def test_a_faulting_user_kernel_is_one_failed_row(tmp_path, monkeypatch):
     monkeypatch.setenv("FAPROF_CACHE", str(tmp_path / "cache"))
     src = _write(tmp_path, "user_fault.cu", FAULT_CU)
     spec = f"user_fault={src}"
+    variants.load_user_variants(spec)  # the scenario names it (as `faprof profile --kernel` adds it)
     scen = parse_scenario({
         "name": "user_fault", "baseline": "sdpa_flash", "variants": ["sdpa_flash", "user_fault", "fa2_mma"],
         "problems": [{"B": 1, "H": 2, "S": 128, "D": 64, "dtype": "fp16"}],
