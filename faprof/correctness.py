@@ -32,6 +32,7 @@ from typing import Any
 
 from faprof.problem import AttentionProblem, torch_dtype
 from faprof.scenarios import Tolerance
+from faprof.variants import _masked_scores as _scores
 
 #: Problems whose float64 forward (+ backward) costs more than this are checked against an fp32
 #: GPU reference instead of the CPU: 2e10 FLOP is a few seconds on a small host in float64.
@@ -114,17 +115,6 @@ class Reference:
 
 def needs_grads(problem: AttentionProblem) -> bool:
     return problem.direction in ("bwd", "fwd_bwd")
-
-
-def _scores(q, k, causal: bool, scale: float):
-    import torch
-
-    s = torch.matmul(q, k.transpose(-2, -1)) * scale
-    if causal:
-        sq, sk = s.shape[-2], s.shape[-1]
-        mask = torch.ones(sq, sk, dtype=torch.bool, device=s.device).tril()
-        s = s.masked_fill(~mask, float("-inf"))
-    return s
 
 
 def _lse_pass(problem: AttentionProblem, inputs: Inputs, dev, dt):

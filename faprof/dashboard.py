@@ -1051,20 +1051,6 @@ def timeline(kernels: pd.DataFrame, run_id: str, shape_id: str, iterations: int)
 
 
 # --------------------------------------------------------------------------------------- diff
-def _samples(v: Any) -> np.ndarray:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return np.array([], dtype=float)
-    if isinstance(v, str):
-        try:
-            v = json.loads(v)
-        except ValueError:
-            return np.array([], dtype=float)
-    try:
-        return np.asarray(list(v), dtype=float)
-    except (TypeError, ValueError):
-        return np.array([], dtype=float)
-
-
 def diff_runs(a: pd.DataFrame, b: pd.DataFrame, alpha: float = SIGNIFICANCE_LEVEL) -> pd.DataFrame:
     """Two runs compared row by row, matched on (variant, shape_id).
 
@@ -1099,7 +1085,7 @@ def diff_runs(a: pd.DataFrame, b: pd.DataFrame, alpha: float = SIGNIFICANCE_LEVE
         elif not (ta and tb):
             verdict = f"not comparable ({r.get('status_a')} / {r.get('status_b')})"
         else:
-            sa, sb = _samples(r.get("samples_ms_a")), _samples(r.get("samples_ms_b"))
+            sa, sb = stats.as_samples(r.get("samples_ms_a")), stats.as_samples(r.get("samples_ms_b"))
             if len(sa) >= MIN_SAMPLES_FOR_TEST and len(sb) >= MIN_SAMPLES_FOR_TEST:
                 p = stats.significance(sa, sb, alpha)["p_value"]
             if math.isnan(p):

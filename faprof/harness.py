@@ -55,8 +55,6 @@ SLOW_CPU_CALL_S = 0.5
 #: to CUDA events (a call that launched no kernel has no GPU time to report).
 CUPTI_MIN_COVERAGE = 0.9
 
-summarize = stats.summarize
-
 
 class L2Flusher:
     """Leaves the L2 holding none of the timed call's data and no dirty lines.

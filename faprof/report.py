@@ -613,21 +613,12 @@ def compare_runs(a: Bundle, b: Bundle) -> pd.DataFrame:
     cols = [*keys, "status", "median_ms", "ci95_low_ms", "ci95_high_ms", "tflops", "device", "dtype", "samples_ms"]
     m = da[[c for c in cols if c in da]].merge(db[[c for c in cols if c in db]], on=keys, suffixes=("_a", "_b"))
     m["ratio_b_over_a"] = m["median_ms_b"] / m["median_ms_a"]
-    tests = [stats.significance(_as_list(x), _as_list(y)) if {sa, sb} <= set(analysis.TIMED) else {}
+    tests = [stats.significance(stats.as_samples(x), stats.as_samples(y)) if {sa, sb} <= set(analysis.TIMED) else {}
              for x, y, sa, sb in zip(m.get("samples_ms_a", [None] * len(m)), m.get("samples_ms_b", [None] * len(m)),
                                      m["status_a"], m["status_b"], strict=True)]
     m["p_value"] = [t.get("p_value", float("nan")) for t in tests]
     m["significant"] = pd.array([t.get("significant") for t in tests], dtype="boolean")
     return m.drop(columns=[c for c in ("samples_ms_a", "samples_ms_b") if c in m])
-
-
-def _as_list(v: Any) -> list[float]:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return []
-    try:
-        return [float(x) for x in v]
-    except TypeError:
-        return []
 
 
 @dataclass

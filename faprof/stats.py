@@ -30,6 +30,24 @@ SIGNIFICANCE_ALPHA = 0.05
 OUTLIER_IQR = 1.5
 
 
+def as_samples(v: Any) -> np.ndarray:
+    """A row's kept samples (a list, an array, or a JSON string as CSV exports hold them) as a float
+    array; empty for a missing or unreadable value."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return np.array([], dtype=float)
+    if isinstance(v, str):
+        import json
+
+        try:
+            v = json.loads(v)
+        except ValueError:
+            return np.array([], dtype=float)
+    try:
+        return np.asarray(list(v), dtype=float)
+    except (TypeError, ValueError):
+        return np.array([], dtype=float)
+
+
 def median_ci(samples: Sequence[float] | np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
     """Distribution-free confidence interval of the median: a pair of order statistics.
 

@@ -109,8 +109,8 @@ def _cuda_available() -> bool:
 
 
 # ------------------------------------------------------------------ torch baselines
-def _standard_attention(q, k, v, causal: bool, scale: float, out=None):
-    """Explicit QKᵀ, softmax, PV: the 'standard attention' of the seeds (materializes Sq x Sk)."""
+def _masked_scores(q, k, causal: bool, scale: float):
+    """scale·QKᵀ with the causal mask (top-left aligned, as SDPA's is_causal) applied as -inf."""
     import torch
 
     s = torch.matmul(q, k.transpose(-2, -1)) * scale
@@ -118,6 +118,14 @@ def _standard_attention(q, k, v, causal: bool, scale: float, out=None):
         sq, sk = s.shape[-2], s.shape[-1]
         mask = torch.ones(sq, sk, dtype=torch.bool, device=s.device).tril()
         s = s.masked_fill(~mask, float("-inf"))
+    return s
+
+
+def _standard_attention(q, k, v, causal: bool, scale: float, out=None):
+    """Explicit QKᵀ, softmax, PV: the 'standard attention' of the seeds (materializes Sq x Sk)."""
+    import torch
+
+    s = _masked_scores(q, k, causal, scale)
     p = torch.softmax(s, dim=-1)
     if causal:
         # Rows with no visible key (only when Sq > Sk is impossible with top-left alignment,
