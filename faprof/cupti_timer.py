@@ -46,6 +46,13 @@ INSTALL_HINT = "pip install cupti-python (the 'gpu' extra: pip install 'faprof[g
 #: records' start times also attribute a kernel to the call whose host window launched it).
 ENABLED_KINDS = ("CONCURRENT_KERNEL", "EXTERNAL_CORRELATION", "RUNTIME", "DRIVER")
 
+#: Of the runtime and driver API records only the launches are kept (cuptiActivityEnableRuntimeApi /
+#: cuptiActivityEnableDriverApi per callback id): a timed call makes dozens of other API calls
+#: (events, device queries, the flush's memsets), and every record costs Python time in the buffer
+#: callback. Measured on the H100 over l4_causal's 75 GPU rows: 33 s of the timing stage's 42 s
+#: went to collecting records with every API recorded.
+API_KEEP = ("launch",)
+
 
 class CuptiUnavailable(RuntimeError):
     """CUPTI kernel timing cannot be used in this process; the message says why."""
@@ -86,6 +93,7 @@ class _Collector:
         self.api: dict[int, int] = {}  # correlation_id -> start of the runtime/driver call that launched it
         self.registered = False
         self.enabled = False
+        self.api_filtered = False
         self.dropped = 0
 
     def on_complete(self, activities: list) -> None:
@@ -119,6 +127,27 @@ class _Collector:
 
 
 _COLLECTOR = _Collector()
+
+
+def _api_names(enum_cls: Any) -> list[tuple[str, int]]:
+    return [(m.name, int(m.value)) for m in enum_cls if m.name not in ("INVALID", "SIZE", "FORCE_INT")]
+
+
+def _keep_only_launch_records(cupti: Any) -> bool:
+    """Disable API records of every runtime/driver call that does not launch work (API_KEEP).
+    False where this CUPTI cannot filter per call (then every API call is recorded: slower, same result)."""
+    try:
+        for enum_cls, enable in ((cupti.runtime_api_trace_cbid, cupti.activity_enable_runtime_api),
+                                 (cupti.driver_api_trace_cbid, cupti.activity_enable_driver_api)):
+            for name, cbid in _api_names(enum_cls):
+                if not any(k in name.lower() for k in API_KEEP):
+                    try:
+                        enable(cbid, 0)
+                    except Exception:  # an id this driver does not know
+                        pass
+        return True
+    except Exception:
+        return False
 
 
 def probe() -> tuple[bool, str]:
@@ -173,6 +202,7 @@ class KernelTimer:
                 for kind in ENABLED_KINDS:
                     cupti.activity_enable(getattr(cupti.ActivityKind, kind))
                 c.enabled = True
+                c.api_filtered = _keep_only_launch_records(cupti)
         except Exception as e:
             raise CuptiUnavailable(f"CUPTI refused the activity API ({type(e).__name__}: {e}); "
                                    "another profiler may be attached") from e

@@ -14,7 +14,8 @@ kept as call latency (`event_ms`), and are the fallback timer where CUPTI cannot
   kernels run back to back as they would in a busy program.
 - Repeats go on until the 95% CI of the median (distribution-free, faprof.stats) is within
   `target_rel_ci` of the median (at least `min_repeats`, `min_repeats_short` for calls under
-  `short_call_ms`), or the budget runs out. All samples are kept.
+  `short_call_ms`), or the budget runs out. All samples are kept. CPU variants stop on
+  `target_rel_ci_host` (2%): host-clock times of a CPU call vary by more than 0.5% run to run.
 - Per row: SM clock during the timed calls (GPU cycles of a spin per µs, calibrated right after
   them), temperature, and NVML throttle reasons before, between batches and after (faprof.gpu_monitor);
   rows timed while a slowdown reason was active are flagged `throttled`.
@@ -250,7 +251,7 @@ def time_host(fn: Callable[[], Any], settings: TimingSettings, sync: Callable[[]
         samples.append(ms)
         if len(samples) >= min_rep:
             st = stats.summarize(samples)
-            if st["rel_ci"] <= settings.target_rel_ci:
+            if st["rel_ci"] <= settings.target_rel_ci_host:
                 stop = "converged"
                 break
             if time.perf_counter() - start > settings.budget_s:

@@ -24,7 +24,8 @@ Layout of a file (every key is checked; unknown keys are errors, so typos do not
 
     [collect]   timing = true, ncu = "none"|"basic"|"detailed"|"full", nsys = false
     [timing]    warmup_ms, budget_s, min_repeats, min_repeats_short, short_call_ms, max_repeats,
-                target_rel_ci, timer = "auto"|"cupti"|"events", flush_l2, graph, e2e_repeats
+                target_rel_ci, target_rel_ci_host, timer = "auto"|"cupti"|"events", flush_l2, graph,
+                e2e_repeats
     [tolerance] fp16 = {rtol = .., atol = .., factor = .., eps = ..}
     [[published]]  gpu, what, subject, value, unit, shape = {...}, maps_to, section, note
 """
@@ -87,6 +88,9 @@ class TimingSettings:
     """Stop after this many repeats even if the median's CI is still wider than the target."""
     target_rel_ci: float = 0.005
     """Stop when the 95% CI of the median (distribution-free) is within this fraction of the median."""
+    target_rel_ci_host: float = 0.02
+    """The same stop rule for CPU variants (host clock): a CPU call's time moves by more than 0.5% from
+    one run to the next (frequency scaling, thread scheduling), so a tighter CI only spends the budget."""
     timer: str = "auto"
     """GPU time source: 'auto' (CUPTI kernel records when cupti-python works here, else CUDA events),
     'cupti' (the same; a row says why when it had to fall back), or 'events' (CUDA events only)."""
@@ -389,6 +393,8 @@ def parse_scenario(data: dict[str, Any], where: str, path: Path | None = None) -
         raise ctx.fail("timing.max_repeats", f"at least min_repeats ({timing.min_repeats})", timing.max_repeats)
     if timing.target_rel_ci <= 0:
         raise ctx.fail("timing.target_rel_ci", "a positive fraction, e.g. 0.005", timing.target_rel_ci)
+    if timing.target_rel_ci_host <= 0:
+        raise ctx.fail("timing.target_rel_ci_host", "a positive fraction, e.g. 0.02", timing.target_rel_ci_host)
     if timing.timer not in TIMERS:
         raise ctx.fail("timing.timer", f"one of {list(TIMERS)}", timing.timer)
 

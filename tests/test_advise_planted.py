@@ -85,3 +85,30 @@ def test_the_control_has_no_defect_as_its_primary_finding(bundle, diag):
     for sid in m[m["variant"] == "planted_clean"]["shape_id"]:
         p = _primary(diag, "planted_clean", sid)
         assert p is None or p["cause"] not in advisor.DEFECT_CAUSES, (sid, p["cause"], p["evidence"])
+
+
+@pytest.fixture(scope="module")
+def diag_without_mwa_rules(bundle, tmp_path_factory):
+    """The same recording as the `faprof` set records it now: the memory-workload tables left the
+    set, so ncu's rules of that section (SharedMemoryConflicts, MemoryCacheAccessPattern) are gone;
+    the counters they read are still requested by the catalogue. Built by deleting that section's
+    rows from a copy of the recorded rule table."""
+    import shutil
+
+    dest = tmp_path_factory.mktemp("planted_no_mwa") / bundle.path.name
+    shutil.copytree(bundle.path, dest, ignore=shutil.ignore_patterns("raw"))
+    b = Bundle.open(dest)
+    rules = b.read("ncu_rules")
+    kept = rules[rules["section"] != "MemoryWorkloadAnalysis_Tables"]
+    assert len(kept) < len(rules), "the recording has no memory-workload rules to take away"
+    b.write("ncu_rules", kept)
+    return advisor.diagnose(b)
+
+
+@pytest.mark.parametrize("variant", [v for v, c in EXPECTED.items() if c is not None])
+def test_the_primary_finding_needs_no_memory_workload_rules(bundle, diag_without_mwa_rules, variant):
+    test_the_primary_finding_names_the_planted_defect(bundle, diag_without_mwa_rules, variant)
+
+
+def test_the_control_stays_clean_without_memory_workload_rules(bundle, diag_without_mwa_rules):
+    test_the_control_has_no_defect_as_its_primary_finding(bundle, diag_without_mwa_rules)

@@ -210,8 +210,6 @@ def test_faprof_set_command_line():
         "Occupancy",
         "--section",
         "WarpStateStats",
-        "--section",
-        "MemoryWorkloadAnalysis_Tables",
         "--metrics",
         "dram__bytes_read.sum",
         "--kernel-name-base",

@@ -64,3 +64,22 @@ def test_throttle_summary_flags_slowdowns_not_idle():
     assert (s["nvml_sm_clock_mhz_min"], s["nvml_sm_clock_mhz_max"]) == (1755, 1980)
     mon.readings = [gpu_monitor.Reading(sm_clock_mhz=1980, temperature_c=40, reasons=0x1)]
     assert mon.summary()["throttled"] is False
+
+
+def test_cupti_keeps_only_launch_api_records():
+    """Only API records of launches stay enabled (the rest cost Python time per record)."""
+    import enum
+    import types
+
+    calls: list[tuple[str, int, int]] = []
+    rt = enum.IntEnum("rt", {"INVALID": 0, "cudaLaunchKernel_v7000": 1, "cudaEventRecord_v3020": 2,
+                             "cudaGraphLaunch_v10000": 3, "cudaGetDevice_v3020": 4, "SIZE": 5})
+    dr = enum.IntEnum("dr", {"INVALID": 0, "cuLaunchKernelEx": 1, "cuCtxGetCurrent": 2, "cuMemsetD8Async": 3})
+    fake = types.SimpleNamespace(
+        runtime_api_trace_cbid=rt, driver_api_trace_cbid=dr,
+        activity_enable_runtime_api=lambda cbid, on: calls.append(("rt", cbid, on)),
+        activity_enable_driver_api=lambda cbid, on: calls.append(("dr", cbid, on)))
+    assert cupti_timer._keep_only_launch_records(fake) is True
+    assert sorted(calls) == [("dr", 2, 0), ("dr", 3, 0), ("rt", 2, 0), ("rt", 4, 0)]
+    # a CUPTI without per-call control keeps every record (slower, same attribution)
+    assert cupti_timer._keep_only_launch_records(types.SimpleNamespace()) is False

@@ -46,6 +46,8 @@ METRICS: dict[str, tuple[str, ...]] = {
     "shared_util_pct": ("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed",),
     "shared_ld_inst": ("smsp__sass_inst_executed_op_shared_ld.sum",),
     "shared_st_inst": ("smsp__sass_inst_executed_op_shared_st.sum",),
+    "shared_ld_conflicts": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",),
+    "shared_st_conflicts": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",),
     "fma_util_pct": ("sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active",
                      "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active",
                      "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_elapsed"),

@@ -200,6 +200,14 @@ ACCESS_PATTERN_SPACES = (("global", "uncoalesced_global"), ("local", "register_s
 STAND_IN_CAUSES = {"smem_bank_conflicts": "shared_excess_wavefronts"}
 
 
+def _shared_busy(lzs) -> float:
+    """How much the shared-memory pipe bounds these launches: its utilization, or the warps' stalls
+    on it (mio_throttle, short_scoreboard); 1 when neither was measured."""
+    busy_vals = [v for lz in lzs for v in (lz.metric("shared_util_pct") / 100,
+                                            lz.stall_share("mio_throttle", "short_scoreboard")) if ok(v)]
+    return min(1.0, max(busy_vals)) if busy_vals else 1.0
+
+
 def _rule_cause(name: str, message: str = "") -> str | None:
     key = re.sub(r"[^a-z0-9]", "", name.lower())
     if ACCESS_PATTERN_RULE.search(key):
@@ -232,6 +240,11 @@ def merge_ncu_rules(call: Call, findings: list[Finding]) -> list[Finding]:
         share = nansum(*(lz.share for lz in lzs)) / max(1, len(lzs)) if lzs else math.nan
         gain = share * est / 100 if ok(share) and ok(est) else math.nan
         mine = [f for f in findings if f.cause == cause and (not kernel or f.kernel in ("", kernel))]
+        if cause in STAND_IN_CAUSES and ok(gain):
+            # ncu weighs bank conflicts by the L1/TEX throughput, which global traffic through L1
+            # also fills; faprof weighs them by how busy the shared pipe itself is (the own rule's
+            # weight), so an uncoalesced kernel's L1 load does not make its conflicts look costly
+            gain *= _shared_busy(lzs)
         if mine:
             tag = f" [ncu rule {name}{': est. speedup ' + format(est, '.0f') + '%' if ok(est) else ''}]"
             if tag not in mine[0].evidence:
@@ -242,11 +255,6 @@ def merge_ncu_rules(call: Call, findings: list[Finding]) -> list[Finding]:
         counter = STAND_IN_CAUSES.get(cause or "")
         if counter and ok(gain) and est >= T("NCU_RULE_MIN_SPEEDUP_PCT") and lzs and not any(
                 ok(lz.metric(counter)) for lz in lzs):
-            # as the own rule does: excess wavefronts cost time only as far as the shared pipe is the
-            # bottleneck (its utilization, or the warps' stalls on it)
-            busy_vals = [v for lz in lzs for v in (lz.metric("shared_util_pct") / 100,
-                                                    lz.stall_share("mio_throttle", "short_scoreboard")) if ok(v)]
-            gain *= min(1.0, max(busy_vals)) if busy_vals else 1.0
             key = (cause or "", kernel)
             if key in stood_in:
                 stood_in[key].gain = max(stood_in[key].gain, gain)

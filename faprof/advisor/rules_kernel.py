@@ -119,11 +119,22 @@ def uncoalesced_global(lz: Launch, call: Call, ctx: Context) -> Finding | None:
 
 
 def smem_bank_conflicts(lz: Launch, call: Call, ctx: Context) -> Finding | None:
-    """Excessive shared-memory wavefronts (beyond the ideal), never raw bank-conflict counts."""
+    """Excessive shared-memory wavefronts (beyond the ideal) from ncu's source counters; where the
+    section set has none (the `faprof` set), the bank-conflict counters over the wavefronts, the
+    ratio Nsight Compute's own SharedMemoryConflicts rule reads (it counts arbitration conflicts too,
+    so the threshold is the same 10% ncu uses)."""
     excess = lz.metric("shared_excess_wavefronts")
     total = lz.metric("shared_wavefronts")
+    ld_w, st_w = lz.metric("shared_ld_wavefronts"), lz.metric("shared_st_wavefronts")
     if not ok(total):
-        total = nansum(lz.metric("shared_ld_wavefronts"), lz.metric("shared_st_wavefronts"))
+        total = nansum(ld_w, st_w)
+    source = "derived__memory_l1_wavefronts_shared_excessive"
+    if not ok(excess):
+        conflicts = nansum(lz.metric("shared_ld_conflicts"), lz.metric("shared_st_conflicts"))
+        if not ok(conflicts) or not ok(ld_w) and not ok(st_w):
+            return None
+        excess, total = conflicts, nansum(ld_w, st_w)
+        source = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld/st over the shared wavefronts"
     if not ok(excess) or not ok(total) or total <= 0:
         return None
     share = min(1.0, excess / total)
@@ -133,8 +144,9 @@ def smem_bank_conflicts(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     stall = lz.stall_share("mio_throttle", "short_scoreboard")
     busy_vals = [v for v in (util, stall) if ok(v)]
     busy = min(1.0, max(busy_vals)) if busy_vals else 0.5
-    ev = (f"{big(excess)} of {big(total)} shared-memory wavefronts are excessive ({pct(share)}; "
-          f"derived__memory_l1_wavefronts_shared_excessive); shared pipe {pct(util)} busy"
+    kind = "excessive" if source.startswith("derived") else "bank-conflict"
+    ev = (f"{big(excess)} of {big(total)} shared-memory wavefronts are {kind} ({pct(share)}; "
+          f"{source}); shared pipe {pct(util)} busy"
           + (f", stalls: {_stall_text(lz)}" if lz.stalls else "") + f"; {_share_text(lz)}")
     fix = "XOR-swizzle (or pad) shared-memory rows so the 8 rows of an ldmatrix / a warp's accesses fall in distinct banks"
     return _f(call, lz, "smem_bank_conflicts", lz.share * share * busy, ev, fix, "smem_bank_conflicts")

@@ -25,7 +25,7 @@ THRESHOLDS: dict[str, Threshold] = {
     "SPILL_MIN_SHARE": Threshold(0.05, "of L1 bytes", "local-memory (spill) traffic at least this share of the kernel's L1 bytes (local and global sectors x 32 B, shared wavefronts x 128 B; memory instructions when sectors were not collected)"),
     "UNCOALESCED_MIN_SHARE": Threshold(0.25, "of global sectors", "excessive global sectors (beyond what the accessed bytes need) at least this share of all global sectors"),
     "UNCOALESCED_MAX_SECTORS_PER_REQUEST": Threshold(16.0, "sectors", "a warp request of 32 x 16 bytes needs 16 sectors; more per request is uncoalesced for any access width (fallback when ncu's excessive-sector metric is absent)"),
-    "SMEM_EXCESS_MIN_SHARE": Threshold(0.10, "of shared wavefronts", "excessive shared-memory wavefronts (bank conflicts beyond the ideal) at least this share of all shared wavefronts; raw bank-conflict counts, which include arbitration, are never used"),
+    "SMEM_EXCESS_MIN_SHARE": Threshold(0.10, "of shared wavefronts", "excessive shared-memory wavefronts (bank conflicts beyond the ideal, from ncu's source counters) at least this share of all shared wavefronts; without source counters (the faprof set), bank-conflict counts over wavefronts, the ratio and threshold of ncu's SharedMemoryConflicts rule"),
     # ---- compute
     "TENSOR_IDLE_PCT": Threshold(1.0, "% of peak", "tensor pipes below this are idle"),
     "FMA_BUSY_PCT": Threshold(20.0, "% of peak", "an FMA pipe above this does the math on CUDA cores"),

@@ -206,6 +206,18 @@ _CONCEPTS: list[Concept] = [
         _same("l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum"),
     ),
     Concept(
+        "smem_pipe_util",
+        "shared-memory wavefronts of the LSU pipe, % of peak (how busy shared memory is)",
+        _same("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed"),
+        request=True,
+    ),
+    Concept(
+        "ldsm_inst",
+        "ldmatrix instructions executed (shared-memory loads besides LDS)",
+        _same("smsp__inst_executed_op_ldsm.sum"),
+        request=True,
+    ),
+    Concept(
         "l2_throughput",
         "L2 throughput, % of peak",
         _same("lts__throughput.avg.pct_of_peak_sustained_elapsed"),

@@ -4,10 +4,13 @@ Section sets `faprof profile --ncu SET` and `faprof ncu RUN --set SET` take:
 
 - `faprof` (the default for a bare `--ncu`): only the sections and metrics faprof's tables read:
   FAPROF_SECTIONS (speed of light, launch statistics, occupancy, warp-state statistics for the
-  stall table, the memory workload tables) plus the catalogue's requested metrics (FLOP counters,
-  DRAM bytes, tensor/FMA pipes, local-memory spill traffic, global sectors per request, shared
-  wavefronts per instruction...; `faprof.nsight.metrics.requested_metrics`). No source counters
-  (PC sampling, SASS patching) and no PM sampling: those are what make `full` long.
+  stall table) plus the catalogue's requested metrics (FLOP counters, DRAM bytes, tensor/FMA pipes,
+  local-memory spill traffic, global sectors per request, shared wavefronts and bank conflicts...;
+  `faprof.nsight.metrics.requested_metrics`). No source counters (PC sampling, SASS patching), no
+  PM sampling and no memory-workload tables: on the H100 those tables alone took 30 replay passes
+  per kernel, the whole set with them 33 and without them 22 (`scripts/ncu_passes.py`,
+  `scripts/ncu_cost.py`); the two rules they carry (shared-memory conflicts, cache access pattern)
+  read counters the catalogue requests anyway, and the advisor reads those counters itself.
 - `basic`, `detailed`, `full`: Nsight Compute's own sets (ncu's `--set`), plus the same metrics.
 
 ncu applies its rules (`--apply-rules`, on by default) to the sections it collects; their results
@@ -39,7 +42,6 @@ FAPROF_SECTIONS = (
     "LaunchStats",
     "Occupancy",
     "WarpStateStats",
-    "MemoryWorkloadAnalysis_Tables",
 )
 
 #: ncu --cache-control values: 'all' flushes every cache before each replay pass (cold, repeatable).
