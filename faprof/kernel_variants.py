@@ -227,7 +227,7 @@ def _register() -> None:
             "backward with atomic dQ",
             kernel_bwd.differentiable("fa2", fa2_fwd),
             check=_head_dim_check("fa2", FA2_HEAD_DIMS),
-            source="kernels/fa2.cu, kernels/fa2_bwd.cu",
+            source="kernels/fa2.cu",  # backward: kernels/fa2_bwd.cu
             tags=("cuda_core", "flash"),
             **fa2_common,
         )
@@ -239,7 +239,7 @@ def _register() -> None:
             "fa2 with a deterministic backward: dQ from a separate kernel over query tiles, no atomics (fp32)",
             kernel_bwd.differentiable("fa2", fa2_fwd, deterministic=True),
             check=_head_dim_check("fa2", FA2_HEAD_DIMS),
-            source="kernels/fa2.cu, kernels/fa2_bwd.cu",
+            source="kernels/fa2_bwd.cu",
             tags=("cuda_core", "flash", "deterministic"),
             **{**common, "directions": kernel_bwd.GRAD_DIRECTIONS, "deterministic": kernel_bwd.ALL_DIRECTIONS},
         )
@@ -268,7 +268,7 @@ def _register() -> None:
             "backward with atomic dQ",
             kernel_bwd.differentiable("fa2_mma", fa2_mma_fwd),
             check=mma_check,
-            source="kernels/fa2_mma.cu, kernels/fa2_mma_bwd.cu",
+            source="kernels/fa2_mma.cu",  # backward: kernels/fa2_mma_bwd.cu
             tags=("tensor_core", "flash", "mma"),
             **{**tc, "directions": kernel_bwd.ALL_DIRECTIONS},
         )
@@ -280,7 +280,7 @@ def _register() -> None:
             "fa2_mma with a deterministic backward: dQ from a separate mma.sync kernel over query tiles, no atomics",
             kernel_bwd.differentiable("fa2_mma", fa2_mma_fwd, deterministic=True),
             check=mma_check,
-            source="kernels/fa2_mma.cu, kernels/fa2_mma_bwd.cu",
+            source="kernels/fa2_mma_bwd.cu",
             tags=("tensor_core", "flash", "mma", "deterministic"),
             **{**tc, "directions": kernel_bwd.GRAD_DIRECTIONS, "deterministic": kernel_bwd.ALL_DIRECTIONS},
         )
