@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from faprof import kernel_bwd
 from faprof.problem import AttentionProblem
 from faprof.variants import Variant, register
 
@@ -214,16 +215,33 @@ def _register() -> None:
             **common,
         )
     )
+    # fa2 and fa2_mma run forward and backward (faprof/kernel_bwd.py); their backward adds dQ with
+    # atomics, so only the forward is bit-reproducible. The *_det variants add the backward with a
+    # separate dQ kernel, deterministic in every direction.
+    fa2_common = {**common, "directions": kernel_bwd.ALL_DIRECTIONS}
     register(
         Variant(
             "fa2",
             "cuda",
-            "FlashAttention-2 partition on CUDA cores: grid over query tiles x B·H, O on chip (fp32)",
-            fa2_fwd,
+            "FlashAttention-2 partition on CUDA cores: grid over query tiles x B·H, O on chip (fp32); "
+            "backward with atomic dQ",
+            kernel_bwd.differentiable("fa2", fa2_fwd),
             check=_head_dim_check("fa2", FA2_HEAD_DIMS),
-            source="kernels/fa2.cu",
+            source="kernels/fa2.cu",  # backward: kernels/fa2_bwd.cu
             tags=("cuda_core", "flash"),
-            **common,
+            **fa2_common,
+        )
+    )
+    register(
+        Variant(
+            "fa2_det",
+            "cuda",
+            "fa2 with a deterministic backward: dQ from a separate kernel over query tiles, no atomics (fp32)",
+            kernel_bwd.differentiable("fa2", fa2_fwd, deterministic=True),
+            check=_head_dim_check("fa2", FA2_HEAD_DIMS),
+            source="kernels/fa2_bwd.cu",
+            tags=("cuda_core", "flash", "deterministic"),
+            **{**common, "directions": kernel_bwd.GRAD_DIRECTIONS, "deterministic": kernel_bwd.ALL_DIRECTIONS},
         )
     )
     tc: dict[str, Any] = dict(
@@ -241,16 +259,30 @@ def _register() -> None:
             **tc,
         )
     )
+    mma_check = kernel_bwd.with_bwd_head_dims("fa2_mma", _tc_check("fa2_mma"), kernel_bwd.MMA_BWD_HEAD_DIMS)
     register(
         Variant(
             "fa2_mma",
             "cuda",
-            "FlashAttention-2 via mma.sync m16n8k16 + ldmatrix, swizzled smem, cp.async K/V pipeline, P in registers",
-            fa2_mma_fwd,
-            check=_tc_check("fa2_mma"),
-            source="kernels/fa2_mma.cu",
+            "FlashAttention-2 via mma.sync m16n8k16 + ldmatrix, swizzled smem, cp.async K/V pipeline, P in registers; "
+            "backward with atomic dQ",
+            kernel_bwd.differentiable("fa2_mma", fa2_mma_fwd),
+            check=mma_check,
+            source="kernels/fa2_mma.cu",  # backward: kernels/fa2_mma_bwd.cu
             tags=("tensor_core", "flash", "mma"),
-            **tc,
+            **{**tc, "directions": kernel_bwd.ALL_DIRECTIONS},
+        )
+    )
+    register(
+        Variant(
+            "fa2_mma_det",
+            "cuda",
+            "fa2_mma with a deterministic backward: dQ from a separate mma.sync kernel over query tiles, no atomics",
+            kernel_bwd.differentiable("fa2_mma", fa2_mma_fwd, deterministic=True),
+            check=mma_check,
+            source="kernels/fa2_mma_bwd.cu",
+            tags=("tensor_core", "flash", "mma", "deterministic"),
+            **{**tc, "directions": kernel_bwd.GRAD_DIRECTIONS, "deterministic": kernel_bwd.ALL_DIRECTIONS},
         )
     )
     register(

@@ -214,6 +214,75 @@ void fa2_mma_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
     tc_fwd("faprof::fa2_mma_fwd", "fa2_mma", faprof_fa2_mma_fwd, q, k, v, out, lse, causal, scale);
 }
 
+// ================================================================= backward (issue 13)
+// fa2_bwd (fp32) and fa2_mma_bwd (fp16/bf16): gradients of the forward that wrote `out` and `lse`.
+// `delta` is an fp32 [B, H, Sq] workspace; fa2_mma_bwd's `dq_accum` is an fp32 [B, H, Sq, D]
+// workspace on the atomic path and may be empty when `deterministic` is set.
+void check_bwd_common(const char* op, const Dims& d, const at::Tensor& q, const at::Tensor& out,
+                      const at::Tensor& dout, const at::Tensor& lse, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv,
+                      at::Tensor& delta, TensorCheck check) {
+    check_output(op, "out", out, q, {d.B, d.H, d.Sq, d.D}, check);
+    check_output(op, "dout", dout, q, {d.B, d.H, d.Sq, d.D}, check);
+    check_output(op, "lse", lse, q, {d.B, d.H, d.Sq});
+    check_output(op, "dq", dq, q, {d.B, d.H, d.Sq, d.D}, check);
+    check_output(op, "dk", dk, q, {d.B, d.H, d.Sk, d.D}, check);
+    check_output(op, "dv", dv, q, {d.B, d.H, d.Sk, d.D}, check);
+    check_output(op, "delta", delta, q, {d.B, d.H, d.Sq});
+    for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"out", &out}, {"dout", &dout},
+                                  {"dq", &dq}, {"dk", &dk}, {"dv", &dv}})
+        check_aligned(op, name, *t);
+}
+
+void fa2_bwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+             const at::Tensor& dout, const at::Tensor& lse, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv,
+             at::Tensor& delta, bool causal, double scale, bool deterministic) {
+    constexpr const char* op = "faprof::fa2_bwd";
+    const Dims d = check_qkv(op, q, k, v);
+    check_head_dim("fa2", d.D, kFaprofFa2HeadDims);
+    check_scale(op, scale);
+    check_bwd_common(op, d, q, out, dout, lse, dq, dk, dv, delta, check_tensor);
+    for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"q", &q}, {"k", &k}, {"v", &v}})
+        check_aligned(op, name, *t);
+    c10::cuda::CUDAGuard guard(q.device());
+    check_launch(op, faprof_fa2_bwd(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
+                                    out.data_ptr<float>(), dout.data_ptr<float>(), lse.data_ptr<float>(),
+                                    dq.data_ptr<float>(), dk.data_ptr<float>(), dv.data_ptr<float>(),
+                                    delta.data_ptr<float>(), d.B, d.H, d.Sq, d.Sk, d.D, causal,
+                                    static_cast<float>(scale), deterministic, stream_of(q)));
+}
+
+void fa2_mma_bwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                 const at::Tensor& dout, const at::Tensor& lse, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv,
+                 at::Tensor& delta, at::Tensor& dq_accum, bool causal, double scale, bool deterministic) {
+    constexpr const char* op = "faprof::fa2_mma_bwd";
+    const Dims d = check_qkv(op, q, k, v, check_tc_tensor);
+    check_head_dim("fa2_mma backward", d.D, kFaprofMmaBwdHeadDims);
+    check_scale(op, scale);
+    TORCH_CHECK(scale > 0, op, ": scale must be > 0, got ", scale);
+    TORCH_CHECK(d.B <= 65535 && d.H <= 65535, op, ": B and H must be at most 65535 (grid z and y), got B=", d.B,
+                " H=", d.H);
+    int cc_major = 0;
+    cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, q.get_device());
+    TORCH_CHECK(cc_major >= 8, op, ": needs an sm_80 or newer GPU (cp.async, ldmatrix, bf16 tensor cores); ",
+                "this one is compute capability ", cc_major, ".x");
+    check_bwd_common(op, d, q, out, dout, lse, dq, dk, dv, delta, check_tc_tensor);
+    for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"q", &q}, {"k", &k}, {"v", &v}})
+        check_aligned(op, name, *t);
+    float* acc = nullptr;
+    if (!deterministic) {
+        check_output(op, "dq_accum", dq_accum, q, {d.B, d.H, d.Sq, d.D});
+        check_aligned(op, "dq_accum", dq_accum);
+        acc = dq_accum.data_ptr<float>();
+    }
+    c10::cuda::CUDAGuard guard(q.device());
+    check_launch(op, faprof_fa2_mma_bwd(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(),
+                                        lse.data_ptr<float>(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+                                        delta.data_ptr<float>(), acc, d.B, d.H, d.Sq, d.Sk, d.D,
+                                        static_cast<float>(scale), causal, q.scalar_type() == at::kBFloat16,
+                                        deterministic, stream_of(q)));
+}
+// =========================================================== end of backward (issue 13)
+
 // ------------------------------------------------------------------------------------ fault
 // TEST ONLY: faults on purpose (see kernels/fault.cu); the error surfaces at the next sync.
 void fault_oob(const at::Tensor& q, at::Tensor& out) {
@@ -254,6 +323,9 @@ TORCH_LIBRARY(faprof, m) {
     m.def("fa2_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
     m.def("fa2_wmma_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
     m.def("fa2_mma_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
+    // backward (issue 13)
+    m.def("fa2_bwd(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor(d!) delta, bool causal, float scale, bool deterministic) -> ()");
+    m.def("fa2_mma_bwd(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor(d!) delta, Tensor(e!) dq_accum, bool causal, float scale, bool deterministic) -> ()");
     m.def("fault_oob(Tensor q, Tensor(a!) out) -> ()");
     m.def("race_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale, bool atomic) -> ()");
 }
@@ -264,6 +336,8 @@ TORCH_LIBRARY_IMPL(faprof, CUDA, m) {
     m.impl("fa2_fwd", &fa2_fwd);
     m.impl("fa2_wmma_fwd", &fa2_wmma_fwd);
     m.impl("fa2_mma_fwd", &fa2_mma_fwd);
+    m.impl("fa2_bwd", &fa2_bwd);  // backward (issue 13)
+    m.impl("fa2_mma_bwd", &fa2_mma_bwd);
     m.impl("fault_oob", &fault_oob);
     m.impl("race_fwd", &race_fwd);
 }
@@ -275,6 +349,8 @@ TORCH_LIBRARY_IMPL(faprof, CPU, m) {
     m.impl("fa2_fwd", &fa2_fwd);
     m.impl("fa2_wmma_fwd", &fa2_wmma_fwd);
     m.impl("fa2_mma_fwd", &fa2_mma_fwd);
+    m.impl("fa2_bwd", &fa2_bwd);  // backward (issue 13)
+    m.impl("fa2_mma_bwd", &fa2_mma_bwd);
     m.impl("fault_oob", &fault_oob);
     m.impl("race_fwd", &race_fwd);
 }

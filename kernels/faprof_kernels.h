@@ -77,6 +77,35 @@ cudaError_t faprof_fa2_mma_fwd(const void* q,  // [B, H, Sq, D] fp16 or bf16
                                int B, int H, int Sq, int Sk, int D, float scale, bool causal, bool bf16,
                                cudaStream_t stream);
 
+// ================================================================= backward (issue 13)
+// FlashAttention-2 backward (Dao 2023, Algorithm 2): delta = rowsum(dO ∘ O), then a grid over
+// key tiles that keeps dK and dV on chip and loops over query tiles, recomputing P from Q, K and
+// the forward's lse (natural log, as fa2_fwd / fa2_mma_fwd write it). dQ is accumulated with fp32
+// atomics (deterministic = false) or by a separate kernel over query tiles (deterministic = true:
+// bit-identical results from call to call). q, k, v, o, dout and the gradients are contiguous
+// [B, H, S, D] tensors in one dtype, 16-byte aligned; lse and delta are fp32 [B, H, Sq].
+
+// fa2_bwd: fp32 on CUDA cores, D in kFaprofFa2HeadDims. dq is written with atomics on the
+// atomic path (the launcher zeroes it first).
+cudaError_t faprof_fa2_bwd(const float* q, const float* k, const float* v,
+                           const float* o,     // [B, H, Sq, D] the forward's output
+                           const float* dout,  // [B, H, Sq, D] upstream gradient
+                           const float* lse,   // [B, H, Sq] the forward's lse
+                           float* dq, float* dk, float* dv,
+                           float* delta,       // [B, H, Sq] workspace: rowsum(dO ∘ O)
+                           int B, int H, int Sq, int Sk, int D, bool causal, float scale, bool deterministic,
+                           cudaStream_t stream);
+
+// fa2_mma_bwd: fp16/bf16 on tensor cores (mma.sync m16n8k16, fp32 accumulate), D in
+// kFaprofMmaBwdHeadDims, scale > 0, sm_80+. dq_accum: fp32 [B, H, Sq, D] workspace of the atomic
+// path (unused, may be null, when deterministic).
+inline constexpr int kFaprofMmaBwdHeadDims[] = {64, 128};
+cudaError_t faprof_fa2_mma_bwd(const void* q, const void* k, const void* v, const void* o, const void* dout,
+                               const float* lse, void* dq, void* dk, void* dv, float* delta, float* dq_accum,
+                               int B, int H, int Sq, int Sk, int D, float scale, bool causal, bool bf16,
+                               bool deterministic, cudaStream_t stream);
+// =========================================================== end of backward (issue 13)
+
 // ------------------------------------------------------------------------------------ fault
 // TEST ONLY: a kernel that writes far outside any allocation, so that the next synchronization
 // raises "an illegal memory access was encountered" and the CUDA context is lost for the

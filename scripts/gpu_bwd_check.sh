@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# GPU stage for issue 13 (backward kernels): builds the extension, runs the backward GPU tests
+# (fa2, fa2_det, fa2_mma, fa2_mma_det over the awkward-shape grid, against float64 autograd),
+# the build report rows of the backward kernels, then the bar: `faprof profile` of
+# scenarios/h100_bwd.toml (B=4 H=16 S=4096 D=128 fp16, direction bwd, causal and not: fa2_mma
+# and fa2_mma_det vs sdpa_flash and sdpa_cudnn). Prints a ratio table last. ~3-4 minutes on an H100.
+#
+#   OUT=/tmp/out bash scripts/gpu_bwd_check.sh
+set -u
+export PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/faprof_out}
+mkdir -p "$OUT/runs" "$OUT/logs"
+export FAPROF_CACHE=${FAPROF_CACHE:-/tmp/faprof_cache}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+PY=python3
+FP="$PY -m faprof"
+summary=()
+stamp() { date +%s; }
+
+t=$(stamp)
+$FP build --load 2>&1 | tail -2
+summary+=("build: $(( $(stamp) - t )) s")
+
+t=$(stamp)
+timeout 200 $PY -m pytest -q -p no:cacheprovider -m gpu -x tests/test_bwd_kernels_gpu.py -s 2>&1 \
+  | tee "$OUT/logs/bwd_gpu_tests.log" | grep -vE "^\.+" | tail -30
+summary+=("bwd gpu tests: $(tail -1 "$OUT/logs/bwd_gpu_tests.log")  ($(( $(stamp) - t )) s)")
+
+$FP build --arch sm_90 2>&1 | grep -E "bwd|kernel" | head -40 > "$OUT/logs/build_report_bwd.txt"
+
+t=$(stamp)
+timeout 240 $FP profile --scenario scenarios/h100_bwd.toml --out "$OUT/runs" 2>&1 | tee "$OUT/logs/profile_bwd.log" | tail -20
+summary+=("profile h100_bwd: rc=${PIPESTATUS[0]} $(( $(stamp) - t )) s")
+
+tar czf "$OUT/bwd_bundle.tgz" -C "$OUT/runs" . 2>/dev/null
+tar czf "$OUT/bwd_logs.tgz" -C "$OUT/logs" . 2>/dev/null
+echo; echo "=== gpu_bwd_check summary ==="
+printf '%s\n' "${summary[@]}"
+$PY - "$OUT/runs" <<'PYEOF'
+import sys, glob
+import pandas as pd
+paths = sorted(glob.glob(f"{sys.argv[1]}/*h100_bwd*/measurements.parquet"))
+if not paths:
+    sys.exit("no h100_bwd bundle")
+m = pd.read_parquet(paths[-1])
+print(f"{'variant':<14}{'causal':<8}{'status':<11}{'median ms':>10}{'TFLOP/s':>9}{'vs flash':>9}  max_abs_err")
+for causal, g in m.groupby("causal"):
+    base = g[g.variant == "sdpa_flash"].median_ms
+    b = float(base.iloc[0]) if len(base) else float("nan")
+    for _, r in g.iterrows():
+        ratio = b / r.median_ms if r.median_ms == r.median_ms and r.median_ms else float("nan")
+        print(f"{r.variant:<14}{str(bool(causal)):<8}{r.status:<11}{r.median_ms:>10.4g}{r.tflops:>9.4g}{ratio:>8.2f}x  {r.max_abs_err:.2e}")
+PYEOF
