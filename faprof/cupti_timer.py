@@ -26,6 +26,7 @@ the reason; the harness then falls back to CUDA events and records the timer and
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 import threading
 from collections import defaultdict
@@ -141,10 +142,8 @@ def _keep_only_launch_records(cupti: Any) -> bool:
                                  (cupti.driver_api_trace_cbid, cupti.activity_enable_driver_api)):
             for name, cbid in _api_names(enum_cls):
                 if not any(k in name.lower() for k in API_KEEP):
-                    try:
+                    with contextlib.suppress(Exception):  # an id this driver does not know
                         enable(cbid, 0)
-                    except Exception:  # an id this driver does not know
-                        pass
         return True
     except Exception:
         return False
