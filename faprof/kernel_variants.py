@@ -285,6 +285,7 @@ FA3_HEAD_DIMS = (64, 128)
 FA3_ARCH_REASON = "needs sm_90a (wgmma/TMA): a compute capability 9.0 GPU such as the H100 or H200"
 
 fa3_wgmma_a_fwd = _tc_fwd("fa3_wgmma_a_fwd")
+fa3_wgmma_b_fwd = _tc_fwd("fa3_wgmma_b_fwd")
 
 
 def _fa3_check(variant: str):
@@ -307,23 +308,29 @@ def _fa3_check(variant: str):
 
 
 def _register_fa3() -> None:
-    register(
-        Variant(
-            "fa3_wgmma_a",
-            "cuda",
-            "Hopper step (a): wgmma SS for QKᵀ and RS for PV (P in registers), cp.async K/V double buffer "
-            "in 128B-swizzled smem, 2 warpgroups x 64 rows (sm_90a)",
-            fa3_wgmma_a_fwd,
-            check=_fa3_check("fa3_wgmma_a"),
-            source="kernels/fa3_wgmma.cu",
-            tags=("tensor_core", "flash", "wgmma", "sm90a"),
-            dtypes=("fp16", "bf16"),
-            directions=("fwd",),
-            device="cuda",
-            compute="tensor",
-            needs_extension=True,
-        )
+    steps = (
+        ("fa3_wgmma_a", fa3_wgmma_a_fwd, "Hopper step (a): wgmma SS for QKᵀ and RS for PV (P in registers), "
+         "cp.async K/V double buffer in 128B-swizzled smem, 2 warpgroups x 64 rows (sm_90a)", ()),
+        ("fa3_wgmma_b", fa3_wgmma_b_fwd, "Hopper step (b): step (a) with TMA loads (cp.async.bulk.tensor) and a "
+         "2-stage mbarrier ring for K/V (sm_90a)", ("tma",)),
     )
+    for name, fn, what, extra in steps:
+        register(
+            Variant(
+                name,
+                "cuda",
+                what,
+                fn,
+                check=_fa3_check(name),
+                source="kernels/fa3_wgmma.cu",
+                tags=("tensor_core", "flash", "wgmma", "sm90a", *extra),
+                dtypes=("fp16", "bf16"),
+                directions=("fwd",),
+                device="cuda",
+                compute="tensor",
+                needs_extension=True,
+            )
+        )
 
 
 _register_fa3()

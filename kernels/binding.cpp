@@ -293,11 +293,11 @@ void check_sm90a(const char* op, const at::Tensor& q) {
                 "(H100/H200); this one is ", major, ".", minor);
 }
 
-void fa3_wgmma_a_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
-                     at::Tensor& lse, bool causal, double scale) {
-    constexpr const char* op = "faprof::fa3_wgmma_a_fwd";
+// One fa3 step: the checks of tc_fwd with fa3's head dims and architecture.
+void fa3_fwd(const char* op, const char* variant, TcLauncher launcher, const at::Tensor& q, const at::Tensor& k,
+             const at::Tensor& v, at::Tensor& out, at::Tensor& lse, bool causal, double scale) {
     const Dims d = check_qkv(op, q, k, v, check_tc_tensor);
-    check_head_dim("fa3_wgmma_a", d.D, kFaprofFa3HeadDims);
+    check_head_dim(variant, d.D, kFaprofFa3HeadDims);
     check_scale(op, scale);
     TORCH_CHECK(scale > 0, op, ": scale must be > 0 (the kernel keeps its running max on raw scores), got ",
                 scale);
@@ -310,10 +310,19 @@ void fa3_wgmma_a_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
         check_aligned(op, name, *t);
     check_sm90a(op, q);
     c10::cuda::CUDAGuard guard(q.device());
-    check_launch(op, faprof_fa3_wgmma_a_fwd(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                                            lse.data_ptr<float>(), d.B, d.H, d.Sq, d.Sk, d.D,
-                                            static_cast<float>(scale), causal, q.scalar_type() == at::kBFloat16,
-                                            stream_of(q)));
+    check_launch(op, launcher(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr<float>(), d.B,
+                              d.H, d.Sq, d.Sk, d.D, static_cast<float>(scale), causal,
+                              q.scalar_type() == at::kBFloat16, stream_of(q)));
+}
+
+void fa3_wgmma_a_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
+                     at::Tensor& lse, bool causal, double scale) {
+    fa3_fwd("faprof::fa3_wgmma_a_fwd", "fa3_wgmma_a", faprof_fa3_wgmma_a_fwd, q, k, v, out, lse, causal, scale);
+}
+
+void fa3_wgmma_b_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
+                     at::Tensor& lse, bool causal, double scale) {
+    fa3_fwd("faprof::fa3_wgmma_b_fwd", "fa3_wgmma_b", faprof_fa3_wgmma_b_fwd, q, k, v, out, lse, causal, scale);
 }
 
 // TEST ONLY: one warpgroup GEMM through wgmma (see kernels/wgmma_test.cu).
@@ -345,15 +354,18 @@ void wgmma_gemm_test(const at::Tensor& a, const at::Tensor& b, at::Tensor& c, bo
 
 TORCH_LIBRARY_FRAGMENT(faprof, m) {
     m.def("fa3_wgmma_a_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
+    m.def("fa3_wgmma_b_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
     m.def("wgmma_gemm_test(Tensor a, Tensor b, Tensor(a!) c, bool b_mn_major, bool a_in_regs, int lbo, int sbo) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(faprof, CUDA, m) {
     m.impl("fa3_wgmma_a_fwd", &fa3_wgmma_a_fwd);
+    m.impl("fa3_wgmma_b_fwd", &fa3_wgmma_b_fwd);
     m.impl("wgmma_gemm_test", &wgmma_gemm_test);
 }
 
 TORCH_LIBRARY_IMPL(faprof, CPU, m) {
     m.impl("fa3_wgmma_a_fwd", &fa3_wgmma_a_fwd);
+    m.impl("fa3_wgmma_b_fwd", &fa3_wgmma_b_fwd);
     m.impl("wgmma_gemm_test", &wgmma_gemm_test);
 }

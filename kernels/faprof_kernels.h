@@ -104,6 +104,8 @@ cudaError_t faprof_race_fwd(const float* q,   // [B, H, Sq, D]
 // 9.0 the launchers return cudaErrorNotSupported before launching.
 //   fa3_wgmma_a: wgmma (S = QKᵀ SS, O += PV RS with P in registers), cp.async double-buffered K/V
 //                in 128-byte swizzled shared memory, 2 warpgroups x 64 query rows.
+//   fa3_wgmma_b: (a) with TMA loads (tensor maps encoded on the host through the runtime's driver
+//                entry point) and a 2-stage mbarrier ring for K/V.
 inline constexpr int kFaprofFa3HeadDims[] = {64, 128};
 cudaError_t faprof_fa3_wgmma_a_fwd(const void* q,  // [B, H, Sq, D] fp16 or bf16
                                    const void* k,  // [B, H, Sk, D]
@@ -112,6 +114,8 @@ cudaError_t faprof_fa3_wgmma_a_fwd(const void* q,  // [B, H, Sq, D] fp16 or bf16
                                    float* lse,     // [B, H, Sq] natural-log log-sum-exp of each row
                                    int B, int H, int Sq, int Sk, int D, float scale, bool causal, bool bf16,
                                    cudaStream_t stream);
+cudaError_t faprof_fa3_wgmma_b_fwd(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
+                                   int Sq, int Sk, int D, float scale, bool causal, bool bf16, cudaStream_t stream);
 
 // TEST ONLY (kernels/wgmma_test.cu): c[64, N] = a[64, K] · B with one warpgroup's wgmma m64nNk16,
 // B = b[N, K] (b_mn_major = false) or b[K, N] (true, transpose-B descriptor); A from swizzled

@@ -36,7 +36,7 @@ pytestmark = [
 sm90_only = pytest.mark.skipif(not _sm90(), reason="wgmma needs a compute capability 9.0 GPU (H100/H200)")
 
 #: Every fa3 step registered so far (variant name = op name without _fwd).
-STEPS = ("fa3_wgmma_a",)
+STEPS = ("fa3_wgmma_a", "fa3_wgmma_b")
 HEAD_DIMS = (64, 128)
 
 
