@@ -307,3 +307,62 @@ def _register() -> None:
 
 
 _register()
+
+
+# ----------------------------------------------------------------------------- fa3_wgmma
+#: Head dimensions of the Hopper wgmma kernels (kFaprofFa3HeadDims in faprof_kernels.h).
+FA3_HEAD_DIMS = (64, 128)
+
+#: Why the fa3 steps do not run on a GPU other than compute capability 9.0.
+FA3_ARCH_REASON = "needs sm_90a (wgmma/TMA): a compute capability 9.0 GPU such as the H100 or H200"
+
+fa3_wgmma_a_fwd = _tc_fwd("fa3_wgmma_a_fwd")
+fa3_wgmma_b_fwd = _tc_fwd("fa3_wgmma_b_fwd")
+
+
+def _fa3_check(variant: str):
+    tc = _tc_check(variant)
+
+    def check(problem: AttentionProblem) -> str | None:
+        if problem.D not in FA3_HEAD_DIMS:
+            return f"D={problem.D} not supported by {variant} (supported: {', '.join(map(str, FA3_HEAD_DIMS))})"
+        reason = tc(problem)
+        if reason:
+            return reason
+        import torch
+
+        # supports() asks only once a GPU is known to be there; other archs are `unsupported`.
+        if torch.cuda.is_available() and tuple(torch.cuda.get_device_capability()) != (9, 0):
+            return FA3_ARCH_REASON
+        return None
+
+    return check
+
+
+def _register_fa3() -> None:
+    steps = (
+        ("fa3_wgmma_a", fa3_wgmma_a_fwd, "Hopper step (a): wgmma SS for QKᵀ and RS for PV (P in registers), "
+         "cp.async K/V double buffer in 128B-swizzled smem, 2 warpgroups x 64 rows (sm_90a)", ()),
+        ("fa3_wgmma_b", fa3_wgmma_b_fwd, "Hopper step (b): step (a) with TMA loads (cp.async.bulk.tensor) and a "
+         "2-stage mbarrier ring for K/V (sm_90a)", ("tma",)),
+    )
+    for name, fn, what, extra in steps:
+        register(
+            Variant(
+                name,
+                "cuda",
+                what,
+                fn,
+                check=_fa3_check(name),
+                source="kernels/fa3_wgmma.cu",
+                tags=("tensor_core", "flash", "wgmma", "sm90a", *extra),
+                dtypes=("fp16", "bf16"),
+                directions=("fwd",),
+                device="cuda",
+                compute="tensor",
+                needs_extension=True,
+            )
+        )
+
+
+_register_fa3()

@@ -354,3 +354,94 @@ TORCH_LIBRARY_IMPL(faprof, CPU, m) {
     m.impl("fault_oob", &fault_oob);
     m.impl("race_fwd", &race_fwd);
 }
+
+// --------------------------------------------------------------------------------- fa3_wgmma
+// Hopper-only ops (kernels/fa3_wgmma.cu, kernels/wgmma_test.cu), in their own fragment so that
+// they stay one block at the end of this file.
+namespace {
+
+// wgmma exists only in sm_90a code, which runs on compute capability 9.0 exactly.
+void check_sm90a(const char* op, const at::Tensor& q) {
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, q.get_device());
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, q.get_device());
+    TORCH_CHECK(major == 9 && minor == 0, op, ": needs sm_90a (wgmma/TMA), i.e. a compute capability 9.0 GPU "
+                "(H100/H200); this one is ", major, ".", minor);
+}
+
+// One fa3 step: the checks of tc_fwd with fa3's head dims and architecture.
+void fa3_fwd(const char* op, const char* variant, TcLauncher launcher, const at::Tensor& q, const at::Tensor& k,
+             const at::Tensor& v, at::Tensor& out, at::Tensor& lse, bool causal, double scale) {
+    const Dims d = check_qkv(op, q, k, v, check_tc_tensor);
+    check_head_dim(variant, d.D, kFaprofFa3HeadDims);
+    check_scale(op, scale);
+    TORCH_CHECK(scale > 0, op, ": scale must be > 0 (the kernel keeps its running max on raw scores), got ",
+                scale);
+    TORCH_CHECK(d.B <= 65535 && d.H <= 65535, op, ": B and H must be at most 65535 (grid z and y), got B=", d.B,
+                " H=", d.H);
+    check_output(op, "out", out, q, {d.B, d.H, d.Sq, d.D}, check_tc_tensor);
+    check_output(op, "lse", lse, q, {d.B, d.H, d.Sq});
+    for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"q", &q}, {"k", &k}, {"v", &v},
+                                  {"out", &out}})
+        check_aligned(op, name, *t);
+    check_sm90a(op, q);
+    c10::cuda::CUDAGuard guard(q.device());
+    check_launch(op, launcher(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr<float>(), d.B,
+                              d.H, d.Sq, d.Sk, d.D, static_cast<float>(scale), causal,
+                              q.scalar_type() == at::kBFloat16, stream_of(q)));
+}
+
+void fa3_wgmma_a_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
+                     at::Tensor& lse, bool causal, double scale) {
+    fa3_fwd("faprof::fa3_wgmma_a_fwd", "fa3_wgmma_a", faprof_fa3_wgmma_a_fwd, q, k, v, out, lse, causal, scale);
+}
+
+void fa3_wgmma_b_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
+                     at::Tensor& lse, bool causal, double scale) {
+    fa3_fwd("faprof::fa3_wgmma_b_fwd", "fa3_wgmma_b", faprof_fa3_wgmma_b_fwd, q, k, v, out, lse, causal, scale);
+}
+
+// TEST ONLY: one warpgroup GEMM through wgmma (see kernels/wgmma_test.cu).
+void wgmma_gemm_test(const at::Tensor& a, const at::Tensor& b, at::Tensor& c, bool b_mn_major, bool a_in_regs,
+                     int64_t lbo, int64_t sbo) {
+    constexpr const char* op = "faprof::wgmma_gemm_test";
+    check_tc_tensor(op, "a", a, a);
+    check_tc_tensor(op, "b", b, a);
+    check_tensor(op, "c", c, a);
+    TORCH_CHECK(a.dim() == 2 && a.size(0) == 64, op, ": a must be [64, K], got ", a.sizes());
+    const int64_t K = a.size(1);
+    TORCH_CHECK(c.dim() == 2 && c.size(0) == 64, op, ": c must be [64, N], got ", c.sizes());
+    const int64_t N = c.size(1);
+    const std::vector<int64_t> b_shape = b_mn_major ? std::vector<int64_t>{K, N} : std::vector<int64_t>{N, K};
+    TORCH_CHECK(b.sizes() == at::IntArrayRef(b_shape), op, ": b must be ", at::IntArrayRef(b_shape), ", got ",
+                b.sizes());
+    TORCH_CHECK((N == 64 || N == 128) && (K == 16 || K == 128), op, ": N must be 64 or 128 and K 16 or 128, got N=",
+                N, " K=", K);
+    TORCH_CHECK(lbo < (1 << 18) && sbo < (1 << 18), op, ": lbo and sbo must be below 2^18 bytes");
+    check_sm90a(op, a);
+    c10::cuda::CUDAGuard guard(a.device());
+    check_launch(op, faprof_wgmma_gemm_test(a.data_ptr(), b.data_ptr(), c.data_ptr<float>(), static_cast<int>(N),
+                                            static_cast<int>(K), b_mn_major, a_in_regs,
+                                            a.scalar_type() == at::kBFloat16, static_cast<int>(lbo),
+                                            static_cast<int>(sbo), stream_of(a)));
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(faprof, m) {
+    m.def("fa3_wgmma_a_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
+    m.def("fa3_wgmma_b_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
+    m.def("wgmma_gemm_test(Tensor a, Tensor b, Tensor(a!) c, bool b_mn_major, bool a_in_regs, int lbo, int sbo) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(faprof, CUDA, m) {
+    m.impl("fa3_wgmma_a_fwd", &fa3_wgmma_a_fwd);
+    m.impl("fa3_wgmma_b_fwd", &fa3_wgmma_b_fwd);
+    m.impl("wgmma_gemm_test", &wgmma_gemm_test);
+}
+
+TORCH_LIBRARY_IMPL(faprof, CPU, m) {
+    m.impl("fa3_wgmma_a_fwd", &fa3_wgmma_a_fwd);
+    m.impl("fa3_wgmma_b_fwd", &fa3_wgmma_b_fwd);
+    m.impl("wgmma_gemm_test", &wgmma_gemm_test);
+}

@@ -125,3 +125,31 @@ cudaError_t faprof_race_fwd(const float* q,   // [B, H, Sq, D]
                             float* lse,       // [B, H, Sq] workspace
                             int B, int H, int Sq, int Sk, int D, bool causal, float scale, bool atomic,
                             cudaStream_t stream);
+
+// --------------------------------------------------------------------------------- fa3_wgmma
+// FlashAttention forward on Hopper warpgroup MMA (kernels/fa3_wgmma.cu), one launcher per step of
+// issue 14's progression. Same arguments and conventions as fa2_mma (fp16 or bf16 q, k, v, o;
+// fp32 lse; scale > 0; 16-byte aligned). sm_90a only: on any GPU that is not compute capability
+// 9.0 the launchers return cudaErrorNotSupported before launching.
+//   fa3_wgmma_a: wgmma (S = QKᵀ SS, O += PV RS with P in registers), cp.async double-buffered K/V
+//                in 128-byte swizzled shared memory, 2 warpgroups x 64 query rows.
+//   fa3_wgmma_b: (a) with TMA loads (tensor maps encoded on the host through the runtime's driver
+//                entry point) and a 2-stage mbarrier ring for K/V.
+inline constexpr int kFaprofFa3HeadDims[] = {64, 128};
+cudaError_t faprof_fa3_wgmma_a_fwd(const void* q,  // [B, H, Sq, D] fp16 or bf16
+                                   const void* k,  // [B, H, Sk, D]
+                                   const void* v,  // [B, H, Sk, D]
+                                   void* o,        // [B, H, Sq, D]
+                                   float* lse,     // [B, H, Sq] natural-log log-sum-exp of each row
+                                   int B, int H, int Sq, int Sk, int D, float scale, bool causal, bool bf16,
+                                   cudaStream_t stream);
+cudaError_t faprof_fa3_wgmma_b_fwd(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
+                                   int Sq, int Sk, int D, float scale, bool causal, bool bf16, cudaStream_t stream);
+
+// TEST ONLY (kernels/wgmma_test.cu): c[64, N] = a[64, K] · B with one warpgroup's wgmma m64nNk16,
+// B = b[N, K] (b_mn_major = false) or b[K, N] (true, transpose-B descriptor); A from swizzled
+// shared memory or (a_in_regs) from registers. fp16 or bf16 (a and b), c fp32; N in {64, 128},
+// K in {16, 128}; lbo/sbo in bytes override B's descriptor offsets (< 0: the kernels' choice).
+// cudaErrorNotSupported on a GPU that is not compute capability 9.0.
+cudaError_t faprof_wgmma_gemm_test(const void* a, const void* b, float* c, int N, int K, bool b_mn_major,
+                                   bool a_in_regs, bool bf16, int lbo, int sbo, cudaStream_t stream);

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# GPU stage for issue 14 (fa3_wgmma, Hopper): everything one H100 run can tell about the wgmma
+# kernels, building blocks first, so that a layout bug is told apart from an attention bug.
+#
+#   OUT=/tmp/out bash scripts/gpu_wgmma_check.sh        (NCU=1 adds an ncu run of fa3 vs fa2_mma)
+#
+# 1. build   the extension (sm_90a) and ptxas' report of kernels/fa3_wgmma.cu (registers, spills);
+# 2. diag    scripts/wgmma_diag.py: one warpgroup wgmma GEMM per form (SS/RS, B K-/MN-major,
+#            K 16/128, N 64/128, fp16/bf16) against torch; a failing case prints which rows/columns
+#            are right and which descriptor offsets would pass;
+# 3. tests   tests/test_fa3_gpu.py: the GEMM cases and the awkward-shape attention grid per fa3 step
+#            (one pytest per step, 2 minutes each at most);
+# 4. bench   faprof profile at B=4 H=16 S=4096 D=128 fp16, causal and not: the fa3 steps beside
+#            fa2_mma, sdpa_flash and sdpa_cudnn (harness timing, correctness-checked first);
+# 5. ncu     (NCU=1) the same problem, ncu's faprof set on fa3_wgmma_a and fa2_mma, then
+#            `faprof explain` (does the advisor see GMMA instead of HMMA?).
+# Writes wgmma_diag.json, wgmma_logs.tgz and wgmma_bundles.tgz under $OUT and prints a short table
+# last. About 3-4 minutes on an H100 (most of it the cold extension build).
+set -u
+export PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/faprof_out}
+mkdir -p "$OUT/runs" "$OUT/logs"
+[ -f .device/git_sha ] && export FAPROF_GIT_SHA=$(cat .device/git_sha)
+if ls .whl/*.whl >/dev/null 2>&1; then  # cupti-python for CUPTI kernel timing, when carried
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export FAPROF_CACHE=${FAPROF_CACHE:-/tmp/faprof_cache}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+PY=python3
+FP="$PY -m faprof"
+summary=()
+stamp() { date +%s; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader || true
+
+# 1. build
+t=$(stamp)
+$FP build --load 2>&1 | tail -3 | tee "$OUT/logs/build.log"
+$PY - <<'EOF2' 2>&1 | tee -a "$OUT/logs/build.log"
+from faprof import build
+r = build.resource_report(archs=("sm_90",), sources=[build.KERNELS_DIR / "fa3_wgmma.cu"])
+for _, x in r.iterrows():
+    print(f"ptxas sm_90a {x['name'].split('::')[-1]:20s} {x.template_args[:56]:56s} regs={x.registers} spill={x.spill_store_bytes} "
+          f"smem={x.dyn_smem_bytes} blocks/SM={x.blocks_per_sm}")
+EOF2
+summary+=("build: $(( $(stamp) - t )) s; $(grep -cE 'spill=0 ' "$OUT/logs/build.log") fa3 kernels without spills, regs $(grep -oE 'regs=[0-9]+' "$OUT/logs/build.log" | sort -u | tr '\n' ' ')")
+
+# 2. wgmma building blocks
+t=$(stamp)
+timeout 120 $PY scripts/wgmma_diag.py --out "$OUT/wgmma_diag.json" 2>&1 | tee "$OUT/logs/wgmma_diag.log"
+summary+=("diag: rc=${PIPESTATUS[0]} $(( $(stamp) - t )) s; $(tail -1 "$OUT/logs/wgmma_diag.log")")
+
+# 3. GPU tests (GEMM cases, attention grid), one pytest per step so that a hang or a fault in one
+#    step (a lost CUDA context fails every later test of its process) leaves the others' results.
+for sel in "not fa3_wgmma_b" "fa3_wgmma_b"; do
+  t=$(stamp); log="$OUT/logs/fa3_gpu_tests_${sel// /_}.log"
+  timeout 120 $PY -m pytest -v -p no:cacheprovider -m gpu -rf --maxfail=40 -k "$sel" tests/test_fa3_gpu.py 2>&1 \
+    > "$log"
+  rc=$?
+  grep -E "^(FAILED|ERROR)" "$log" | head -25; tail -1 "$log"
+  [ $rc = 124 ] && echo "TIMED OUT; last test started: $(grep -E '::' "$log" | tail -1)"
+  summary+=("gpu tests -k '$sel': rc=$rc $(tail -1 "$log" | tr -d '=')  ($(( $(stamp) - t )) s)")
+done
+
+# 4. benchmark with faprof's harness
+SCN=/tmp/wgmma_bench.toml
+STEPS=$($PY -c "from faprof import variants; print(','.join(v.name for v in variants.all_variants() if v.name.startswith('fa3_')))")
+cat > "$SCN" <<EOF2
+name = "wgmma_bench"
+description = "issue 14: the fa3 wgmma steps beside fa2_mma, sdpa_flash and sdpa_cudnn (H100)"
+baseline = "sdpa_cudnn"
+variants = [$(echo "$STEPS,fa2_mma,sdpa_flash,sdpa_cudnn" | sed 's/[^,]*/"&"/g')]
+
+[defaults]
+B = 4
+H = 16
+D = 128
+dtype = "fp16"
+direction = "fwd"
+
+[[groups]]
+name = "headline"
+grid = { causal = [false, true], S = [4096] }
+
+[timing]
+budget_s = 1.0
+EOF2
+t=$(stamp)
+timeout 200 $FP profile --scenario "$SCN" --out "$OUT/runs" --allow-failures 2>&1 | tee "$OUT/logs/bench.log" | tail -30
+summary+=("bench: rc=${PIPESTATUS[0]} $(( $(stamp) - t )) s")
+
+# 5. ncu (optional)
+if [ "${NCU:-0}" = 1 ]; then
+  t=$(stamp)
+  timeout 240 $FP profile --scenario "$SCN" --variants "$STEPS,fa2_mma" --ncu --out "$OUT/runs" --allow-failures 2>&1 \
+    | tee "$OUT/logs/ncu.log" | tail -20
+  B=$(grep -oE "bundle: [^ ]+" "$OUT/logs/ncu.log" | tail -1 | cut -d' ' -f2)
+  [ -n "$B" ] && $FP explain "$B" 2>&1 | tee "$OUT/logs/explain.log" | head -60
+  summary+=("ncu: $(( $(stamp) - t )) s; mma_sync_on_hopper findings: $(grep -c mma_sync_on_hopper "$OUT/logs/explain.log" 2>/dev/null)")
+fi
+
+(cd "$OUT" && tar czf wgmma_bundles.tgz --exclude='*/raw/*' runs && tar czf wgmma_logs.tgz logs)
+echo
+echo "=== gpu_wgmma_check summary ==="
+printf '%s\n' "${summary[@]}"
+$PY - "$OUT/runs" <<'EOF2'
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+files = sorted(Path(sys.argv[1]).glob("*wgmma*/measurements.parquet"))
+if not files:
+    print("bench: no bundle"); sys.exit(0)
+m = pd.read_parquet(files[0])
+cudnn = m[m.variant == "sdpa_cudnn"].set_index("causal")["tflops"]
+def f(x, fmt):
+    return format(x, fmt) if isinstance(x, (int, float)) and pd.notna(x) else format("-", fmt.rstrip("efg").split(".")[0] + "s")
+
+
+print(f"{'variant':14s} {'causal':6s} {'status':8s} {'median ms':>9s} {'TFLOP/s':>8s} {'% peak':>7s} {'x cudnn':>7s} {'rel err':>8s}")
+for _, r in m.sort_values(["causal", "variant"]).iterrows():
+    ratio = r.tflops / cudnn.get(r.causal, float("nan")) if pd.notna(r.tflops) else float("nan")
+    print(f"{r.variant:14s} {str(bool(r.causal)):6s} {r.status:8s} {f(r.median_ms, '9.3f')} {f(r.tflops, '8.1f')} "
+          f"{f(r.pct_peak, '7.1f')} {f(ratio, '7.2f')} {f(r.rel_err, '8.1e')}"
+          + (f"  {str(r.reason)[:70]}" if r.status != "ok" else ""))
+EOF2
+rm -rf "$OUT/runs" "$OUT/logs"

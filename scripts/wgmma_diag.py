@@ -1,0 +1,92 @@
+"""wgmma building blocks on the GPU, before any attention: one warpgroup GEMM per case against torch.
+
+Runs torch.ops.faprof.wgmma_gemm_test (kernels/wgmma_test.cu) over every form the fa3 kernels use:
+SS (A and B from shared-memory descriptors) and RS (A from registers), B K-major (as K in Q·Kᵀ) and
+MN-major (transpose-B, as V in P·V), K = 16 (one instruction) and 128 (8 steps over two 128-byte
+swizzle blocks), N = 64 and 128, fp16 and bf16; C = A·B in fp32 against float64 torch.matmul of the
+same rounded inputs.
+
+For a case that fails, it says where the error is (how many of C's 64 rows and N columns are right,
+whether C matches A·Bᵀ instead) and retries B's descriptor with other leading/stride byte offsets,
+printing the ones that pass: a wrong LBO/SBO shows up as "passes with lbo=…, sbo=…". Prints one line
+per case and a summary; writes the same as JSON with --out. Exit 0 when every default case passes,
+1 otherwise, 2 when the GPU is not compute capability 9.0.
+
+    PYTHONPATH=. python3 scripts/wgmma_diag.py [--out FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", help="write the results as JSON here")
+    args = ap.parse_args()
+
+    import torch
+
+    from faprof import build
+
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        print("wgmma_diag: needs a compute capability 9.0 GPU (H100/H200)")
+        return 2
+    build.load()
+    op = torch.ops.faprof.wgmma_gemm_test
+    torch.manual_seed(0)
+    rows: list[dict] = []
+
+    def run(a, b, N, mn, rs, lbo=-1, sbo=-1):
+        c = torch.full((64, N), float("nan"), device="cuda")
+        op(a, b, c, mn, rs, lbo, sbo)
+        torch.cuda.synchronize()
+        return c
+
+    def err(c, ref):
+        return float(((c.double() - ref).abs() / (1 + ref.abs())).max())
+
+    for dtype, N, K, mn, rs in itertools.product((torch.float16, torch.bfloat16), (64, 128), (16, 128),
+                                                 (False, True), (False, True)):
+        a = torch.randn(64, K, device="cuda", dtype=dtype)
+        b = torch.randn(K, N, device="cuda", dtype=dtype) if mn else torch.randn(N, K, device="cuda", dtype=dtype)
+        bmat = b.double() if mn else b.double().t()  # [K, N]
+        ref = a.double() @ bmat
+        c = run(a, b, N, mn, rs)
+        e = err(c, ref)
+        tol = 1e-3  # fp32 accumulation of K <= 128 products of exactly representable inputs: ~1e-6
+        ok = e <= tol
+        name = (f"{'bf16' if dtype == torch.bfloat16 else 'fp16'} {'RS' if rs else 'SS'} "
+                f"B {'MN-major' if mn else 'K-major '} N={N:3d} K={K:3d}")
+        row = dict(case=name, ok=ok, max_err=e, nan=int(torch.isnan(c).sum()))
+        if not ok:
+            good = (c.double() - ref).abs() <= tol * (1 + ref.abs())
+            row["rows_ok"] = int(good.all(dim=1).sum())
+            row["cols_ok"] = int(good.all(dim=0).sum())
+            if N == K:
+                row["matches_A_Bt"] = err(c, a.double() @ bmat.t()) <= tol
+            alts = []
+            cands = {(16, 1024), (1024, 16), (1024, 1024), (16, 2048), (2048, 1024), (1024, 2048),
+                     (K * 128, 1024), (1024, K * 128), (N * 128, 1024), (1024, N * 128), (16, 128), (128, 16)}
+            for lbo, sbo in sorted(cands):
+                if err(run(a, b, N, mn, rs, lbo, sbo), ref) <= tol:
+                    alts.append(f"lbo={lbo},sbo={sbo}")
+            row["passes_with"] = alts
+        rows.append(row)
+        extra = "" if ok else (f"  rows_ok={row['rows_ok']}/64 cols_ok={row['cols_ok']}/{N} nan={row['nan']}"
+                               f"{' (C = A·Bᵀ!)' if row.get('matches_A_Bt') else ''}"
+                               f"  passes with: {', '.join(row['passes_with']) or 'none tried'}")
+        print(f"{'ok  ' if ok else 'FAIL'} {name}  max_err={e:.2e}{extra}")
+    n_fail = sum(not r["ok"] for r in rows)
+    print(f"wgmma_diag: {len(rows) - n_fail}/{len(rows)} GEMM cases pass")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0 if n_fail == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

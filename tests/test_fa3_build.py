@@ -1,0 +1,111 @@
+"""The Hopper wgmma kernels without a GPU: they compile for sm_80, sm_89 and sm_90(a) (empty,
+trapping bodies off sm_90a), ptxas' report of the sm_90a build (registers, no spills, the launch
+annotation's shared memory and occupancy), the PTX really holds wgmma/fence instructions only for
+sm_90a, and the registry entry refuses what the kernels cannot run with a reason.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from faprof import build
+from faprof.problem import AttentionProblem
+
+needs_nvcc = pytest.mark.skipif(
+    build.find_cuda_home() is None and shutil.which("nvcc") is None,
+    reason="nvcc (CUDA toolkit) not found: install it or set CUDA_HOME to compile the kernels",
+)
+FILES = ("fa3_wgmma.cu", "wgmma_test.cu")
+
+
+@pytest.fixture(scope="module")
+def report():
+    return build.resource_report(archs=("sm_80", "sm_89", "sm_90"), sources=[build.KERNELS_DIR / f for f in FILES])
+
+
+@needs_nvcc
+def test_fa3_compiles_everywhere_and_fits_on_sm90a(report):
+    fa3 = report[report.name.isin(["faprof_fa3::fa3_wgmma_a_kernel", "faprof_fa3::fa3_wgmma_b_kernel"])]
+    # Two steps x fp16/bf16 x causal/not x D in {64, 128}, on each of the three architectures.
+    for arch in ("sm_80", "sm_89", "sm_90a"):
+        rows = fa3[fa3.arch == arch]
+        assert len(rows) == 16 and sorted(set(rows.D)) == [64, 128], (arch, rows[["kernel", "D"]])
+    hop = fa3[fa3.arch == "sm_90a"]
+    assert (hop.spill_store_bytes == 0).all() and (hop.spill_load_bytes == 0).all(), hop
+    assert (hop.registers <= 255).all() and (hop.registers >= 128).all(), hop.registers
+    assert (hop.threads == 256).all()
+    # Q 128xD + 2 stages of K and V (128xD each) in 16-bit elements, + 1 KiB to align to 1024 bytes;
+    # step (b) adds 64 bytes of mbarriers.
+    for D in (64, 128):
+        tiles = 2 * D * (128 + 4 * 128) + 1024
+        assert set(hop[(hop.D == D) & hop.name.str.endswith("_a_kernel")].dyn_smem_bytes) == {tiles}
+        assert set(hop[(hop.D == D) & hop.name.str.endswith("_b_kernel")].dyn_smem_bytes) == {tiles + 64}
+    assert (hop.blocks_per_sm == 1).all()
+    # Off sm_90a the bodies are empty (they trap): a handful of registers, no shared memory use.
+    assert (fa3[fa3.arch != "sm_90a"].registers < 32).all()
+    gemm = report[(report.name == "faprof_fa3::wgmma_gemm_test_kernel") & (report.arch == "sm_90a")]
+    assert len(gemm) == 32 and (gemm.spill_store_bytes == 0).all()
+
+
+def _ptx(arch: str) -> str:
+    nvcc = build.find_nvcc()
+    cmd = [nvcc, "-ptx", *build.NVCC_OPT_FLAGS, *build.TORCH_NVCC_FLAGS, f"-arch={arch}", "-I",
+           str(build.KERNELS_DIR), "-o", "-", str(build.KERNELS_DIR / "fa3_wgmma.cu")]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300).stdout
+
+
+@needs_nvcc
+def test_wgmma_only_in_sm90a_code():
+    ptx = _ptx("sm_90a")
+    # 8 instantiations, each with one SS loop (QKᵀ, D/16 steps) and one RS loop (PV, BC/16 = 8 steps).
+    assert ptx.count("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16") > 0
+    assert ptx.count("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16") > 0
+    assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16" in ptx  # PV at D = 64
+    for needed in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned",
+                   "fence.proxy.async.shared::cta", "cp.async.cg.shared.global",  # step (a)
+                   "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes",  # step (b)
+                   "mbarrier.arrive.expect_tx.shared::cta.b64", "mbarrier.try_wait.parity.shared::cta.b64"):
+        assert needed in ptx, needed
+    for arch in ("sm_80", "sm_90"):  # plain sm_90 lacks the arch-specific features: no wgmma
+        other = _ptx(arch)
+        assert "wgmma.mma_async" not in other and "cp.async.bulk.tensor" not in other and "trap" in other, arch
+
+
+def test_variant_refuses_what_it_cannot_run(monkeypatch):
+    import torch
+
+    from faprof import variants
+    from faprof.kernel_variants import FA3_ARCH_REASON
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    ok = AttentionProblem(2, 3, 1000, 77, 128, "bf16", causal=True)
+    for name in ("fa3_wgmma_a", "fa3_wgmma_b"):
+        v = variants.get(name)
+        assert (v.kind, v.dtypes, v.compute, v.needs_extension) == ("cuda", ("fp16", "bf16"), "tensor", True)
+        assert (build.KERNELS_DIR.parent / v.source).exists()
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+        assert v.supports(ok, cuda_available=True) == (True, "")
+        assert v.supports(AttentionProblem(1, 1, 128, 128, 256, "fp16"), cuda_available=True) == (
+            False, f"D=256 not supported by {name} (supported: 64, 128)")
+        assert not v.supports(AttentionProblem(1, 1, 128, 128, 64, "fp32"), cuda_available=True)[0]
+        assert not v.supports(AttentionProblem(1, 1, 8, 8, 64, "fp16", scale=-1.0), cuda_available=True)[0]
+        for cc in ((8, 9), (9, 1), (10, 0)):
+            monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, cc=cc: cc)
+            assert v.supports(ok, cuda_available=True) == (False, FA3_ARCH_REASON)
+    assert "sm_90a" in FA3_ARCH_REASON
+
+
+def test_launch_annotation_matches_the_config():
+    anns = build.parse_launch_annotations((build.KERNELS_DIR / "fa3_wgmma.cu").read_text())
+    # Config<D, BC, NWG, STAGES>: template integers (D, BC, NWG, STAGES, causal).
+    for name, extra in (("fa3_wgmma_a_kernel", 0), ("fa3_wgmma_b_kernel", 64)):
+        ann = anns[name]
+        assert build.eval_launch_expr(ann["threads"], 128, (128, 128, 2, 2, 1)) == 256
+        assert build.eval_launch_expr(ann["dyn_smem"], 128, (128, 128, 2, 2, 1)) == 2 * 128 * 640 + 1024 + extra
+        assert build.eval_launch_expr(ann["dyn_smem"], 64, (64, 128, 2, 3, 1)) == 2 * 64 * (128 + 768) + 1024 + extra
+        assert build.eval_launch_expr(ann["D"], None, (64, 128, 2, 2, 0)) == 64
+    assert Path(build.KERNELS_DIR / "fa3_common.cuh").exists()
