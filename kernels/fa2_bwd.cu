@@ -22,7 +22,11 @@
 //     the forward). P and dS go to shared memory ([32][33] floats).
 //   * dV, dK: thread (j = tid/4, c = tid%4) owns key j and the float4 columns c, c + 4, ... of D.
 //   * dQ: thread (i = tid/4, c = tid%4) owns query row i and the same columns.
-// Numerics: plain fp32, expf (no fast math): a float64 reference agrees to ~1e-6 relative.
+// Numerics: fp32, expf (no fast math). P is recomputed from s rounded exactly as the forward
+// rounds it (same FMA order, same scale_log2), so that P = 1 exactly where the forward's l = 1.
+// dV, dK (over all query rows) and dQ (over all keys) are Kahan-compensated sums: a plain fp32
+// chain over 1000 rows erred up to ~9x PyTorch's own fp32 error (H100, 2026-11-23); the atomic
+// dQ path compensates within a key tile and adds the tiles' partial sums with atomics.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -35,6 +39,19 @@ constexpr int kBwdBlock = 32;    // Br = Bc
 constexpr int kBwdThreads = 128;  // 4 warps
 constexpr int kBwdRowsPerWarp = kBwdBlock / (kBwdThreads / 32);
 constexpr int kPStride = kBwdBlock + 1;  // padded P / dS rows
+constexpr float kLog2e = 1.4426950408889634f;  // as in kernels/fa2.cu
+constexpr float kLn2 = 0.6931471805599453f;
+
+// s += a·b with Kahan's compensation c (c holds the negated low part lost so far). A long plain
+// fp32 chain (dV and dK over every query row, dQ over every key) loses about sqrt(n) ulps of the
+// sum; compensated, the result is within about one ulp whatever n, with one extra register and
+// three extra adds per term. Needs IEEE semantics: no --use_fast_math / reassociation.
+__device__ __forceinline__ void kahan_fma(float& s, float& c, float a, float b) {
+    const float y = fmaf(a, b, -c);
+    const float t = s + y;
+    c = (t - s) - y;
+    s = t;
+}
 
 template <int D>
 struct Fa2BwdTile {
@@ -116,7 +133,7 @@ __device__ __forceinline__ void load_row_stats(const BwdSmem& s, const float* ls
 // P and dS of one (query tile q0, key tile k0) pair into s.P / s.dS. Needs Q, dO, K, V, lse and
 // delta in shared memory (and a barrier after it before anyone reads P or dS).
 template <int D>
-__device__ __forceinline__ void p_ds_tile(const BwdSmem& s, int q0, int k0, int Sq, int Sk, float scale,
+__device__ __forceinline__ void p_ds_tile(const BwdSmem& s, int q0, int k0, int Sq, int Sk, float scale_log2,
                                           bool causal) {
     using T = Fa2BwdTile<D>;
     constexpr int RW = kBwdRowsPerWarp;
@@ -136,8 +153,15 @@ __device__ __forceinline__ void p_ds_tile(const BwdSmem& s, int q0, int k0, int 
             const int i = warp * RW + r;
             const float4 qf = *reinterpret_cast<const float4*>(s.Q + i * D + d);
             const float4 of = *reinterpret_cast<const float4*>(s.dO + i * D + d);
-            sc[r] = fmaf(qf.x, kf.x, fmaf(qf.y, kf.y, fmaf(qf.z, kf.z, fmaf(qf.w, kf.w, sc[r]))));
-            dp[r] = fmaf(of.x, vf.x, fmaf(of.y, vf.y, fmaf(of.z, vf.z, fmaf(of.w, vf.w, dp[r]))));
+            // x, y, z, w in turn: the forward's (kernels/fa2.cu) order, so that s is bit-identical.
+            sc[r] = fmaf(qf.x, kf.x, sc[r]);
+            sc[r] = fmaf(qf.y, kf.y, sc[r]);
+            sc[r] = fmaf(qf.z, kf.z, sc[r]);
+            sc[r] = fmaf(qf.w, kf.w, sc[r]);
+            dp[r] = fmaf(of.x, vf.x, dp[r]);
+            dp[r] = fmaf(of.y, vf.y, dp[r]);
+            dp[r] = fmaf(of.z, vf.z, dp[r]);
+            dp[r] = fmaf(of.w, vf.w, dp[r]);
         }
     }
     const int kj = k0 + lane;
@@ -146,15 +170,22 @@ __device__ __forceinline__ void p_ds_tile(const BwdSmem& s, int q0, int k0, int 
         const int i = warp * RW + r;
         const int qi = q0 + i;
         const bool visible = qi < Sq && kj < Sk && !(causal && kj > qi);
-        const float p = visible ? expf(sc[r] * scale - s.lse[i]) : 0.f;
+        // The forward scales s by scale_log2 = fl(scale·log2 e), takes the max m and the sum l in
+        // the log2 domain and writes lse = fl(fl(m + log2 l)·ln 2). Rounding s the same way
+        // (z = fl(fl(s·scale_log2)·ln 2)) makes z == lse exactly where the row's max is its only
+        // visible key (l = 1: Sq = 1, causal row 0), so P = 1 there, as in PyTorch's softmax;
+        // elsewhere z - lse carries an error of about one ulp of |lse|, as before.
+        const float z = (sc[r] * scale_log2) * kLn2;
+        const float p = visible ? expf(z - s.lse[i]) : 0.f;
         s.P[i * kPStride + lane] = p;
         s.dS[i * kPStride + lane] = p * (dp[r] - s.delta[i]);
     }
 }
 
-// dQ[i, cols] += Σ_j dS[i][j] · K[j, cols] for this thread's row i = tid/4 and float4 columns.
+// dQ[i, cols] += Σ_j dS[i][j] · K[j, cols] for this thread's row i = tid/4 and float4 columns,
+// compensated (cmp) across every key of every tile.
 template <int D>
-__device__ __forceinline__ void dq_tile(const BwdSmem& s, float (&acc)[D / 16][4]) {
+__device__ __forceinline__ void dq_tile(const BwdSmem& s, float (&acc)[D / 16][4], float (&cmp)[D / 16][4]) {
     using T = Fa2BwdTile<D>;
     const int i = threadIdx.x / 4;
     const int c = threadIdx.x % 4;
@@ -164,10 +195,10 @@ __device__ __forceinline__ void dq_tile(const BwdSmem& s, float (&acc)[D / 16][4
 #pragma unroll
         for (int t = 0; t < T::kVec4; ++t) {
             const float4 kf = *reinterpret_cast<const float4*>(s.K + j * T::kKStride + 4 * c + 16 * t);
-            acc[t][0] = fmaf(ds, kf.x, acc[t][0]);
-            acc[t][1] = fmaf(ds, kf.y, acc[t][1]);
-            acc[t][2] = fmaf(ds, kf.z, acc[t][2]);
-            acc[t][3] = fmaf(ds, kf.w, acc[t][3]);
+            kahan_fma(acc[t][0], cmp[t][0], ds, kf.x);
+            kahan_fma(acc[t][1], cmp[t][1], ds, kf.y);
+            kahan_fma(acc[t][2], cmp[t][2], ds, kf.z);
+            kahan_fma(acc[t][3], cmp[t][3], ds, kf.w);
         }
     }
 }
@@ -222,11 +253,11 @@ fa2_bwd_kernel(const float* __restrict__ q,      // [B, H, Sq, D]
         load_tile<D, T::kKStride>(s.V, v + koff * D, k0, Sk);
         cp_async_commit();
 
-        float acc_dk[T::kVec4][4], acc_dv[T::kVec4][4];
+        float acc_dk[T::kVec4][4], acc_dv[T::kVec4][4], cmp_dk[T::kVec4][4], cmp_dv[T::kVec4][4];
 #pragma unroll
         for (int t = 0; t < T::kVec4; ++t)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc_dk[t][e] = acc_dv[t][e] = 0.f;
+            for (int e = 0; e < 4; ++e) acc_dk[t][e] = acc_dv[t][e] = cmp_dk[t][e] = cmp_dv[t][e] = 0.f;
 
         for (int m = m_begin; m < n_q; ++m) {
             const int q0 = m * kBwdBlock;
@@ -238,7 +269,7 @@ fa2_bwd_kernel(const float* __restrict__ q,      // [B, H, Sq, D]
             cp_async_wait_all();
             __syncthreads();
 
-            p_ds_tile<D>(s, q0, k0, Sq, Sk, scale, causal);
+            p_ds_tile<D>(s, q0, k0, Sq, Sk, scale * kLog2e, causal);
             __syncthreads();
 
             // dV += Pᵀ·dO, dK += dSᵀ·Q for key j
@@ -250,31 +281,31 @@ fa2_bwd_kernel(const float* __restrict__ q,      // [B, H, Sq, D]
                 for (int t = 0; t < T::kVec4; ++t) {
                     const float4 of = *reinterpret_cast<const float4*>(s.dO + i * D + 4 * c + 16 * t);
                     const float4 qf = *reinterpret_cast<const float4*>(s.Q + i * D + 4 * c + 16 * t);
-                    acc_dv[t][0] = fmaf(p, of.x, acc_dv[t][0]);
-                    acc_dv[t][1] = fmaf(p, of.y, acc_dv[t][1]);
-                    acc_dv[t][2] = fmaf(p, of.z, acc_dv[t][2]);
-                    acc_dv[t][3] = fmaf(p, of.w, acc_dv[t][3]);
-                    acc_dk[t][0] = fmaf(ds, qf.x, acc_dk[t][0]);
-                    acc_dk[t][1] = fmaf(ds, qf.y, acc_dk[t][1]);
-                    acc_dk[t][2] = fmaf(ds, qf.z, acc_dk[t][2]);
-                    acc_dk[t][3] = fmaf(ds, qf.w, acc_dk[t][3]);
+                    kahan_fma(acc_dv[t][0], cmp_dv[t][0], p, of.x);
+                    kahan_fma(acc_dv[t][1], cmp_dv[t][1], p, of.y);
+                    kahan_fma(acc_dv[t][2], cmp_dv[t][2], p, of.z);
+                    kahan_fma(acc_dv[t][3], cmp_dv[t][3], p, of.w);
+                    kahan_fma(acc_dk[t][0], cmp_dk[t][0], ds, qf.x);
+                    kahan_fma(acc_dk[t][1], cmp_dk[t][1], ds, qf.y);
+                    kahan_fma(acc_dk[t][2], cmp_dk[t][2], ds, qf.z);
+                    kahan_fma(acc_dk[t][3], cmp_dk[t][3], ds, qf.w);
                 }
             }
 
             if constexpr (WITH_DQ) {
-                float acc_dq[T::kVec4][4];
+                float acc_dq[T::kVec4][4], cmp_dq[T::kVec4][4];
 #pragma unroll
                 for (int t = 0; t < T::kVec4; ++t)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) acc_dq[t][e] = 0.f;
-                dq_tile<D>(s, acc_dq);
+                    for (int e = 0; e < 4; ++e) acc_dq[t][e] = cmp_dq[t][e] = 0.f;
+                dq_tile<D>(s, acc_dq, cmp_dq);
                 const int qi = q0 + j;
                 if (qi < Sq) {
                     float* dst = dq + (qoff + qi) * D + 4 * c;
 #pragma unroll
                     for (int t = 0; t < T::kVec4; ++t)
 #pragma unroll
-                        for (int e = 0; e < 4; ++e) atomicAdd(dst + 16 * t + e, acc_dq[t][e] * scale);
+                        for (int e = 0; e < 4; ++e) atomicAdd(dst + 16 * t + e, (acc_dq[t][e] - cmp_dq[t][e]) * scale);
                 }
             }
         }
@@ -286,10 +317,13 @@ fa2_bwd_kernel(const float* __restrict__ q,      // [B, H, Sq, D]
             float* dv_row = dv + (koff + kj) * D + 4 * c;
 #pragma unroll
             for (int t = 0; t < T::kVec4; ++t) {
-                *reinterpret_cast<float4*>(dk_row + 16 * t) = make_float4(
-                    acc_dk[t][0] * scale, acc_dk[t][1] * scale, acc_dk[t][2] * scale, acc_dk[t][3] * scale);
+                // s - c: the compensated sum (c holds its negated lost low part)
+                *reinterpret_cast<float4*>(dk_row + 16 * t) =
+                    make_float4((acc_dk[t][0] - cmp_dk[t][0]) * scale, (acc_dk[t][1] - cmp_dk[t][1]) * scale,
+                                (acc_dk[t][2] - cmp_dk[t][2]) * scale, (acc_dk[t][3] - cmp_dk[t][3]) * scale);
                 *reinterpret_cast<float4*>(dv_row + 16 * t) =
-                    make_float4(acc_dv[t][0], acc_dv[t][1], acc_dv[t][2], acc_dv[t][3]);
+                    make_float4(acc_dv[t][0] - cmp_dv[t][0], acc_dv[t][1] - cmp_dv[t][1],
+                                acc_dv[t][2] - cmp_dv[t][2], acc_dv[t][3] - cmp_dv[t][3]);
             }
         }
         __syncthreads();  // K and V are refilled by the next (b, h)
@@ -324,11 +358,11 @@ fa2_bwd_dq_kernel(const float* __restrict__ q,      // [B, H, Sq, D]
         cp_async_commit();
         load_row_stats(s, lse + qoff, delta + qoff, q0, Sq);
 
-        float acc[T::kVec4][4];
+        float acc[T::kVec4][4], cmp[T::kVec4][4];
 #pragma unroll
         for (int t = 0; t < T::kVec4; ++t)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[t][e] = 0.f;
+            for (int e = 0; e < 4; ++e) acc[t][e] = cmp[t][e] = 0.f;
 
         for (int n = 0; n < n_k; ++n) {
             const int k0 = n * kBwdBlock;
@@ -338,9 +372,9 @@ fa2_bwd_dq_kernel(const float* __restrict__ q,      // [B, H, Sq, D]
             cp_async_commit();
             cp_async_wait_all();
             __syncthreads();
-            p_ds_tile<D>(s, q0, k0, Sq, Sk, scale, causal);
+            p_ds_tile<D>(s, q0, k0, Sq, Sk, scale * kLog2e, causal);
             __syncthreads();
-            dq_tile<D>(s, acc);
+            dq_tile<D>(s, acc, cmp);
         }
         cp_async_wait_all();
 
@@ -350,7 +384,8 @@ fa2_bwd_dq_kernel(const float* __restrict__ q,      // [B, H, Sq, D]
 #pragma unroll
             for (int t = 0; t < T::kVec4; ++t)
                 *reinterpret_cast<float4*>(row + 16 * t) =
-                    make_float4(acc[t][0] * scale, acc[t][1] * scale, acc[t][2] * scale, acc[t][3] * scale);
+                    make_float4((acc[t][0] - cmp[t][0]) * scale, (acc[t][1] - cmp[t][1]) * scale,
+                                (acc[t][2] - cmp[t][2]) * scale, (acc[t][3] - cmp[t][3]) * scale);
         }
         __syncthreads();  // Q, dO, lse and delta are refilled by the next (b, h)
     }
