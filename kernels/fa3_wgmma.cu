@@ -28,6 +28,7 @@
 //   mbarrier that the TMA completes (expect_tx bytes); thread 0 refills a stage right after the
 //   block's one barrier per iteration, so STAGES tiles are in flight while the block computes.
 //   No warp specialization yet (step (c)): every warpgroup computes and thread 0 also issues.
+// Steps (c)-(e), warp specialization, pingpong and intra-warpgroup overlap: kernels/fa3_wgmma_ws.cu.
 //
 // Configs: D=64 and D=128 with BR = BC = 128 (2 warpgroups, 256 threads, 1 block per SM).
 // sm_90a only: on other architectures the kernels are empty (they trap) and the launchers return

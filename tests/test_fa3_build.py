@@ -164,3 +164,16 @@ def test_launch_annotation_matches_the_config():
         assert build.eval_launch_expr(ann["dyn_smem"], 128, (128, 128, 2, 2, 1)) == 2 * 128 * 640 + 1024 + 128
         assert build.eval_launch_expr(ann["D"], None, (64, 128, 2, 2, 0)) == 64
     assert Path(build.KERNELS_DIR / "fa3_common.cuh").exists()
+
+
+@needs_nvcc
+def test_build_table_shows_the_role_registers(report):
+    from rich.console import Console
+
+    from faprof.cli import build_table
+
+    ws = report[report.name.isin([f"faprof_fa3::{s}_kernel" for s in WS_STEPS]) & (report.arch == "sm_90a")]
+    console = Console(width=250, record=True)
+    console.print(build_table(ws.head(2)))
+    text = console.export_text()
+    assert text.count("168 (producer 24, consumer 240)") == 2, text
