@@ -2,7 +2,8 @@
 # GPU stage for issue 14 (fa3_wgmma, Hopper): everything one H100 run can tell about the wgmma
 # kernels, building blocks first, so that a layout bug is told apart from an attention bug.
 #
-#   OUT=/tmp/out bash scripts/gpu_wgmma_check.sh        (NCU=1 adds an ncu run of fa3 vs fa2_mma)
+#   OUT=/tmp/out bash scripts/gpu_wgmma_check.sh        (NCU=1 adds an ncu run of fa3 vs fa2_mma;
+#                                                        NCU_VARIANTS=fa3_wgmma_d,fa2_mma picks them)
 #
 # 1. build   the extension (sm_90a) and ptxas' report of kernels/fa3_wgmma.cu and fa3_wgmma_ws.cu
 #            (registers, spills, per-role setmaxnreg budgets of the warp-specialized steps);
@@ -13,7 +14,7 @@
 #            a..e (one pytest per step, 100 s each at most: a hang names its step);
 # 4. bench   faprof profile at B=4 H=16 S=4096 D=128 fp16, causal and not: the fa3 steps beside
 #            fa2_mma, sdpa_flash and sdpa_cudnn (harness timing, correctness-checked first);
-# 5. ncu     (NCU=1) the same problem, ncu's faprof set on fa3_wgmma_a and fa2_mma, then
+# 5. ncu     (NCU=1) the same problem, ncu's faprof set on the fa3 steps and fa2_mma, then
 #            `faprof explain` (does the advisor see GMMA instead of HMMA?).
 # Writes wgmma_diag.json, wgmma_logs.tgz and wgmma_bundles.tgz under $OUT and prints a short table
 # last. About 3-4 minutes on an H100 (most of it the cold extension build).
@@ -103,7 +104,7 @@ summary+=("bench: rc=${PIPESTATUS[0]} $(( $(stamp) - t )) s")
 # 5. ncu (optional)
 if [ "${NCU:-0}" = 1 ]; then
   t=$(stamp)
-  timeout 240 $FP profile --scenario "$SCN" --variants "$STEPS,fa2_mma" --ncu --out "$OUT/runs" --allow-failures 2>&1 \
+  timeout 240 $FP profile --scenario "$SCN" --variants "${NCU_VARIANTS:-$STEPS,fa2_mma}" --ncu --out "$OUT/runs" --allow-failures 2>&1 \
     | tee "$OUT/logs/ncu.log" | tail -20
   B=$(grep -oE "bundle: [^ ]+" "$OUT/logs/ncu.log" | tail -1 | cut -d' ' -f2)
   [ -n "$B" ] && $FP explain "$B" 2>&1 | tee "$OUT/logs/explain.log" | head -60
