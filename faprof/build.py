@@ -603,6 +603,22 @@ def parse_launch_annotations(text: str) -> dict[str, dict[str, str]]:
     return out
 
 
+_RE_SETMAXNREG = re.compile(r"//\s*faprof:setmaxnreg\s+(?P<fields>.+?)\s*$", re.M)
+
+
+def parse_setmaxnreg_annotations(text: str) -> dict[str, dict[str, int]]:
+    """`// faprof:setmaxnreg kernel=NAME ROLE=REGS ...` lines -> {NAME: {ROLE: REGS}}: the register
+    budgets a warp-specialized kernel's warpgroups set with `setmaxnreg` (static values that ptxas'
+    report, which gives the count at launch, does not show)."""
+    out: dict[str, dict[str, int]] = {}
+    for m in _RE_SETMAXNREG.finditer(text):
+        fields = dict(tok.split("=", 1) for tok in m.group("fields").split() if "=" in tok)
+        name = fields.pop("kernel", None)
+        if name and fields and all(v.isdigit() for v in fields.values()):
+            out[name] = {role: int(v) for role, v in fields.items()}
+    return out
+
+
 def eval_launch_expr(expr: str, D: int | None, args: Sequence[int] = ()) -> int:
     """Evaluate an annotation's integer expression: +, -, *, //, parentheses, integers, the
     name D (the head dimension) and A0, A1, ... (the kernel's integer template arguments)."""
@@ -805,6 +821,7 @@ REPORT_COLUMNS = (
     "D",
     "arch",
     "registers",
+    "role_registers",
     "smem_static_bytes",
     "dyn_smem_bytes",
     "threads",
@@ -830,7 +847,9 @@ def resource_report(
     """Compile kernel files with nvcc (no GPU needed) and tabulate ptxas' resource usage.
 
     One row per kernel instantiation and architecture, with its launch configuration (from the
-    `faprof:launch` annotations) and the theoretical occupancy that implies.
+    `faprof:launch` annotations), the theoretical occupancy that implies, and for warp-specialized
+    kernels the registers each warpgroup role sets with setmaxnreg (`role_registers`, from the
+    `faprof:setmaxnreg` annotations; `registers` is ptxas' count at launch).
 
     Args:
         archs: architectures, e.g. ('sm_80', 'sm_89', 'sm_90'); sm_90 compiles as sm_90a.
@@ -866,6 +885,7 @@ def resource_report(
     parsed = [(f, a, rec) for (f, a), log in zip(tasks, logs, strict=True) for rec in ptxas_parse(log)]
     names = demangle(rec["kernel"] for _, _, rec in parsed)
     annotations = {f: parse_launch_annotations(f.read_text()) for f in files}
+    role_regs = {f: parse_setmaxnreg_annotations(f.read_text()) for f in files}
 
     rows = []
     for f, arch, rec in parsed:
@@ -887,7 +907,11 @@ def resource_report(
             "active_warps": None,
             "occupancy_pct": math.nan,
             "limiter": None,
+            "role_registers": None,
         }
+        roles = role_regs[f].get(kn.base)
+        if roles and arch == "sm_90a":  # setmaxnreg exists in sm_90a code only
+            row["role_registers"] = ", ".join(f"{role} {n}" for role, n in roles.items())
         ann = annotations[f].get(kn.base)
         if ann is not None:
             try:

@@ -535,7 +535,8 @@ def build_table(df) -> Table:
         same = prev is not None and (prev["file"], prev["name"]) == (r["file"], r["name"])
         t.add_row(
             "" if same else str(r["file"]), "" if same else _unqualified(r["name"]), _unqualified(r.get("template_args")),
-            _int(r.get("D")), str(r["arch"]), _int(r.get("threads")), _int(r.get("registers")),
+            _int(r.get("D")), str(r["arch"]), _int(r.get("threads")),
+            _int(r.get("registers")) + (f" ({r['role_registers']})" if r.get("role_registers") else ""),
             "" if smem != smem else f"{smem / 1024:.1f}", _int(r.get("stack_frame_bytes")), spills,
             _int(r.get("blocks_per_sm")), "" if occ != occ else f"{occ:.0f}%", str(r.get("limiter") or ""),
         )

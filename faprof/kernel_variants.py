@@ -318,6 +318,9 @@ FA3_ARCH_REASON = "needs sm_90a (wgmma/TMA): a compute capability 9.0 GPU such a
 
 fa3_wgmma_a_fwd = _tc_fwd("fa3_wgmma_a_fwd")
 fa3_wgmma_b_fwd = _tc_fwd("fa3_wgmma_b_fwd")
+fa3_wgmma_c_fwd = _tc_fwd("fa3_wgmma_c_fwd")
+fa3_wgmma_d_fwd = _tc_fwd("fa3_wgmma_d_fwd")
+fa3_wgmma_e_fwd = _tc_fwd("fa3_wgmma_e_fwd")
 
 
 def _fa3_check(variant: str):
@@ -345,6 +348,14 @@ def _register_fa3() -> None:
          "cp.async K/V double buffer in 128B-swizzled smem, 2 warpgroups x 64 rows (sm_90a)", ()),
         ("fa3_wgmma_b", fa3_wgmma_b_fwd, "Hopper step (b): step (a) with TMA loads (cp.async.bulk.tensor) and a "
          "2-stage mbarrier ring for K/V (sm_90a)", ("tma",)),
+        ("fa3_wgmma_c", fa3_wgmma_c_fwd, "Hopper step (c): step (b) warp-specialized: a TMA producer warpgroup "
+         "(setmaxnreg 24) and 2 consumer warpgroups (setmaxnreg 240) meeting at full/empty mbarriers (sm_90a)",
+         ("tma", "warp_specialized")),
+        ("fa3_wgmma_d", fa3_wgmma_d_fwd, "Hopper step (d): step (c) with pingpong: the two consumer warpgroups' "
+         "GEMMs alternate (named barriers), one's softmax under the other's GEMMs (sm_90a)",
+         ("tma", "warp_specialized", "pingpong")),
+        ("fa3_wgmma_e", fa3_wgmma_e_fwd, "Hopper step (e): step (d) with intra-warpgroup overlap: softmax of S_j "
+         "while O += P_{j-1} V_{j-1} runs (sm_90a)", ("tma", "warp_specialized", "pingpong", "overlap")),
     )
     for name, fn, what, extra in steps:
         register(
@@ -354,7 +365,7 @@ def _register_fa3() -> None:
                 what,
                 fn,
                 check=_fa3_check(name),
-                source="kernels/fa3_wgmma.cu",
+                source="kernels/fa3_wgmma_ws.cu" if "warp_specialized" in extra else "kernels/fa3_wgmma.cu",
                 tags=("tensor_core", "flash", "wgmma", "sm90a", *extra),
                 dtypes=("fp16", "bf16"),
                 directions=("fwd",),

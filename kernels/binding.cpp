@@ -356,7 +356,7 @@ TORCH_LIBRARY_IMPL(faprof, CPU, m) {
 }
 
 // --------------------------------------------------------------------------------- fa3_wgmma
-// Hopper-only ops (kernels/fa3_wgmma.cu, kernels/wgmma_test.cu), in their own fragment so that
+// Hopper-only ops (kernels/fa3_wgmma.cu, fa3_wgmma_ws.cu, wgmma_test.cu), in their own fragment so that
 // they stay one block at the end of this file.
 namespace {
 
@@ -401,6 +401,21 @@ void fa3_wgmma_b_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     fa3_fwd("faprof::fa3_wgmma_b_fwd", "fa3_wgmma_b", faprof_fa3_wgmma_b_fwd, q, k, v, out, lse, causal, scale);
 }
 
+void fa3_wgmma_c_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
+                     at::Tensor& lse, bool causal, double scale) {
+    fa3_fwd("faprof::fa3_wgmma_c_fwd", "fa3_wgmma_c", faprof_fa3_wgmma_c_fwd, q, k, v, out, lse, causal, scale);
+}
+
+void fa3_wgmma_d_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
+                     at::Tensor& lse, bool causal, double scale) {
+    fa3_fwd("faprof::fa3_wgmma_d_fwd", "fa3_wgmma_d", faprof_fa3_wgmma_d_fwd, q, k, v, out, lse, causal, scale);
+}
+
+void fa3_wgmma_e_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
+                     at::Tensor& lse, bool causal, double scale) {
+    fa3_fwd("faprof::fa3_wgmma_e_fwd", "fa3_wgmma_e", faprof_fa3_wgmma_e_fwd, q, k, v, out, lse, causal, scale);
+}
+
 // TEST ONLY: one warpgroup GEMM through wgmma (see kernels/wgmma_test.cu).
 void wgmma_gemm_test(const at::Tensor& a, const at::Tensor& b, at::Tensor& c, bool b_mn_major, bool a_in_regs,
                      int64_t lbo, int64_t sbo) {
@@ -431,17 +446,26 @@ void wgmma_gemm_test(const at::Tensor& a, const at::Tensor& b, at::Tensor& c, bo
 TORCH_LIBRARY_FRAGMENT(faprof, m) {
     m.def("fa3_wgmma_a_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
     m.def("fa3_wgmma_b_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
+    m.def("fa3_wgmma_c_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
+    m.def("fa3_wgmma_d_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
+    m.def("fa3_wgmma_e_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
     m.def("wgmma_gemm_test(Tensor a, Tensor b, Tensor(a!) c, bool b_mn_major, bool a_in_regs, int lbo, int sbo) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(faprof, CUDA, m) {
     m.impl("fa3_wgmma_a_fwd", &fa3_wgmma_a_fwd);
     m.impl("fa3_wgmma_b_fwd", &fa3_wgmma_b_fwd);
+    m.impl("fa3_wgmma_c_fwd", &fa3_wgmma_c_fwd);
+    m.impl("fa3_wgmma_d_fwd", &fa3_wgmma_d_fwd);
+    m.impl("fa3_wgmma_e_fwd", &fa3_wgmma_e_fwd);
     m.impl("wgmma_gemm_test", &wgmma_gemm_test);
 }
 
 TORCH_LIBRARY_IMPL(faprof, CPU, m) {
     m.impl("fa3_wgmma_a_fwd", &fa3_wgmma_a_fwd);
     m.impl("fa3_wgmma_b_fwd", &fa3_wgmma_b_fwd);
+    m.impl("fa3_wgmma_c_fwd", &fa3_wgmma_c_fwd);
+    m.impl("fa3_wgmma_d_fwd", &fa3_wgmma_d_fwd);
+    m.impl("fa3_wgmma_e_fwd", &fa3_wgmma_e_fwd);
     m.impl("wgmma_gemm_test", &wgmma_gemm_test);
 }

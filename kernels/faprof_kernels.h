@@ -135,6 +135,10 @@ cudaError_t faprof_race_fwd(const float* q,   // [B, H, Sq, D]
 //                in 128-byte swizzled shared memory, 2 warpgroups x 64 query rows.
 //   fa3_wgmma_b: (a) with TMA loads (tensor maps encoded on the host through the runtime's driver
 //                entry point) and a 2-stage mbarrier ring for K/V.
+//   fa3_wgmma_c: (b) warp-specialized (kernels/fa3_wgmma_ws.cu): a TMA producer warpgroup
+//                (setmaxnreg 24) and 2 consumer warpgroups (setmaxnreg 240), full/empty mbarriers.
+//   fa3_wgmma_d: (c) + pingpong: the consumer warpgroups' GEMMs alternate (named barriers).
+//   fa3_wgmma_e: (d) + intra-warpgroup overlap of softmax(S_j) with O += P_{j-1} V_{j-1}.
 inline constexpr int kFaprofFa3HeadDims[] = {64, 128};
 cudaError_t faprof_fa3_wgmma_a_fwd(const void* q,  // [B, H, Sq, D] fp16 or bf16
                                    const void* k,  // [B, H, Sk, D]
@@ -144,6 +148,12 @@ cudaError_t faprof_fa3_wgmma_a_fwd(const void* q,  // [B, H, Sq, D] fp16 or bf16
                                    int B, int H, int Sq, int Sk, int D, float scale, bool causal, bool bf16,
                                    cudaStream_t stream);
 cudaError_t faprof_fa3_wgmma_b_fwd(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
+                                   int Sq, int Sk, int D, float scale, bool causal, bool bf16, cudaStream_t stream);
+cudaError_t faprof_fa3_wgmma_c_fwd(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
+                                   int Sq, int Sk, int D, float scale, bool causal, bool bf16, cudaStream_t stream);
+cudaError_t faprof_fa3_wgmma_d_fwd(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
+                                   int Sq, int Sk, int D, float scale, bool causal, bool bf16, cudaStream_t stream);
+cudaError_t faprof_fa3_wgmma_e_fwd(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
                                    int Sq, int Sk, int D, float scale, bool causal, bool bf16, cudaStream_t stream);
 
 // TEST ONLY (kernels/wgmma_test.cu): c[64, N] = a[64, K] · B with one warpgroup's wgmma m64nNk16,

@@ -19,7 +19,8 @@ needs_nvcc = pytest.mark.skipif(
     build.find_cuda_home() is None and shutil.which("nvcc") is None,
     reason="nvcc (CUDA toolkit) not found: install it or set CUDA_HOME to compile the kernels",
 )
-FILES = ("fa3_wgmma.cu", "wgmma_test.cu")
+FILES = ("fa3_wgmma.cu", "fa3_wgmma_ws.cu", "wgmma_test.cu")
+WS_STEPS = ("fa3_wgmma_c", "fa3_wgmma_d", "fa3_wgmma_e")
 
 
 @pytest.fixture(scope="module")
@@ -49,12 +50,32 @@ def test_fa3_compiles_everywhere_and_fits_on_sm90a(report):
     assert (fa3[fa3.arch != "sm_90a"].registers < 32).all()
     gemm = report[(report.name == "faprof_fa3::wgmma_gemm_test_kernel") & (report.arch == "sm_90a")]
     assert len(gemm) == 32 and (gemm.spill_store_bytes == 0).all()
+    assert fa3.role_registers.isna().all()  # no setmaxnreg in steps a and b
 
 
-def _ptx(arch: str) -> str:
+@needs_nvcc
+def test_warp_specialized_steps_fit_and_report_their_role_registers(report):
+    ws = report[report.name.isin([f"faprof_fa3::{s}_kernel" for s in WS_STEPS])]
+    for arch in ("sm_80", "sm_89", "sm_90a"):
+        rows = ws[ws.arch == arch]  # three steps x fp16/bf16 x causal/not x D in {64, 128}
+        assert len(rows) == 24 and sorted(set(rows.D)) == [64, 128], (arch, rows[["kernel", "D"]])
+    hop = ws[ws.arch == "sm_90a"]
+    assert (hop.spill_store_bytes == 0).all() and (hop.spill_load_bytes == 0).all(), hop
+    # 384 threads at one block per SM: ptxas may give at most 65536 / 384 -> 168 registers at launch;
+    # setmaxnreg then moves them from the producer to the consumers.
+    assert (hop.threads == 384).all() and (hop.registers <= 168).all(), hop.registers
+    assert set(hop.role_registers) == {"producer 24, consumer 240"}
+    assert ws[ws.arch != "sm_90a"].role_registers.isna().all()
+    for D in (64, 128):  # Q, 2 stages of K and V, alignment slack, 128 bytes of mbarriers
+        assert set(hop[hop.D == D].dyn_smem_bytes) == {2 * D * (128 + 4 * 128) + 1024 + 128}
+    assert (hop.blocks_per_sm == 1).all()
+    assert (ws[ws.arch != "sm_90a"].registers < 32).all()
+
+
+def _ptx(arch: str, file: str = "fa3_wgmma.cu") -> str:
     nvcc = build.find_nvcc()
     cmd = [nvcc, "-ptx", *build.NVCC_OPT_FLAGS, *build.TORCH_NVCC_FLAGS, f"-arch={arch}", "-I",
-           str(build.KERNELS_DIR), "-o", "-", str(build.KERNELS_DIR / "fa3_wgmma.cu")]
+           str(build.KERNELS_DIR), "-o", "-", str(build.KERNELS_DIR / file)]
     return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300).stdout
 
 
@@ -75,6 +96,34 @@ def test_wgmma_only_in_sm90a_code():
         assert "wgmma.mma_async" not in other and "cp.async.bulk.tensor" not in other and "trap" in other, arch
 
 
+@needs_nvcc
+def test_warp_specialized_ptx_has_the_annotated_register_budgets_and_barriers():
+    import re
+
+    ptx = _ptx("sm_90a", "fa3_wgmma_ws.cu")
+    anns = build.parse_setmaxnreg_annotations((build.KERNELS_DIR / "fa3_wgmma_ws.cu").read_text())
+    assert set(anns) == {f"{s}_kernel" for s in WS_STEPS}
+    # What the report says is what the code sets: every annotated value is in the PTX, and nothing else.
+    dec = set(map(int, re.findall(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+(\d+);", ptx)))
+    inc = set(map(int, re.findall(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+(\d+);", ptx)))
+    assert dec == {a["producer"] for a in anns.values()} and inc == {a["consumer"] for a in anns.values()}
+    for needed in ("mbarrier.arrive.shared::cta.b64", "mbarrier.arrive.expect_tx.shared::cta.b64",
+                   "mbarrier.try_wait.parity.shared::cta.b64", "cp.async.bulk.tensor.3d", "bar.sync", "bar.arrive",
+                   "wgmma.wait_group.sync.aligned 1;"):  # step e waits for S_j while PV_{j-1} runs
+        assert needed in ptx, needed
+    for arch in ("sm_80", "sm_90"):
+        other = _ptx(arch, "fa3_wgmma_ws.cu")
+        assert "setmaxnreg" not in other and "wgmma.mma_async" not in other and "trap" in other, arch
+
+
+def test_setmaxnreg_annotation_parser():
+    text = ("// faprof:setmaxnreg kernel=k1 producer=24 consumer=240\n"
+            "//faprof:setmaxnreg   kernel=k2 producer=40 consumer=232 extra=8  \n"
+            "// faprof:setmaxnreg kernel=k3 producer=lots\n// faprof:setmaxnreg producer=24\n")
+    assert build.parse_setmaxnreg_annotations(text) == {
+        "k1": {"producer": 24, "consumer": 240}, "k2": {"producer": 40, "consumer": 232, "extra": 8}}
+
+
 def test_variant_refuses_what_it_cannot_run(monkeypatch):
     import torch
 
@@ -83,7 +132,7 @@ def test_variant_refuses_what_it_cannot_run(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     ok = AttentionProblem(2, 3, 1000, 77, 128, "bf16", causal=True)
-    for name in ("fa3_wgmma_a", "fa3_wgmma_b"):
+    for name in ("fa3_wgmma_a", "fa3_wgmma_b", *WS_STEPS):
         v = variants.get(name)
         assert (v.kind, v.dtypes, v.compute, v.needs_extension) == ("cuda", ("fp16", "bf16"), "tensor", True)
         assert (build.KERNELS_DIR.parent / v.source).exists()
@@ -108,4 +157,23 @@ def test_launch_annotation_matches_the_config():
         assert build.eval_launch_expr(ann["dyn_smem"], 128, (128, 128, 2, 2, 1)) == 2 * 128 * 640 + 1024 + extra
         assert build.eval_launch_expr(ann["dyn_smem"], 64, (64, 128, 2, 3, 1)) == 2 * 64 * (128 + 768) + 1024 + extra
         assert build.eval_launch_expr(ann["D"], None, (64, 128, 2, 2, 0)) == 64
+    ws = build.parse_launch_annotations((build.KERNELS_DIR / "fa3_wgmma_ws.cu").read_text())
+    for step in WS_STEPS:  # the producer warpgroup on top; 128 bytes of mbarriers
+        ann = ws[f"{step}_kernel"]
+        assert build.eval_launch_expr(ann["threads"], 128, (128, 128, 2, 2, 1)) == 384
+        assert build.eval_launch_expr(ann["dyn_smem"], 128, (128, 128, 2, 2, 1)) == 2 * 128 * 640 + 1024 + 128
+        assert build.eval_launch_expr(ann["D"], None, (64, 128, 2, 2, 0)) == 64
     assert Path(build.KERNELS_DIR / "fa3_common.cuh").exists()
+
+
+@needs_nvcc
+def test_build_table_shows_the_role_registers(report):
+    from rich.console import Console
+
+    from faprof.cli import build_table
+
+    ws = report[report.name.isin([f"faprof_fa3::{s}_kernel" for s in WS_STEPS]) & (report.arch == "sm_90a")]
+    console = Console(width=250, record=True)
+    console.print(build_table(ws.head(2)))
+    text = console.export_text()
+    assert text.count("168 (producer 24, consumer 240)") == 2, text

@@ -10,7 +10,9 @@ Two layers, so that a failure says where it is:
    layout gives errors of order 1 here (scripts/wgmma_diag.py says which offsets would pass).
 2. The awkward-shape attention grid of tests/test_tc_kernels_gpu.py (its `check`: NaN-poisoned
    outputs with guard tails, a float64 reference, the same tolerances) on each fa3 step, D = 64
-   and 128 (the head dims the steps support).
+   and 128 (the head dims the steps support). Each test's id names its step (fa3_wgmma_a ... _e),
+   so `-k fa3_wgmma_c` runs one step; scripts/gpu_wgmma_check.sh runs one pytest per step under a
+   timeout, so that a hang in a barrier names the step.
 
 On a GPU that is not compute capability 9.0 these skip, and test_refuses_other_archs checks the
 op's clear refusal instead (the variant is `unsupported` there).
@@ -36,7 +38,7 @@ pytestmark = [
 sm90_only = pytest.mark.skipif(not _sm90(), reason="wgmma needs a compute capability 9.0 GPU (H100/H200)")
 
 #: Every fa3 step registered so far (variant name = op name without _fwd).
-STEPS = ("fa3_wgmma_a", "fa3_wgmma_b")
+STEPS = ("fa3_wgmma_a", "fa3_wgmma_b", "fa3_wgmma_c", "fa3_wgmma_d", "fa3_wgmma_e")
 HEAD_DIMS = (64, 128)
 
 
