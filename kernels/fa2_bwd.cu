@@ -1,7 +1,7 @@
 // fa2_bwd: FlashAttention-2 backward on CUDA cores, fp32 (Dao 2023, "FlashAttention-2", Algorithm 2).
 //
 // Three kernels per call:
-//   1. fa2_bwd_preprocess_kernel: delta_i = rowsum(dO_i ∘ O_i), one warp per query row.
+//   1. fa2_bwd_preprocess_kernel: delta_i = rowsum(dO_i ∘ O_i), one thread per query row.
 //   2. fa2_bwd_kernel: the grid is (key tiles of Bc keys) x (B·H); a block owns one K/V tile,
 //      keeps dK and dV for it in registers and loops over the query tiles that can see it,
 //      recomputing from Q, K and the forward's lse (natural log):
@@ -206,21 +206,30 @@ __device__ __forceinline__ void dq_tile(const BwdSmem& s, float (&acc)[D / 16][4
 }  // namespace
 
 // faprof:launch kernel=fa2_bwd_preprocess_kernel threads=256 dyn_smem=0
+// One thread per row, summing over d in the order p_ds_tile sums dP = dO·Vᵀ (d = 0, 1, ... one FMA
+// each): where a row sees a single key, O = V exactly and delta == dP bit for bit, so dS = P·(dP −
+// delta) is exactly 0, as PyTorch's softmax backward gives; a different order left a rounding
+// residual there (dQ, dK errors of ~1e-5 against PyTorch's exact 0 at Sq=1000, Sk=1).
 template <int D>
 __global__ void __launch_bounds__(256)
 fa2_bwd_preprocess_kernel(const float* __restrict__ o,     // [rows, D]
                           const float* __restrict__ dout,  // [rows, D]
                           float* __restrict__ delta,       // [rows]
                           long long rows) {
-    const long long row = static_cast<long long>(blockIdx.x) * 8 + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
+    const long long row = static_cast<long long>(blockIdx.x) * 256 + threadIdx.x;
     if (row >= rows) return;
+    const float4* o4 = reinterpret_cast<const float4*>(o + row * D);
+    const float4* g4 = reinterpret_cast<const float4*>(dout + row * D);
     float acc = 0.f;
-#pragma unroll
-    for (int d = lane; d < D; d += 32) acc = fmaf(o[row * D + d], dout[row * D + d], acc);
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (lane == 0) delta[row] = acc;
+#pragma unroll 4
+    for (int d = 0; d < D / 4; ++d) {
+        const float4 a = o4[d], g = g4[d];
+        acc = fmaf(g.x, a.x, acc);
+        acc = fmaf(g.y, a.y, acc);
+        acc = fmaf(g.z, a.z, acc);
+        acc = fmaf(g.w, a.w, acc);
+    }
+    delta[row] = acc;
 }
 
 // faprof:launch kernel=fa2_bwd_kernel D=A0 threads=128 dyn_smem=4*(2*32*A0+2*32*(A0+4)+2*32*33+64)
@@ -401,7 +410,7 @@ cudaError_t launch_fa2_bwd(const float* q, const float* k, const float* v, const
     const long long bh = static_cast<long long>(B) * H;
     const unsigned grid_y = static_cast<unsigned>(bh < 65535 ? bh : 65535);
     const long long rows = bh * Sq;
-    fa2_bwd_preprocess_kernel<D><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(o, dout, delta, rows);
+    fa2_bwd_preprocess_kernel<D><<<static_cast<unsigned>((rows + 255) / 256), 256, 0, stream>>>(o, dout, delta, rows);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
 
