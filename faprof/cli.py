@@ -77,6 +77,9 @@ def _fmt(x: Any, spec: str = ".3g", empty: str = "") -> str:
 def results_table(df, baseline: str, title: str | None = None) -> Table:
     """The profile table: variant, shape, status, median ms, TFLOP/s, % of peak, speedup, max error."""
     t = Table(title=title, show_lines=False, header_style="bold")
+    multi = "gpu_name" in df.columns and df["gpu_name"].nunique() > 1  # a bundle of several GPU models
+    if multi:
+        t.add_column("GPU", justify="left")
     for col, just in (("variant", "left"), ("shape", "left"), ("status", "left"), ("median ms", "right"),
                       ("95% CI of median", "right"), ("TFLOP/s", "right"), ("% peak", "right"),
                       ("speedup", "right"), ("max err", "right"), ("ref", "left")):
@@ -88,7 +91,7 @@ def results_table(df, baseline: str, title: str | None = None) -> Table:
             ci = f"{_fmt(r['ci95_low_ms'], '.4g')}–{_fmt(r['ci95_high_ms'], '.4g')}"
         speed = r.get("speedup")
         t.add_row(
-            r["variant"], _shape_label(r), f"[{_STATUS_STYLE.get(status, '')}]{status}[/]",
+            *([str(r["gpu_name"])] if multi else []), r["variant"], _shape_label(r), f"[{_STATUS_STYLE.get(status, '')}]{status}[/]",
             _fmt(r.get("median_ms"), ".4g"), ci, _fmt(r.get("tflops"), ".3g"), _fmt(r.get("pct_peak"), ".1f"),
             (_fmt(speed, ".2f") + "x") if speed is not None and not _isnan(speed) else "",
             _fmt(r.get("max_abs_err"), ".1e"), _ref_short(r.get("reference")),
@@ -188,11 +191,14 @@ EXIT_ROWS_BAD = 3
 @click.option("--timer", type=click.Choice(["auto", "cupti", "events"]),
               help="GPU time source (overrides the scenario): CUPTI kernel records (auto: when cupti-python works) or CUDA events.")
 @click.option("--allow-failures", is_flag=True, help=f"Exit 0 even when rows are failed or wrong (default: exit {EXIT_ROWS_BAD}).")
+@click.option("--gpus", "gpus", help="Run on several GPUs of this machine, one worker each: 'all' or indices, e.g. 0,1.")
+@click.option("--cluster", "cluster", help="Run the tasks on a Dask cluster: the scheduler's address, e.g. tcp://host:8786 "
+              "(needs pip install 'faprof[cluster]').")
 def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resume: Path | None, ncu: str | None,
             ncu_variants: str | None, ncu_shapes: str | None, ncu_kernel: str | None, ncu_launches: int | None,
             ncu_cache_control: str | None, ncu_clock_control: str | None, nsys: bool | None, budget: float | None,
             user_variants: tuple[str, ...], kernels: tuple[str, ...], kernel_name: str | None, no_isolate: bool,
-            task_timeout: float, timer: str | None, allow_failures: bool) -> None:
+            task_timeout: float, timer: str | None, allow_failures: bool, gpus: str | None, cluster: str | None) -> None:
     """Measure a scenario's variants on its problems and write a run bundle.
 
     Each variant is checked against a reference before it is timed. Rows are written as they
@@ -225,7 +231,14 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
     from faprof.user_kernel import make_spec
 
     kernel_specs = [make_spec(k, kernel_name) for k in kernels]
+    if gpus is not None and cluster:
+        raise FaprofError("--gpus runs on this machine's GPUs, --cluster on a Dask cluster's workers: give one of them")
+    if (gpus is not None or cluster) and no_isolate:
+        raise FaprofError("--gpus and --cluster run every task in a worker process: drop --no-isolate")
+    from faprof.pool import parse_gpus
+
     options = runner.ProfileOptions(
+        gpus=parse_gpus(gpus), cluster=cluster,
         variants=names,
         out_dir=out_dir, ncu=ncu, nsys=nsys, isolate=not no_isolate, task_timeout_s=task_timeout,
         ncu_cache_control=ncu_cache_control, ncu_clock_control=ncu_clock_control,
@@ -270,7 +283,12 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
                     bar.update(task_id, current=info.get("message", ""))
 
         try:
-            bundle = runner.profile(scenario or "", options, progress=on, resume=resume)
+            if options.cluster or (resume and (_settings_of(resume).get("cluster"))):
+                from faprof import cluster as dask_cluster
+
+                bundle = dask_cluster.profile(scenario or "", options, progress=on, resume=resume)
+            else:
+                bundle = runner.profile(scenario or "", options, progress=on, resume=resume)
         except KeyboardInterrupt:
             path = state.get("path")
             click.echo("", err=True)
@@ -312,6 +330,13 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
             rows_code = EXIT_ROWS_BAD
     if rows_code or ncu_code:
         sys.exit(rows_code or ncu_code)
+
+
+def _settings_of(path: Path) -> dict[str, Any]:
+    """A bundle's settings (to send a --resume of a --cluster run back to its cluster)."""
+    from faprof.store import Bundle
+
+    return Bundle.open(path).manifest().get("settings") or {}
 
 
 def _ncu_record(path: Any) -> dict[str, Any]:
