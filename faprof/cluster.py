@@ -43,13 +43,18 @@ _LOCAL_LOCK = threading.Lock()
 
 def versions() -> dict[str, Any]:
     """What must match between the client and every worker: faprof version and commit, torch."""
+    return worker_versions()
+
+
+def worker_versions() -> dict[str, Any]:
+    """`versions` as the workers run it (client.run sends this function)."""
     from faprof import __version__
 
-    try:
-        import torch
+    from importlib import metadata
 
-        torch_version = torch.__version__
-    except ImportError:
+    try:  # the installed distribution's version: no need to import torch (seconds) on every worker
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
         torch_version = None
     return {"faprof": __version__, "git_sha": git_sha(), "torch": torch_version}
 
@@ -103,10 +108,11 @@ def remote_env(user_variants: list[str], ceilings: bool, timeout_s: float) -> di
 
 def _starts(topic: str, key: str) -> int:
     """Log one start of task `key` and return how many starts it has had (this one included)."""
-    from distributed import get_client, get_worker
+    from distributed import get_client
 
-    get_worker().log_event(topic, {"key": key})
-    events = get_client().get_events(topic)
+    client = get_client()
+    client.log_event(topic, {"key": key})  # a scheduler call: recorded before the task goes on
+    events = client.get_events(topic)
     return sum(1 for _, e in events if isinstance(e, dict) and e.get("key") == key)
 
 
@@ -153,7 +159,7 @@ def connect(address: str) -> Any:
 def check_workers(client: Any, local: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Every worker's versions; FaprofError for no workers or a version unlike the client's."""
     local = local or versions()
-    remote = client.run(versions)
+    remote = client.run(worker_versions)
     if not remote:
         raise FaprofError(f"the Dask cluster at {client.scheduler.address} has no workers; start some with "
                           "`dask worker ADDRESS --resources GPU=1 --nthreads 1`")
@@ -200,7 +206,7 @@ def profile(scenario_spec: Any, options: Any, progress: Any, resume: Any = None)
         check_workers(client)
         resources = gpu_resources(client)
         progress("status", {"message": "reading every worker's environment"})
-        addresses = sorted(client.run(versions))
+        addresses = sorted(client.run(worker_versions))
         env_futs = [client.submit(remote_env, options.user_variants, options.ceilings and resume is None,
                                   options.task_timeout_s, workers=[a], allow_other_workers=False, pure=False,
                                   resources=resources) for a in addresses]
