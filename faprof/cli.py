@@ -682,39 +682,58 @@ def explain(run: str, variant: str | None, shape: str | None, per_shape: bool, f
 
 @main.command()
 @click.argument("run_a")
-@click.argument("run_b")
+@click.argument("run_b", required=False)
+@click.option("--gpu-a", help="GPU model of RUN_A's rows to compare (a bundle of several GPU models, from --gpus).")
+@click.option("--gpu-b", help="GPU model of RUN_B's rows to compare.")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
-def compare(run_a: str, run_b: str, runs_dir: Path) -> None:
+def compare(run_a: str, run_b: str | None, gpu_a: str | None, gpu_b: str | None, runs_dir: Path) -> None:
     """Compare two runs row by row: medians, which is faster and by how much, and whether each difference is
     significant (two-sided Mann-Whitney U on the kept samples, as the dashboard's Diff page).
 
+    Two GPUs side by side: each row's % of its own GPU's peak and of its measured ceiling (the
+    GPU's own matmul rate). A bundle of two GPU models (`--gpus` on mixed GPUs) compares with
+    itself when RUN_B is left out (A: the first model, B: the second), or pick models with --gpu-a/--gpu-b.
     Says first when the runs differ in GPU, in the devices rows ran on, or in dtypes.
     """
     import pandas as pd
 
-    from faprof.report import compare_runs, compare_summary
+    from faprof.report import compare_runs, compare_summary, gpu_models
     from faprof.store import resolve_run
 
-    a, b = resolve_run(run_a, runs_dir), resolve_run(run_b, runs_dir)
-    df = compare_runs(a, b)
+    a = resolve_run(run_a, runs_dir)
+    b = resolve_run(run_b, runs_dir) if run_b else a
+    if run_b is None:
+        models = gpu_models(a)
+        if len(models) < 2 and not (gpu_a and gpu_b):
+            raise FaprofError(f"{a.run_id} holds rows of one GPU model only: give a second run to compare with")
+        gpu_a, gpu_b = gpu_a or models[0], gpu_b or next(m for m in models if m != (gpu_a or models[0]))
+    df = compare_runs(a, b, gpu_a, gpu_b)
     if df.empty:
         raise FaprofError("the two runs share no (variant, shape_id) pair to compare")
-    summary = compare_summary(a, b, df)
+    summary = compare_summary(a, b, df, gpu_a, gpu_b)
     for w in summary.warnings:
         say(f"warning: {w}", style="yellow")
     say(f"A = {a.run_id} ({summary.gpu_a})")
     say(f"B = {b.run_id} ({summary.gpu_b})")
     t = Table(title=summary.headline, header_style="bold")
-    for c in ("variant", "shape_id", "A status", "B status", "A ms", "B ms", "B vs A", "significant (p)"):
-        t.add_column(c, justify="right" if c in ("A ms", "B ms", "B vs A") else "left")
+    pct = [c for c in ("pct_peak", "pct_measured_ceiling") if df.get(f"{c}_a", pd.Series(dtype=float)).notna().any()
+           or df.get(f"{c}_b", pd.Series(dtype=float)).notna().any()]
+    names = {"pct_peak": "% peak", "pct_measured_ceiling": "% ceiling"}
+    extra = [f"{side} {names[c]}" for c in pct for side in ("A", "B")]
+    for c in ("variant", "shape_id", "A status", "B status", "A ms", "B ms", "B vs A", *extra, "significant (p)"):
+        t.add_column(c, justify="right" if c in ("A ms", "B ms", "B vs A", *extra) else "left")
     for _, r in df.iterrows():
         sig = r["significant"]
         t.add_row(r["variant"], r["shape_id"], str(r["status_a"]), str(r["status_b"]), _fmt(r["median_ms_a"], ".4g"),
                   _fmt(r["median_ms_b"], ".4g"), _faster_words(r["ratio_b_over_a"]),
+                  *[_fmt(r.get(f"{c}_{side}"), ".3g") for c in pct for side in ("a", "b")],
                   "" if pd.isna(sig) else (f"[bold]yes[/] ({r['p_value']:.2g})" if sig else f"no ({r['p_value']:.2g})"))
     console.print(t)
     say("B vs A: A's median over B's ('1.30x faster': B takes 1/1.30 of A's time); significant: two-sided "
         "Mann-Whitney U on the kept samples at p < 0.05 (the dashboard's Diff page uses the same test)")
+    if pct:
+        say("% peak: of each row's own GPU's dense peak at its dtype (faprof's GPU database); % ceiling: of the "
+            "matmul rate each run measured on its own GPU (its measured ceiling)")
     for w in summary.warnings:
         say(f"warning: {w}", style="yellow")
 

@@ -48,9 +48,9 @@ def versions() -> dict[str, Any]:
 
 def worker_versions() -> dict[str, Any]:
     """`versions` as the workers run it (client.run sends this function)."""
-    from faprof import __version__
-
     from importlib import metadata
+
+    from faprof import __version__
 
     try:  # the installed distribution's version: no need to import torch (seconds) on every worker
         torch_version = metadata.version("torch")

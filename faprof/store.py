@@ -382,7 +382,10 @@ def resolve_run(spec: str | Path, runs_dir: str | Path = "runs") -> Bundle:
 
 
 def load_many(paths: list[str | Path]) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
-    """Merge the measurements of many bundles (each row tagged with run_id, gpu, scenario)."""
+    """Merge the measurements of many bundles (each row tagged with run_id, gpu, scenario).
+
+    `gpu` is the row's own `gpu_name` when it has one (a bundle of several GPU models splits per
+    GPU), else the bundle's GPU."""
     frames, manifests = [], []
     for p in paths:
         for b in find_bundles(p):
@@ -391,8 +394,10 @@ def load_many(paths: list[str | Path]) -> tuple[pd.DataFrame, list[dict[str, Any
             df = b.measurements()
             if df.empty:
                 continue
-            df = df.assign(run_id=b.run_id, gpu=m.get("env", {}).get("gpu_name", "cpu"),
-                           scenario=m.get("scenario", {}).get("name", ""))
+            gpu = m.get("env", {}).get("gpu_name", "cpu")
+            if "gpu_name" in df.columns:  # rows of a --gpus run name their own GPU: one bundle, several models
+                gpu = df["gpu_name"].where(df["gpu_name"].notna(), gpu)
+            df = df.assign(run_id=b.run_id, gpu=gpu, scenario=m.get("scenario", {}).get("name", ""))
             frames.append(df)
     return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), manifests
 
