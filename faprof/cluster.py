@@ -22,10 +22,8 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
-import subprocess
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from faprof.errors import FaprofError
@@ -56,19 +54,9 @@ def worker_versions() -> dict[str, Any]:
         torch_version = metadata.version("torch")
     except metadata.PackageNotFoundError:
         torch_version = None
+    from faprof.env import git_sha
+
     return {"faprof": __version__, "git_sha": git_sha(), "torch": torch_version}
-
-
-def git_sha() -> str | None:
-    """The commit of faprof's source tree (None when it is not a git checkout)."""
-    root = Path(__file__).resolve().parent.parent
-    if not (root / ".git").exists():
-        return None
-    try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
 
 
 def _local_worker(user_variants: tuple[str, ...]) -> Any:
@@ -282,6 +270,7 @@ def _run(client: Any, bundle: Any, su: Any, models: dict[str, list[str]], worker
             todo += 1
             tasks.append((model, addrs, env, problem, variant))
     progress("start", {"total": total, "todo": todo, "done": total - todo})
+    t_rows = time.perf_counter()
     for model, addrs, env, problem, variant in tasks:
         row, task = runner.prepare_task(bundle, scenario, variant, problem, timing,
                                         bool(env.get("cuda_available")), env, options)
@@ -312,6 +301,7 @@ def _run(client: Any, bundle: Any, su: Any, models: dict[str, list[str]], worker
             bundle.log(f"{variant.name} on {problem.shape_id}: started {out['attempts']} times (a Dask worker was lost)")
         emit(row)
     bundle.compact()
+    bundle.update_manifest(timing_wall_s=round(time.perf_counter() - t_rows, 3))
     for stage, on in (("ncu", su.ncu_set and su.ncu_set != "none"), ("nsys", su.nsys_on)):
         if on:
             msg = (f"{stage}: skipped with --cluster (its report would stay on the worker); run `faprof {stage} "

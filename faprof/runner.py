@@ -201,6 +201,7 @@ def profile(scenario_spec: str | Path | Scenario, options: ProfileOptions | None
             progress("row", row)
             _say_row_notes(bundle, row, said, progress)
 
+        t_rows = time.perf_counter()
         if slots:
             done_by = {m: bundle.done_keys(gpu_name=None if m == "cpu" else m) for m in models}
             todo_tasks = [(m, p, v) for m in models for p, v in pairs if (v.name, p.shape_id) not in done_by[m]]
@@ -224,6 +225,8 @@ def profile(scenario_spec: str | Path | Scenario, options: ProfileOptions | None
                 row = _run_one(runner, bundle, scenario, variant, problem, timing, cuda_ok, manifest_env, options)
                 emit({**row, **gpu_fields(env, None)})
         bundle.compact()
+        # the timing stage's wall time (this session's; a resumed run adds a session)
+        bundle.update_manifest(timing_wall_s=round(time.perf_counter() - t_rows, 3))
         if ncu_set and ncu_set != "none":
             if len(slots) > 1:
                 from faprof import fanout
