@@ -233,11 +233,18 @@ class Bundle:
         return sorted(p for p in d.iterdir() if p.suffix == ".parquet" and not p.name.startswith("."))
 
     def _merged_measurements(self) -> tuple[pd.DataFrame, list[Path]]:
-        files = self.pending_rows()
-        base = read_table_file(self.table_path("measurements")) if self.table_path("measurements").exists() else None
-        if not files:
-            return (base if base is not None else pd.DataFrame()), files
-        return merge_rows([*([base] if base is not None else []), *(read_table_file(f) for f in files)]), files
+        for attempt in range(3):
+            files = self.pending_rows()
+            base = read_table_file(self.table_path("measurements")) if self.table_path("measurements").exists() else None
+            if not files:
+                return (base if base is not None else pd.DataFrame()), files
+            try:
+                return merge_rows([*([base] if base is not None else []), *(read_table_file(f) for f in files)]), files
+            except FaprofError:
+                # another process (the run) compacted while this one read: its rows are in the table now
+                if attempt == 2 or all(f.exists() for f in files):
+                    raise
+        raise AssertionError("unreachable")
 
     def compact(self) -> int:
         """Fold the pending row files into `measurements.parquet` (atomic), then delete them.

@@ -15,7 +15,7 @@ distributed = pytest.importorskip("distributed")
 
 @pytest.fixture(scope="module")
 def dask_cluster():
-    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None,
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0",
                                   silence_logs=40) as c:
         yield c
 
@@ -70,7 +70,7 @@ def test_without_dask_the_hint_names_the_extra(monkeypatch):
 def test_a_task_whose_dask_worker_dies_twice_becomes_a_failed_outcome():
     """The Dask worker process itself dies mid-task (test hook `die_host`); the nanny restarts it and
     Dask reschedules; the third start returns a `died` outcome instead of running again."""
-    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None,
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0",
                                   silence_logs=50) as c, distributed.Client(c, set_as_default=False) as client:
         fut = client.submit(cluster.run_remote, {"op": "die_host"}, [], 30.0, "faprof-test-topic", "k1", pure=False)
         out = fut.result(timeout=120)
