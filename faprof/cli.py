@@ -283,7 +283,9 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
                     bar.update(task_id, current=info.get("message", ""))
 
         try:
-            if options.cluster or (resume and (_settings_of(resume).get("cluster"))):
+            from faprof.store import Bundle
+
+            if options.cluster or (resume and (Bundle.open(resume).manifest().get("settings") or {}).get("cluster")):
                 from faprof import cluster as dask_cluster
 
                 bundle = dask_cluster.profile(scenario or "", options, progress=on, resume=resume)
@@ -330,13 +332,6 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
             rows_code = EXIT_ROWS_BAD
     if rows_code or ncu_code:
         sys.exit(rows_code or ncu_code)
-
-
-def _settings_of(path: Path) -> dict[str, Any]:
-    """A bundle's settings (to send a --resume of a --cluster run back to its cluster)."""
-    from faprof.store import Bundle
-
-    return Bundle.open(path).manifest().get("settings") or {}
 
 
 def _ncu_record(path: Any) -> dict[str, Any]:
@@ -695,7 +690,6 @@ def compare(run_a: str, run_b: str | None, gpu_a: str | None, gpu_b: str | None,
     itself when RUN_B is left out (A: the first model, B: the second), or pick models with --gpu-a/--gpu-b.
     Says first when the runs differ in GPU, in the devices rows ran on, or in dtypes.
     """
-    import pandas as pd
 
     from faprof.report import compare_runs, compare_summary, gpu_models
     from faprof.store import resolve_run
@@ -715,37 +709,16 @@ def compare(run_a: str, run_b: str | None, gpu_a: str | None, gpu_b: str | None,
         say(f"warning: {w}", style="yellow")
     say(f"A = {a.run_id} ({summary.gpu_a})")
     say(f"B = {b.run_id} ({summary.gpu_b})")
-    t = Table(title=summary.headline, header_style="bold")
-    pct = [c for c in ("pct_peak", "pct_measured_ceiling") if df.get(f"{c}_a", pd.Series(dtype=float)).notna().any()
-           or df.get(f"{c}_b", pd.Series(dtype=float)).notna().any()]
-    names = {"pct_peak": "% peak", "pct_measured_ceiling": "% ceiling"}
-    extra = [f"{side} {names[c]}" for c in pct for side in ("A", "B")]
-    for c in ("variant", "shape_id", "A status", "B status", "A ms", "B ms", "B vs A", *extra, "significant (p)"):
-        t.add_column(c, justify="right" if c in ("A ms", "B ms", "B vs A", *extra) else "left")
-    for _, r in df.iterrows():
-        sig = r["significant"]
-        t.add_row(r["variant"], r["shape_id"], str(r["status_a"]), str(r["status_b"]), _fmt(r["median_ms_a"], ".4g"),
-                  _fmt(r["median_ms_b"], ".4g"), _faster_words(r["ratio_b_over_a"]),
-                  *[_fmt(r.get(f"{c}_{side}"), ".3g") for c in pct for side in ("a", "b")],
-                  "" if pd.isna(sig) else (f"[bold]yes[/] ({r['p_value']:.2g})" if sig else f"no ({r['p_value']:.2g})"))
+    from faprof.compare_table import PCT_NOTE, compare_table
+
+    t, pct = compare_table(df, summary.headline, _fmt)
     console.print(t)
     say("B vs A: A's median over B's ('1.30x faster': B takes 1/1.30 of A's time); significant: two-sided "
         "Mann-Whitney U on the kept samples at p < 0.05 (the dashboard's Diff page uses the same test)")
     if pct:
-        say("% peak: of each row's own GPU's dense peak at its dtype (faprof's GPU database); % ceiling: of the "
-            "matmul rate each run measured on its own GPU (its measured ceiling)")
+        say(PCT_NOTE)
     for w in summary.warnings:
         say(f"warning: {w}", style="yellow")
-
-
-def _faster_words(ratio_b_over_a: Any) -> str:
-    """B's time over A's as words: '1.30x faster' / '1.08x slower' / 'same' (within 0.5%)."""
-    r = _num(ratio_b_over_a)
-    if r != r or r <= 0:
-        return ""
-    if abs(r - 1) < 0.005:
-        return "same"
-    return f"{1 / r:.2f}x faster" if r < 1 else f"{r:.2f}x slower"
 
 
 # --------------------------------------------------------------------------- sanitize

@@ -166,3 +166,17 @@ def test_merge_parts_from_a_recorded_h100_session(tmp_path):
     assert m["kernels"] == record["kernels"] == int((summary["kernel_id"] >= 0).sum())
     assert not (dest.raw_dir() / "ncu.gpu0").exists()  # scratch bundles removed
     json.dumps(m)  # the record is plain JSON
+
+
+def test_profile_flags_refused_in_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from faprof.cli import main
+
+    for args, words in ((["--gpus", "0", "--cluster", "tcp://127.0.0.1:1"], "give one of them"),
+                        (["--gpus", "0", "--no-isolate"], "drop --no-isolate"),
+                        (["--gpus", "first"], "comma-separated GPU indices")):
+        res = CliRunner().invoke(main, ["profile", "-s", "smoke", "--out", str(tmp_path), *args])
+        assert res.exit_code == 2 and words in res.output, res.output
+        assert len(res.output.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())
