@@ -1,4 +1,4 @@
-"""The Nsight Compute stage on several GPUs: one ncu process per GPU, tables merged into one bundle.
+"""The Nsight stages on several GPUs: one ncu (or nsys) process per GPU, tables merged into one bundle.
 
 `faprof profile --ncu --gpus 0,1` plans the session as on one GPU, splits the planned
 (variant, shape) pairs into one part per GPU (by shape when there are enough shapes, else by
@@ -11,7 +11,12 @@ the earlier ones, so ids stay unique per bundle), each part's report and log are
 `raw/ncu.gpu<i>.ncu-rep` / `raw/ncu.gpu<i>.log`, and the manifest's `ncu` entry holds the stage's
 wall time, the summed kernel count and each part's own record (`parts`).
 
-Each part gets its own TMPDIR, so ncu instances do not share temporary files.
+`faprof profile --nsys --gpus 0,1` splits the run's variants over the GPUs the same way, one nsys
+capture each (`faprof.nsight.nsys.collect` on a scratch bundle under `raw/nsys.gpu<i>/`); the
+parts' nsys_kernels / nsys_summary rows are concatenated and their raw files kept as
+`raw/nsys.gpu<i>.*`. (Times in nsys_kernels are on each capture's own clock.)
+
+Each part gets its own TMPDIR, so the tools' instances do not share temporary files.
 """
 
 from __future__ import annotations
@@ -90,24 +95,51 @@ def collect_ncu(bundle: Any, scenario: Any, options: Any, ncu_set: str, progress
     if len(parts) < 2:
         return single()
     t0 = time.perf_counter()
-    raw = bundle.raw_dir()
-    manifest = {k: v for k, v in bundle.manifest().items() if k not in ("schema_version", "run_id", "ncu", "log")}
-    procs: list[tuple[int, Path, subprocess.Popen]] = []
-    relays: list[threading.Thread] = []
     progress("nsight", {"message": f"ncu: {len(nplan.pairs)} (variant, shape) pair(s) split over GPUs "
                                    f"{', '.join(str(g) for g in gpus[:len(parts)])}", "tool": "ncu"})
+    specs = [(gpu, {"tool": "ncu", "ncu_set": ncu_set, "options": _part_options(options, vs, ss)})
+             for gpu, (vs, ss) in zip(gpus, parts, strict=False)]
+    done = _run_parts(bundle, "ncu", specs, progress, t0, {"set": ncu_set})
+    merge_parts(bundle, done, ncu_set, time.perf_counter() - t0, progress)
+
+
+def collect_nsys(bundle: Any, scenario: Any, options: Any, progress: Any, cuda_ok: bool, gpus: Sequence[int]) -> None:
+    """The nsys stage of a --gpus run: the run's variants split over `gpus`, one nsys capture each."""
+    from faprof import plan as run_plan
+    from faprof.nsight import nsys
+
+    names = list(dict.fromkeys(v.name for _, v in run_plan.plan(scenario, options.variants)))
+    if not cuda_ok or len(gpus) < 2 or len(names) < 2:
+        return nsys.collect(bundle, scenario, options, progress, cuda_ok)
+    n = min(len(gpus), len(names))
+    groups = [names[i::n] for i in range(n)]
+    t0 = time.perf_counter()
+    progress("nsight", {"message": f"nsys: {len(names)} variant(s) split over GPUs {', '.join(str(g) for g in gpus[:n])}",
+                        "tool": "nsys"})
+    specs = [(gpu, {"tool": "nsys", "options": {"variants": vs, "user_variants": list(options.user_variants or [])}})
+             for gpu, vs in zip(gpus, groups, strict=False)]
+    done = _run_parts(bundle, "nsys", specs, progress, t0, {})
+    merge_tool_parts(bundle, "nsys", done, time.perf_counter() - t0, progress)
+
+
+def _run_parts(bundle: Any, tool: str, specs: Sequence[tuple[int, dict[str, Any]]], progress: Any, t0: float,
+               record: dict[str, Any]) -> list[tuple[int, Path]]:
+    """Run one part process per GPU (scratch bundles under raw/<tool>.gpu<i>/) and wait for all of them."""
+    raw = bundle.raw_dir()
+    manifest = {k: v for k, v in bundle.manifest().items() if k not in ("schema_version", "run_id", tool, "log")}
+    meas = bundle.measurements()
+    procs: list[tuple[int, Path, subprocess.Popen]] = []
+    relays: list[threading.Thread] = []
     try:
-        for gpu, (vs, ss) in zip(gpus, parts, strict=False):
-            part_dir = raw / f"ncu.gpu{gpu}"
+        for gpu, spec in specs:
+            part_dir = raw / f"{tool}.gpu{gpu}"
             shutil.rmtree(part_dir, ignore_errors=True)
             (part_dir / "tmp").mkdir(parents=True)
             # a scratch bundle: no schema_version/run_id, so find_bundles never lists it as a run
             (part_dir / "manifest.json").write_text(json.dumps({**manifest, "log": []}, default=str))
-            meas = bundle.measurements()
             if not meas.empty:
                 meas.to_parquet(part_dir / "measurements.parquet", index=False)
-            spec = {"dir": str(part_dir), "ncu_set": ncu_set, "options": _part_options(options, vs, ss)}
-            (part_dir / "part.json").write_text(json.dumps(spec))
+            (part_dir / "part.json").write_text(json.dumps({**spec, "dir": str(part_dir)}))
             env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu), "TMPDIR": str(part_dir / "tmp"),
                    "PYTHONUNBUFFERED": "1"}
             p = subprocess.Popen([sys.executable, "-m", "faprof.fanout", str(part_dir / "part.json")], env=env,
@@ -125,12 +157,12 @@ def collect_ncu(bundle: Any, scenario: Any, options: Any, ncu_set: str, progress
     except KeyboardInterrupt:
         for _, _, p in procs:
             _stop(p)
-        msg = "interrupted during Nsight Compute (fanned out over GPUs); the timing rows are kept"
-        bundle.log(f"ncu: {msg}")
-        bundle.update_manifest(ncu={"status": "interrupted", "reason": msg, "set": ncu_set,
-                                    "wall_s": round(time.perf_counter() - t0, 3)})
+        msg = f"interrupted during {tool} (fanned out over GPUs); the timing rows are kept"
+        bundle.log(f"{tool}: {msg}")
+        bundle.update_manifest(**{tool: {**record, "status": "interrupted", "reason": msg,
+                                         "wall_s": round(time.perf_counter() - t0, 3)}})
         raise
-    merge_parts(bundle, [(gpu, d) for gpu, d, _ in procs], ncu_set, time.perf_counter() - t0, progress)
+    return [(gpu, d) for gpu, d, _ in procs]
 
 
 def _relay(p: subprocess.Popen, gpu: int, progress: Any) -> None:
@@ -227,6 +259,56 @@ def merge_parts(bundle: Any, parts: Sequence[tuple[int, Path]], ncu_set: str, wa
     return record
 
 
+def merge_tool_parts(bundle: Any, tool: str, parts: Sequence[tuple[int, Path]], wall_s: float,
+                     progress: Any) -> dict[str, Any]:
+    """The nsys parts: tables concatenated (run_id set to the run's), sqlite exports and logs kept
+    as raw/nsys.gpu<i>.*, one manifest record with each part's own."""
+    from faprof.store import Bundle
+
+    tables, ok_status = ("nsys_kernels", "nsys_summary"), "complete"
+    records: list[dict[str, Any]] = []
+    frames: dict[str, list[pd.DataFrame]] = {name: [] for name in tables}
+    for gpu, d in parts:
+        sub = Bundle(d)
+        try:
+            sm = sub.manifest()
+        except FaprofError as e:
+            sm = {tool: {"status": "failed", "reason": str(e)}}
+        rec = sm.get(tool) or {"status": "failed", "reason": "the part wrote no record"}
+        for name in tables:
+            if sub.table_path(name).exists():
+                df = sub.read(name)
+                frames[name].append(df.assign(run_id=bundle.run_id, gpu_index=gpu) if not df.empty else df)
+        kept = {}
+        for f in sorted((d / "raw").glob(f"{tool}*")) if (d / "raw").is_dir() else []:
+            dst = f"{tool}.gpu{gpu}{f.name[len(tool):]}"
+            os.replace(f, bundle.raw_dir() / dst)
+            kept[f.name] = f"raw/{dst}"
+        for line in sm.get("log") or []:
+            bundle.log(f"gpu{gpu}: {line.split(' ', 1)[-1]}")
+        records.append({"gpu_index": gpu, **{k: v for k, v in rec.items() if k not in ("command", "command_line")},
+                        "files": kept})
+        shutil.rmtree(d, ignore_errors=True)
+    counts = {}
+    for name, fs in frames.items():
+        fs = [f for f in fs if not f.empty]
+        if fs:
+            merged = pd.concat(fs, ignore_index=True)
+            bundle.write(name, merged)
+            counts[name] = len(merged)
+    good = [r for r in records if r.get("status") == ok_status]
+    record = {"status": ok_status if good and len(good) == len(records) else ("partial" if good else
+                                                                          (records[0].get("status") if records else "failed")),
+              "wall_s": round(wall_s, 3), "gpus": [r["gpu_index"] for r in records], "tables": counts, "parts": records}
+    bad = [r for r in records if r.get("status") != ok_status]
+    if bad:
+        record["reason"] = "; ".join(f"gpu{r['gpu_index']}: {r.get('status')}: {r.get('reason', '')}" for r in bad)
+        progress("warning", {"message": f"{tool}: {record['reason']}"})
+    bundle.update_manifest(**{tool: record})
+    bundle.log(f"{tool}: {len(records)} GPU(s) in {wall_s:.1f} s; " + ", ".join(f"{k}={v} rows" for k, v in counts.items()))
+    return record
+
+
 def _part_main(spec_path: str) -> int:
     """One GPU's part (run by `collect_ncu` with CUDA_VISIBLE_DEVICES set): the single-GPU stage."""
     from faprof import variants
@@ -237,14 +319,20 @@ def _part_main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     sub = Bundle(Path(spec["dir"]))
     m = sub.manifest()
-    opts = ncu_run.NcuOptions(**{**spec["options"], "ncu_metrics": tuple(spec["options"]["ncu_metrics"])})
-    for s in opts.user_variants:
+    for s in spec["options"].get("user_variants") or []:
         variants.load_user_variants(s)
     scenario = parse_scenario(m["scenario"]["raw"], f"{sub.path}/manifest.json scenario")
 
     def progress(event: str, info: dict[str, Any]) -> None:
         print("FAPROF_PROGRESS " + json.dumps({"event": event, "info": info}, default=str), flush=True)
 
+    if spec.get("tool") == "nsys":
+        from faprof.nsight import nsys
+        from faprof.runner import ProfileOptions
+
+        nsys.collect(sub, scenario, ProfileOptions(**spec["options"]), progress, True)
+        return 0
+    opts = ncu_run.NcuOptions(**{**spec["options"], "ncu_metrics": tuple(spec["options"]["ncu_metrics"])})
     ncu_run.collect(sub, scenario, opts, spec["ncu_set"], progress, True)
     return 0
 

@@ -235,7 +235,12 @@ def profile(scenario_spec: str | Path | Scenario, options: ProfileOptions | None
             else:
                 _collect_ncu(bundle, scenario, options, ncu_set, progress, cuda_ok)
         if nsys_on:
-            _collect_nsys(bundle, scenario, options, progress, cuda_ok)
+            if len(slots) > 1:
+                from faprof import fanout
+
+                fanout.collect_nsys(bundle, scenario, options, progress, cuda_ok, [s.index for s in slots])
+            else:
+                _collect_nsys(bundle, scenario, options, progress, cuda_ok)
         restarts = sum(s.runner.restarts for s in slots) if slots else runner.restarts
         bundle.update_manifest(status="complete", finished_utc=_now(), worker_restarts=restarts)
         return bundle

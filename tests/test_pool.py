@@ -180,3 +180,47 @@ def test_profile_flags_refused_in_one_line(tmp_path):
         assert res.exit_code == 2 and words in res.output, res.output
         assert len(res.output.strip().splitlines()) == 1
     assert not any(tmp_path.iterdir())
+
+
+def test_nsys_parts_from_a_recorded_h100_capture_merge(tmp_path):
+    """A real H100 nsys capture's tables split by variant into two parts merge back to the same rows."""
+    src = Bundle(DATA / "20261121T194831Z_nvidia-h100-80gb-hbm3_smoke")
+    dest = Bundle.create(tmp_path / "runs", "smoke", "gpu", {"scenario": {"name": "smoke"}})
+    kernels, summary = src.read("nsys_kernels"), src.read("nsys_summary")
+    names = sorted(summary["variant"].unique())
+    groups = [names[0::2], names[1::2]]
+    parts = []
+    for gpu, vs in zip((0, 1), groups, strict=True):
+        d = dest.raw_dir() / f"nsys.gpu{gpu}"
+        (d / "raw").mkdir(parents=True)
+        sub = Bundle(d)
+        sub.write_manifest({"nsys": {**src.manifest()["nsys"], "status": "complete"}, "log": ["t nsys: captured"]})
+        sub.write("nsys_kernels", kernels[kernels["variant"].isin(vs)])
+        sub.write("nsys_summary", summary[summary["variant"].isin(vs)])
+        (d / "raw" / "nsys.log").write_text("the part's log\n")
+        parts.append((gpu, d))
+    rec = fanout.merge_tool_parts(dest, "nsys", parts, 3.0, lambda *a: None)
+    assert rec["status"] == "complete" and rec["gpus"] == [0, 1]
+    merged = dest.read("nsys_summary")
+    assert len(merged) == len(summary) and set(merged["run_id"]) == {dest.run_id}
+    assert len(dest.read("nsys_kernels")) == len(kernels)
+    assert (dest.raw_dir() / "nsys.gpu1.log").read_text() == "the part's log\n"
+    assert not (dest.raw_dir() / "nsys.gpu0").exists()
+
+
+def test_part_processes_run_pinned_and_report_back(runs, tmp_path, monkeypatch):
+    """The fan-out's plumbing on this CPU machine: one part process per 'GPU', each calling the
+    single-GPU nsys stage on its scratch bundle (which finds no nsys here and says so); the
+    parts' records come back into the run's manifest."""
+    monkeypatch.setenv("NSYS", str(tmp_path / "no-nsys-here"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    b = Bundle(shutil.copytree(runs[1].path, tmp_path / runs[1].path.name))
+    seen: list[str] = []
+    specs = [(g, {"tool": "nsys", "options": {"variants": vs, "user_variants": []}})
+             for g, vs in ((0, ["torch_standard"]), (1, ["sdpa_math"]))]
+    done = fanout._run_parts(b, "nsys", specs, lambda e, i: seen.append(i.get("message", "")), time.perf_counter(), {})
+    rec = fanout.merge_tool_parts(b, "nsys", done, 1.0, lambda *a: None)
+    assert [p["gpu_index"] for p in rec["parts"]] == [0, 1]
+    assert all(p["status"] == "skipped" for p in rec["parts"]) and rec["status"] == "skipped"
+    assert any(m.startswith("gpu0: ") for m in seen) and any(m.startswith("gpu1: ") for m in seen)
+    assert b.manifest()["nsys"]["gpus"] == [0, 1]
