@@ -9,13 +9,16 @@ reference are cached per shape), then takes the oldest one left.
 
 GPUs of different models: every task runs once per model (the rows of a (variant, shape) stay on
 one model, and the bundle holds one set of rows per model, told apart by `gpu_name`); GPUs of one
-model share that model's queue.
+model share that model's queue. A worker that dies on a task (a crash, not a hang) is replaced and the
+task is retried once on another GPU of its model, when there is one; lost twice, the row is
+`failed` with both reasons.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,50 +124,86 @@ def close_slots(slots: Sequence[Slot]) -> None:
         s.runner.close()
 
 
-Task = tuple[str, Any, Any]
-"""(GPU model, problem, variant)."""
+Task = tuple[Any, ...]
+"""(GPU model, problem, variant), or (GPU model, problem, variant, index of the GPU it died on) for a retry."""
+
+
+@dataclass
+class Retry:
+    """What `run_one` returns for a task whose worker died on this GPU: run it once more on another
+    GPU of the same model (the reason goes into the retry's row if that one dies too)."""
+
+    reason: str
 
 
 class TaskQueue:
-    """Tasks of every model; a worker takes one of its model, of its last shape when there is one."""
+    """Tasks of every model; a worker takes one of its model, of its last shape when there is one.
+
+    A retried task is not handed to the GPU it died on. Tasks in flight are counted, so a worker
+    finding nothing to take waits while a task could still come back for a retry."""
 
     def __init__(self, tasks: Sequence[Task]):
         self._tasks = list(tasks)
         self._lock = threading.Lock()
+        self.in_flight = 0
 
-    def take(self, model: str, last_shape: str | None) -> Task | None:
+    def take(self, model: str, last_shape: str | None, slot_index: int | None = None) -> Task | None:
         with self._lock:
-            mine = [i for i, t in enumerate(self._tasks) if t[0] == model]
+            mine = [i for i, t in enumerate(self._tasks) if t[0] == model and (len(t) < 4 or t[3] != slot_index)]
             if not mine:
                 return None
             same = [i for i in mine if self._tasks[i][1].shape_id == last_shape]
+            self.in_flight += 1
             return self._tasks.pop((same or mine)[0])
+
+    def done(self, retry: Task | None = None) -> None:
+        """A taken task finished (`retry`: put back, to run on another GPU)."""
+        with self._lock:
+            self.in_flight -= 1
+            if retry is not None:
+                self._tasks.append(retry)
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._tasks)
 
 
-def run_tasks(slots: Sequence[Slot], queue: TaskQueue, run_one: Callable[[Slot, Any, Any], dict[str, Any]],
+def run_tasks(slots: Sequence[Slot], queue: TaskQueue, run_one: Callable[..., dict[str, Any] | Retry],
               emit: Callable[[dict[str, Any]], None], stop: threading.Event) -> None:
     """Run the queue on every slot until it is empty; `emit` each row (under one lock).
 
+    `run_one(slot, problem, variant, died_on)` returns the row, or `Retry` to run the task once
+    more on another GPU (`died_on`: the reason of the first loss, None on a first attempt).
     Ctrl-C (KeyboardInterrupt in this, the main thread) sets `stop`: no task is handed out any
     more, rows of tasks still running are dropped (they may have been cut short), and the
     interrupt is raised again once the threads have returned (or after a few seconds)."""
     lock = threading.Lock()
     errors: list[BaseException] = []
+    reasons: dict[tuple[str, str, str], str] = {}
 
     def loop(slot: Slot) -> None:
         last: str | None = None
         try:
             while not stop.is_set():
-                task = queue.take(slot.model, last)
+                task = queue.take(slot.model, last, slot.index)
                 if task is None:
-                    return
-                _, problem, variant = task
+                    if queue.in_flight == 0:
+                        return
+                    time.sleep(0.05)  # a task in flight elsewhere may come back for a retry
+                    continue
+                model, problem, variant = task[:3]
+                key = (model, problem.shape_id, getattr(variant, "name", str(variant)))
                 last = problem.shape_id
-                row = run_one(slot, problem, variant)
+                try:
+                    row = run_one(slot, problem, variant, reasons.get(key) if len(task) > 3 else None)
+                except BaseException:
+                    queue.done()
+                    raise
+                if isinstance(row, Retry):
+                    reasons[key] = row.reason
+                    queue.done((model, problem, variant, slot.index))
+                    continue
+                queue.done()
                 with lock:
                     if stop.is_set():
                         return

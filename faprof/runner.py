@@ -210,11 +210,22 @@ def profile(scenario_spec: str | Path | Scenario, options: ProfileOptions | None
             total = len(pairs) * len(models)
             progress("start", {"total": total, "todo": len(todo_tasks), "done": total - len(todo_tasks)})
 
-            def run_on(slot: pool.Slot, problem: AttentionProblem, variant: variants.Variant) -> dict[str, Any]:
+            peers = {m: sum(1 for s in slots if s.model == m) for m in models}
+
+            def run_on(slot: pool.Slot, problem: AttentionProblem, variant: variants.Variant,
+                       died_on: str | None) -> dict[str, Any] | pool.Retry:
                 assert bundle is not None
+                env_m = recorded.get(slot.model) or slot.env
                 row = _run_one(slot.runner, bundle, scenario, variant, problem, timing,
-                               bool(slot.env.get("cuda_available")), recorded.get(slot.model) or slot.env, options)
-                return {**row, **gpu_fields(slot.env, slot.index)}
+                               bool(slot.env.get("cuda_available")), env_m, options, retry=peers[slot.model] > 1)
+                if isinstance(row, pool.Retry):
+                    if died_on is None:
+                        bundle.log(f"{variant.name} on {problem.shape_id}: worker on GPU {slot.index} lost "
+                                   f"({row.reason}); retrying once on another GPU")
+                        return row
+                    row = finish_row(bundle, _base_row(bundle, scenario, variant, problem), variant, problem, env_m,
+                                     ("died", f"{row.reason} (retried after: {died_on})"), float("nan"))
+                return {**row, **gpu_fields(slot.env, slot.index), "attempts": 2 if died_on else 1}
 
             pool.run_tasks(slots, pool.TaskQueue(todo_tasks), run_on, emit, stop)
         else:
@@ -334,7 +345,9 @@ def _now() -> str:
 
 
 def _run_one(runner, bundle: Bundle, scenario: Scenario, variant, problem: AttentionProblem, timing: TimingSettings,
-             cuda_ok: bool, env: dict[str, Any], options: ProfileOptions) -> dict[str, Any]:
+             cuda_ok: bool, env: dict[str, Any], options: ProfileOptions, retry: bool = False) -> Any:
+    """The row of one (variant, problem); with `retry`, `pool.Retry` when the worker died of a
+    crash (not a hang: a hung kernel would cost the timeout twice)."""
     row, task = prepare_task(bundle, scenario, variant, problem, timing, cuda_ok, env, options)
     if task is None:
         return row
@@ -343,6 +356,8 @@ def _run_one(runner, bundle: Bundle, scenario: Scenario, variant, problem: Atten
     try:
         outcome = ("ok", runner.call(task, timeout_s=options.task_timeout_s))
     except WorkerDied as e:
+        if retry and not str(e).startswith("no answer within"):
+            return pool.Retry(str(e))
         outcome = ("died", str(e))
     except TaskError as e:
         outcome = ("error", (e.type_name, e.message))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import _thread
 import json
 import shutil
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -98,7 +99,7 @@ def test_ctrl_c_stops_handing_out_tasks_and_keeps_finished_rows():
     slots = [pool.Slot(i, None, {"gpu_name": None}) for i in range(2)]  # type: ignore[arg-type]
     emitted: list[dict] = []
 
-    def run_one(slot, problem, variant):
+    def run_one(slot, problem, variant, died_on):
         time.sleep(0.1)
         return {"variant": variant, "slot": slot.index}
 
@@ -111,6 +112,71 @@ def test_ctrl_c_stops_handing_out_tasks_and_keeps_finished_rows():
     time.sleep(0.3)
     assert len(emitted) == n, "a row was emitted after Ctrl-C"
     assert len(q) >= 40 - n - 2  # no more tasks were taken after the interrupt (two were in flight)
+
+
+def test_a_task_lost_with_its_worker_is_retried_once_on_another_gpu():
+    p = SimpleNamespace(shape_id="a")
+    q = pool.TaskQueue([("cpu", p, "crashes_on_0"), ("cpu", p, "always_crashes"), ("cpu", p, "fine")])
+    slots = [pool.Slot(i, None, {"gpu_name": None}) for i in range(2)]  # type: ignore[arg-type]
+    emitted: list[dict] = []
+
+    def run_one(slot, problem, variant, died_on):
+        time.sleep(0.05)
+        if variant == "always_crashes" or (variant == "crashes_on_0" and slot.index == 0):
+            if died_on is None:
+                return pool.Retry(f"died on {slot.index}")
+            return {"variant": variant, "slot": slot.index, "status": "failed", "reason": f"again, after {died_on}"}
+        return {"variant": variant, "slot": slot.index, "status": "ok", "retried_after": died_on}
+
+    pool.run_tasks(slots, q, run_one, emitted.append, threading.Event())
+    rows = {r["variant"]: r for r in emitted}
+    assert sorted(rows) == ["always_crashes", "crashes_on_0", "fine"] and len(emitted) == 3
+    assert rows["always_crashes"]["status"] == "failed" and "again, after died on" in rows["always_crashes"]["reason"]
+    first = int(rows["always_crashes"]["reason"][-1])
+    assert rows["always_crashes"]["slot"] != first  # the retry ran on the other GPU
+    if rows["crashes_on_0"].get("retried_after"):
+        assert rows["crashes_on_0"]["slot"] == 1
+    assert q.in_flight == 0 and len(q) == 0
+
+
+def test_two_workers_contain_a_crash_and_a_hang(tmp_path):
+    """End to end with two pinned workers: a variant that kills its worker is retried once on the other
+    one and then `failed` with both reasons; a hang is `failed` after the timeout, not retried."""
+    from faprof import variants
+    from faprof.scenarios import parse_scenario
+
+    plugin = tmp_path / "bad_variants.py"
+    plugin.write_text(textwrap.dedent("""
+        import os, time
+        from faprof.variants import user_variant
+
+        def dies(q, k, v, causal, scale, out=None):
+            os._exit(7)          # as a crashing kernel takes its process down
+
+        def hangs(q, k, v, causal, scale, out=None):
+            time.sleep(3600)
+
+        user_variant("pool_dies", dies, device="cpu", dtypes=("fp32",))
+        user_variant("pool_hangs", hangs, device="cpu", dtypes=("fp32",))
+    """))
+    variants.load_user_variants(str(plugin))
+    scen = parse_scenario({
+        "name": "contain", "baseline": "torch_standard",
+        "variants": ["pool_dies", "torch_standard", "pool_hangs", "sdpa_math"],
+        "problems": [{"B": 1, "H": 1, "S": 16, "D": 8, "dtype": "fp32"}],
+        "timing": {"budget_s": 0.05, "min_repeats": 3, "warmup_ms": 1, "e2e_repeats": 2},
+    }, "test")
+    opts = runner.ProfileOptions(out_dir=tmp_path / "runs", user_variants=[str(plugin)], task_timeout_s=8,
+                                 ceilings=False, gpus=[0, 1])
+    bundle = runner.profile(scen, opts)
+    df = bundle.measurements().set_index("variant")
+    dies = df.loc["pool_dies"]
+    assert dies["status"] == "failed" and dies["attempts"] == 2
+    assert dies["reason"].count("exit code 7") == 2 and "retried after" in dies["reason"]
+    assert df.loc["pool_hangs", "status"] == "failed" and df.loc["pool_hangs", "attempts"] == 1
+    assert "no answer within 8 s" in df.loc["pool_hangs", "reason"]
+    assert (df.loc[["torch_standard", "sdpa_math"], "status"] == "ok").all()
+    assert any("retrying once on another GPU" in line for line in bundle.manifest()["log"])
 
 
 # ------------------------------------------------------------------------------------ ncu fan-out
