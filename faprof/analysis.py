@@ -93,7 +93,7 @@ def derive(problem: AttentionProblem, variant, row: dict[str, Any], env: dict[st
 
 def with_speedups(df: pd.DataFrame, baseline: str, group_baselines: dict[str, str] | None = None) -> pd.DataFrame:
     """Add `baseline` (the variant each row is compared with), `baseline_ms` and `speedup` =
-    baseline median / row median, per (run, shape_id); >1 means faster than the baseline.
+    baseline median / row median, per (run, shape_id, GPU model); >1 means faster than the baseline.
 
     `group_baselines` maps a group name to its own baseline (rows of other groups use `baseline`).
     Only timed rows of the baseline count; rows without a timed baseline get NaN.
@@ -101,6 +101,8 @@ def with_speedups(df: pd.DataFrame, baseline: str, group_baselines: dict[str, st
     if df.empty:
         return df.assign(speedup=pd.Series(dtype=float))
     keys = ["shape_id"] + (["run_id"] if "run_id" in df.columns else [])
+    if "gpu_name" in df.columns and df["gpu_name"].notna().any():
+        keys.append("gpu_name")  # a bundle of several GPU models compares each model's rows with its own baseline
     out = df.drop(columns=[c for c in ("baseline", "baseline_ms", "speedup") if c in df.columns])
     groups = out["group"] if "group" in out.columns else pd.Series("", index=out.index)
     out["baseline"] = [(group_baselines or {}).get(g, baseline) for g in groups]

@@ -77,6 +77,9 @@ def _fmt(x: Any, spec: str = ".3g", empty: str = "") -> str:
 def results_table(df, baseline: str, title: str | None = None) -> Table:
     """The profile table: variant, shape, status, median ms, TFLOP/s, % of peak, speedup, max error."""
     t = Table(title=title, show_lines=False, header_style="bold")
+    multi = "gpu_name" in df.columns and df["gpu_name"].nunique() > 1  # a bundle of several GPU models
+    if multi:
+        t.add_column("GPU", justify="left")
     for col, just in (("variant", "left"), ("shape", "left"), ("status", "left"), ("median ms", "right"),
                       ("95% CI of median", "right"), ("TFLOP/s", "right"), ("% peak", "right"),
                       ("speedup", "right"), ("max err", "right"), ("ref", "left")):
@@ -88,7 +91,7 @@ def results_table(df, baseline: str, title: str | None = None) -> Table:
             ci = f"{_fmt(r['ci95_low_ms'], '.4g')}–{_fmt(r['ci95_high_ms'], '.4g')}"
         speed = r.get("speedup")
         t.add_row(
-            r["variant"], _shape_label(r), f"[{_STATUS_STYLE.get(status, '')}]{status}[/]",
+            *([str(r["gpu_name"])] if multi else []), r["variant"], _shape_label(r), f"[{_STATUS_STYLE.get(status, '')}]{status}[/]",
             _fmt(r.get("median_ms"), ".4g"), ci, _fmt(r.get("tflops"), ".3g"), _fmt(r.get("pct_peak"), ".1f"),
             (_fmt(speed, ".2f") + "x") if speed is not None and not _isnan(speed) else "",
             _fmt(r.get("max_abs_err"), ".1e"), _ref_short(r.get("reference")),
@@ -188,11 +191,14 @@ EXIT_ROWS_BAD = 3
 @click.option("--timer", type=click.Choice(["auto", "cupti", "events"]),
               help="GPU time source (overrides the scenario): CUPTI kernel records (auto: when cupti-python works) or CUDA events.")
 @click.option("--allow-failures", is_flag=True, help=f"Exit 0 even when rows are failed or wrong (default: exit {EXIT_ROWS_BAD}).")
+@click.option("--gpus", "gpus", help="Run on several GPUs of this machine, one worker each: 'all' or indices, e.g. 0,1.")
+@click.option("--cluster", "cluster", help="Run the tasks on a Dask cluster: the scheduler's address, e.g. tcp://host:8786 "
+              "(needs pip install 'faprof[cluster]').")
 def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resume: Path | None, ncu: str | None,
             ncu_variants: str | None, ncu_shapes: str | None, ncu_kernel: str | None, ncu_launches: int | None,
             ncu_cache_control: str | None, ncu_clock_control: str | None, nsys: bool | None, budget: float | None,
             user_variants: tuple[str, ...], kernels: tuple[str, ...], kernel_name: str | None, no_isolate: bool,
-            task_timeout: float, timer: str | None, allow_failures: bool) -> None:
+            task_timeout: float, timer: str | None, allow_failures: bool, gpus: str | None, cluster: str | None) -> None:
     """Measure a scenario's variants on its problems and write a run bundle.
 
     Each variant is checked against a reference before it is timed. Rows are written as they
@@ -225,7 +231,14 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
     from faprof.user_kernel import make_spec
 
     kernel_specs = [make_spec(k, kernel_name) for k in kernels]
+    if gpus is not None and cluster:
+        raise FaprofError("--gpus runs on this machine's GPUs, --cluster on a Dask cluster's workers: give one of them")
+    if (gpus is not None or cluster) and no_isolate:
+        raise FaprofError("--gpus and --cluster run every task in a worker process: drop --no-isolate")
+    from faprof.pool import parse_gpus
+
     options = runner.ProfileOptions(
+        gpus=parse_gpus(gpus), cluster=cluster,
         variants=names,
         out_dir=out_dir, ncu=ncu, nsys=nsys, isolate=not no_isolate, task_timeout_s=task_timeout,
         ncu_cache_control=ncu_cache_control, ncu_clock_control=ncu_clock_control,
@@ -270,7 +283,14 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
                     bar.update(task_id, current=info.get("message", ""))
 
         try:
-            bundle = runner.profile(scenario or "", options, progress=on, resume=resume)
+            from faprof.store import Bundle
+
+            if options.cluster or (resume and (Bundle.open(resume).manifest().get("settings") or {}).get("cluster")):
+                from faprof import cluster as dask_cluster
+
+                bundle = dask_cluster.profile(scenario or "", options, progress=on, resume=resume)
+            else:
+                bundle = runner.profile(scenario or "", options, progress=on, resume=resume)
         except KeyboardInterrupt:
             path = state.get("path")
             click.echo("", err=True)
@@ -658,51 +678,48 @@ def explain(run: str, variant: str | None, shape: str | None, per_shape: bool, f
 
 @main.command()
 @click.argument("run_a")
-@click.argument("run_b")
+@click.argument("run_b", required=False)
+@click.option("--gpu-a", help="GPU model of RUN_A's rows to compare (a bundle of several GPU models, from --gpus).")
+@click.option("--gpu-b", help="GPU model of RUN_B's rows to compare.")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
-def compare(run_a: str, run_b: str, runs_dir: Path) -> None:
+def compare(run_a: str, run_b: str | None, gpu_a: str | None, gpu_b: str | None, runs_dir: Path) -> None:
     """Compare two runs row by row: medians, which is faster and by how much, and whether each difference is
     significant (two-sided Mann-Whitney U on the kept samples, as the dashboard's Diff page).
 
+    Two GPUs side by side: each row's % of its own GPU's peak and of its measured ceiling (the
+    GPU's own matmul rate). A bundle of two GPU models (`--gpus` on mixed GPUs) compares with
+    itself when RUN_B is left out (A: the first model, B: the second), or pick models with --gpu-a/--gpu-b.
     Says first when the runs differ in GPU, in the devices rows ran on, or in dtypes.
     """
-    import pandas as pd
 
-    from faprof.report import compare_runs, compare_summary
+    from faprof.report import compare_runs, compare_summary, gpu_models
     from faprof.store import resolve_run
 
-    a, b = resolve_run(run_a, runs_dir), resolve_run(run_b, runs_dir)
-    df = compare_runs(a, b)
+    a = resolve_run(run_a, runs_dir)
+    b = resolve_run(run_b, runs_dir) if run_b else a
+    if run_b is None:
+        models = gpu_models(a)
+        if len(models) < 2 and not (gpu_a and gpu_b):
+            raise FaprofError(f"{a.run_id} holds rows of one GPU model only: give a second run to compare with")
+        gpu_a, gpu_b = gpu_a or models[0], gpu_b or next(m for m in models if m != (gpu_a or models[0]))
+    df = compare_runs(a, b, gpu_a, gpu_b)
     if df.empty:
         raise FaprofError("the two runs share no (variant, shape_id) pair to compare")
-    summary = compare_summary(a, b, df)
+    summary = compare_summary(a, b, df, gpu_a, gpu_b)
     for w in summary.warnings:
         say(f"warning: {w}", style="yellow")
     say(f"A = {a.run_id} ({summary.gpu_a})")
     say(f"B = {b.run_id} ({summary.gpu_b})")
-    t = Table(title=summary.headline, header_style="bold")
-    for c in ("variant", "shape_id", "A status", "B status", "A ms", "B ms", "B vs A", "significant (p)"):
-        t.add_column(c, justify="right" if c in ("A ms", "B ms", "B vs A") else "left")
-    for _, r in df.iterrows():
-        sig = r["significant"]
-        t.add_row(r["variant"], r["shape_id"], str(r["status_a"]), str(r["status_b"]), _fmt(r["median_ms_a"], ".4g"),
-                  _fmt(r["median_ms_b"], ".4g"), _faster_words(r["ratio_b_over_a"]),
-                  "" if pd.isna(sig) else (f"[bold]yes[/] ({r['p_value']:.2g})" if sig else f"no ({r['p_value']:.2g})"))
+    from faprof.compare_table import PCT_NOTE, compare_table
+
+    t, pct = compare_table(df, summary.headline, _fmt)
     console.print(t)
     say("B vs A: A's median over B's ('1.30x faster': B takes 1/1.30 of A's time); significant: two-sided "
         "Mann-Whitney U on the kept samples at p < 0.05 (the dashboard's Diff page uses the same test)")
+    if pct:
+        say(PCT_NOTE)
     for w in summary.warnings:
         say(f"warning: {w}", style="yellow")
-
-
-def _faster_words(ratio_b_over_a: Any) -> str:
-    """B's time over A's as words: '1.30x faster' / '1.08x slower' / 'same' (within 0.5%)."""
-    r = _num(ratio_b_over_a)
-    if r != r or r <= 0:
-        return ""
-    if abs(r - 1) < 0.005:
-        return "same"
-    return f"{1 / r:.2f}x faster" if r < 1 else f"{r:.2f}x slower"
 
 
 # --------------------------------------------------------------------------- sanitize

@@ -35,6 +35,7 @@ import pandas as pd
 from faprof import analysis
 from faprof import report_fmt as f
 from faprof import report_tables as rt
+from faprof.errors import FaprofError
 from faprof.store import Bundle
 
 #: Relative standard error above which a timing is called noisy in the observations.
@@ -602,15 +603,41 @@ def write_reports(bundle: Bundle, dest: str | Path, formats: tuple[str, ...] = (
 
 
 # -------------------------------------------------------------------------------- compare
-def compare_runs(a: Bundle, b: Bundle) -> pd.DataFrame:
+def gpu_models(bundle: Bundle) -> list[str]:
+    """The GPU models a bundle's rows ran on (several after `--gpus` on mixed GPUs; [] for old rows)."""
+    df = bundle.measurements()
+    if df.empty or "gpu_name" not in df.columns:
+        return []
+    return sorted(str(g) for g in df["gpu_name"].dropna().unique())
+
+
+def rows_on(bundle: Bundle, gpu: str | None) -> pd.DataFrame:
+    """A bundle's rows, only those of GPU model `gpu` when given (FaprofError naming the models if none)."""
+    df = bundle.measurements()
+    if gpu is None:
+        models = gpu_models(bundle)
+        if len(models) > 1:
+            raise FaprofError(f"{bundle.run_id} holds rows of {len(models)} GPU models ({', '.join(models)}); "
+                              "choose one with --gpu-a/--gpu-b")
+        return df
+    if "gpu_name" not in df.columns or not (df["gpu_name"] == gpu).any():
+        raise FaprofError(f"{bundle.run_id} has no rows on {gpu!r} (its GPUs: {', '.join(gpu_models(bundle)) or 'not recorded per row'})")
+    return df[df["gpu_name"] == gpu].reset_index(drop=True)
+
+
+def compare_runs(a: Bundle, b: Bundle, gpu_a: str | None = None, gpu_b: str | None = None) -> pd.DataFrame:
     """Row-by-row comparison of two runs on (variant, shape_id): medians with their 95% CIs, the
     ratio, and faprof's one significance method (`stats.significance`: two-sided Mann-Whitney U on
-    the kept samples, as the dashboard's Diff page): `p_value`, `significant` (None: too few samples)."""
+    the kept samples, as the dashboard's Diff page): `p_value`, `significant` (None: too few samples).
+    Each side keeps its own % of peak and % of measured ceiling (each against its own GPU).
+
+    `gpu_a` / `gpu_b` pick one GPU model of a bundle that holds several (A and B may be one bundle)."""
     from faprof import stats
 
-    da, db = a.measurements(), b.measurements()
+    da, db = rows_on(a, gpu_a), rows_on(b, gpu_b)
     keys = ["variant", "shape_id"]
-    cols = [*keys, "status", "median_ms", "ci95_low_ms", "ci95_high_ms", "tflops", "device", "dtype", "samples_ms"]
+    cols = [*keys, "status", "median_ms", "ci95_low_ms", "ci95_high_ms", "tflops", "pct_peak", "pct_measured_ceiling",
+            "device", "dtype", "samples_ms"]
     m = da[[c for c in cols if c in da]].merge(db[[c for c in cols if c in db]], on=keys, suffixes=("_a", "_b"))
     m["ratio_b_over_a"] = m["median_ms_b"] / m["median_ms_a"]
     tests = [stats.significance(stats.as_samples(x), stats.as_samples(y)) if {sa, sb} <= set(analysis.TIMED) else {}
@@ -629,12 +656,13 @@ class CompareSummary:
     warnings: list[str]
 
 
-def compare_summary(a: Bundle, b: Bundle, rows: pd.DataFrame) -> CompareSummary:
+def compare_summary(a: Bundle, b: Bundle, rows: pd.DataFrame, gpu_a: str | None = None,
+                    gpu_b: str | None = None) -> CompareSummary:
     """Which run is faster overall (geometric mean of A's median over B's on rows timed in both), in
     words with the direction in them, and what makes the comparison shaky (GPUs, devices, dtypes)."""
     ma, mb = a.manifest(), b.manifest()
-    gpu_a = (ma.get("env") or {}).get("gpu_name") or "CPU only"
-    gpu_b = (mb.get("env") or {}).get("gpu_name") or "CPU only"
+    gpu_a = gpu_a or (ma.get("env") or {}).get("gpu_name") or "CPU only"
+    gpu_b = gpu_b or (mb.get("env") or {}).get("gpu_name") or "CPU only"
     warnings: list[str] = []
     if gpu_a != gpu_b:
         warnings.append(f"different GPUs: A ran on {gpu_a}, B on {gpu_b}; the ratios compare machines, not code")
@@ -643,7 +671,7 @@ def compare_summary(a: Bundle, b: Bundle, rows: pd.DataFrame) -> CompareSummary:
         if not diff.empty:
             pairs = ", ".join(f"{x} in A / {y} in B" for x, y in dict.fromkeys(zip(diff["device_a"], diff["device_b"], strict=True)))
             warnings.append(f"{len(diff)} row(s) ran on different devices ({pairs}), e.g. {diff.iloc[0]['variant']}")
-    da, db = a.measurements(), b.measurements()
+    da, db = rows_on(a, gpu_a if gpu_a in gpu_models(a) else None), rows_on(b, gpu_b if gpu_b in gpu_models(b) else None)
     dt_a = set(da["dtype"].dropna()) if "dtype" in da else set()
     dt_b = set(db["dtype"].dropna()) if "dtype" in db else set()
     if dt_a != dt_b:

@@ -8,13 +8,14 @@ appended to the bundle at once, so an interrupted run keeps what finished and `r
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from faprof import analysis, variants
+from faprof import analysis, pool, variants
 from faprof.errors import FaprofError
 from faprof.plan import plan
 from faprof.problem import AttentionProblem
@@ -42,6 +43,7 @@ ROW_COLUMNS = (
     "mem_bw_gbs", "pct_bw", "measured_ceiling_tflops", "pct_measured_ceiling",
     "footprint_standard_bytes", "footprint_flash_bytes", "out_sample", "ref_sample", "seed",
     "build_s", "build_cold", "reference_s", "wall_s", "finished_utc",
+    "gpu_index", "gpu_name", "gpu_uuid", "attempts",
 )
 
 
@@ -81,6 +83,10 @@ class ProfileOptions:
     check: bool = True
     """Check correctness before timing (off only for quick experiments)."""
     settings_overrides: dict[str, Any] = field(default_factory=dict)
+    gpus: list[int] | None = None
+    """Physical GPU indices to run on, one worker process each (`--gpus`); None: the one worker."""
+    cluster: str | None = None
+    """A Dask scheduler address (`--cluster`): tasks run on its workers."""
 
 
 Progress = Callable[[str, dict[str, Any]], None]
@@ -105,9 +111,21 @@ def _base_row(bundle: Bundle, scenario: Scenario, variant: variants.Variant, pro
     return row
 
 
-def profile(scenario_spec: str | Path | Scenario, options: ProfileOptions | None = None,
-            progress: Progress = _noop, resume: str | Path | None = None) -> Bundle:
-    """Run a scenario (or finish an interrupted run) and return its bundle."""
+@dataclass
+class RunSetup:
+    """A run resolved from its options (or its bundle, for --resume): what every executor needs."""
+
+    scenario: Scenario
+    options: ProfileOptions
+    bundle: Bundle | None
+    timing: TimingSettings
+    pairs: list
+    ncu_set: str | None
+    nsys_on: bool
+
+
+def setup(scenario_spec: str | Path | Scenario, options: ProfileOptions | None, resume: str | Path | None) -> RunSetup:
+    """Resolve the scenario, settings and plan of a run (nothing is written)."""
     options = options or ProfileOptions()
     if resume is not None:
         bundle = Bundle.open(resume)
@@ -131,73 +149,184 @@ def profile(scenario_spec: str | Path | Scenario, options: ProfileOptions | None
     pairs = plan(scenario, options.variants)
     ncu_set = options.ncu if options.ncu is not None else scenario.collect["ncu"]
     nsys_on = options.nsys if options.nsys is not None else scenario.collect["nsys"]
+    return RunSetup(scenario, options, bundle, timing, pairs, ncu_set, nsys_on)
 
-    runner = Worker(options.user_variants) if options.isolate else InProcess(options.user_variants)
+
+def profile(scenario_spec: str | Path | Scenario, options: ProfileOptions | None = None,
+            progress: Progress = _noop, resume: str | Path | None = None) -> Bundle:
+    """Run a scenario (or finish an interrupted run) and return its bundle.
+
+    On this machine: one worker process, or one per GPU with `options.gpus`. (`--cluster` runs
+    go through `faprof.cluster.profile`, which uses `setup`, `prepare_task` and `finish_row`.)"""
+    su = setup(scenario_spec, options, resume)
+    if su.options.cluster:
+        raise FaprofError("a --cluster run goes through faprof.cluster.profile")
+    scenario, options, bundle, timing, pairs = su.scenario, su.options, su.bundle, su.timing, su.pairs
+    ncu_set, nsys_on = su.ncu_set, su.nsys_on
+    slots: list[pool.Slot] = []
+    runner: Any = None
+    stop = threading.Event()
     try:
         progress("status", {"message": "reading the environment (starting the worker)"})
-        env = runner.call({"op": "env", "ceilings": options.ceilings and resume is None}, timeout_s=options.task_timeout_s)
-        cuda_ok = bool(env.get("cuda_available"))
-        if bundle is None:
-            bundle = Bundle.create(options.out_dir, scenario.name, env.get("gpu_name") or "cpu", {
-                "scenario": {"name": scenario.name, "path": str(scenario.path) if scenario.path else None,
-                             "baseline": scenario.baseline, "source": scenario.source, "raw": scenario.raw},
-                "env": env,
-                "settings": {"timing": dataclasses.asdict(timing), "variants": list(dict.fromkeys(v.name for _, v in pairs)),
-                             "ncu": ncu_set, "nsys": nsys_on, "isolate": options.isolate,
-                             "ncu_cache_control": options.ncu_cache_control, "ncu_clock_control": options.ncu_clock_control,
-                             "ncu_selectors": {"variants": options.ncu_variants, "shapes": options.ncu_shapes,
-                                               "kernel": options.ncu_kernel, "launches": options.ncu_launches},
-                             "task_timeout_s": options.task_timeout_s, "user_variants": options.user_variants,
-                             "check": options.check,
-                             "tolerance": {k: dataclasses.asdict(t) for k, t in scenario.tolerance.items()}},
-                "published": [dataclasses.asdict(p) for p in scenario.published],
-            })
+        env_task = {"op": "env", "ceilings": options.ceilings and resume is None}
+        if options.gpus is not None:
+            slots = pool.start_slots(options.gpus, options.user_variants, env_task, options.task_timeout_s)
+            env = slots[0].env
         else:
-            old_gpu = bundle.manifest().get("env", {}).get("gpu_name")
-            if old_gpu != env.get("gpu_name"):
-                # checked before the manifest is touched: a refused resume leaves the bundle as it was
-                refused = FaprofError(f"{bundle.path} was measured on {old_gpu or 'the CPU'}; this machine has "
-                                      f"{env.get('gpu_name') or 'no GPU'}. Resume it on the same GPU, or start a new run.")
-                bundle = None
-                raise refused
+            runner = Worker(options.user_variants) if options.isolate else InProcess(options.user_variants)
+            env = runner.call(env_task, timeout_s=options.task_timeout_s)
+        cuda_ok = bool(env.get("cuda_available"))
+        models = list(dict.fromkeys(s.model for s in slots)) if slots else [env.get("gpu_name") or "cpu"]
+        if bundle is None:
+            bundle = Bundle.create(options.out_dir, scenario.name,
+                                   (env.get("gpu_name") or "cpu") if len(models) == 1 else "mixed",
+                                   new_manifest(scenario, options, env, timing, pairs, ncu_set, nsys_on,
+                                                workers=[s.record() for s in slots] or None))
+        else:
+            try:
+                check_resume_gpus(bundle, env, models, bool(slots))
+            except FaprofError:
+                bundle = None  # a refused resume leaves the bundle as it was
+                raise
             bundle.update_manifest(status="running")
-            bundle.log(f"resumed on {env.get('gpu_name') or 'cpu'}")
+            bundle.compact()
+            bundle.log(f"resumed on {', '.join(m for m in models) if slots else env.get('gpu_name') or 'cpu'}")
         progress("bundle", {"path": str(bundle.path)})
         manifest_env = bundle.manifest().get("env", env)
-        done = bundle.done_keys()
-        todo = [(p, v) for p, v in pairs if (v.name, p.shape_id) not in done]
-        progress("start", {"total": len(pairs), "todo": len(todo), "done": len(pairs) - len(todo)})
         said: set[str] = set()
-        for problem, variant in todo:
-            row = _run_one(runner, bundle, scenario, variant, problem, timing, cuda_ok, manifest_env, options)
+
+        def emit(row: dict[str, Any]) -> None:
+            assert bundle is not None
             bundle.append_measurement(row)
             progress("row", row)
-            note = row.get("timer_note") or ""
-            if row.get("timer") == "cuda_event" and note and note not in said:
-                said.add(note)  # once per reason: the rows carry it, the output says it once
-                bundle.log(f"timer fallback: {note}")
-                progress("warning", {"message": f"GPU times from CUDA events, not CUPTI kernel records: {note}"})
-            if row.get("nvml") not in (None, "ok") and "nvml" not in said:
-                said.add("nvml")
-                progress("warning", {"message": f"no clock/thermal record: {row['nvml']}"})
+            _say_row_notes(bundle, row, said, progress)
+
+        t_rows = time.perf_counter()
+        if slots:
+            done_by = {m: bundle.done_keys(gpu_name=None if m == "cpu" else m) for m in models}
+            todo_tasks = [(m, p, v) for m in models for p, v in pairs if (v.name, p.shape_id) not in done_by[m]]
+            # each model's rows derive from the environment its run started with (ceilings, peaks)
+            recorded = {w.get("gpu_name") or "cpu": w.get("env") or {} for w in bundle.manifest().get("workers") or []}
+            total = len(pairs) * len(models)
+            progress("start", {"total": total, "todo": len(todo_tasks), "done": total - len(todo_tasks)})
+
+            peers = {m: sum(1 for s in slots if s.model == m) for m in models}
+
+            def run_on(slot: pool.Slot, problem: AttentionProblem, variant: variants.Variant,
+                       died_on: str | None) -> dict[str, Any] | pool.Retry:
+                assert bundle is not None
+                env_m = recorded.get(slot.model) or slot.env
+                row = _run_one(slot.runner, bundle, scenario, variant, problem, timing,
+                               bool(slot.env.get("cuda_available")), env_m, options, retry=peers[slot.model] > 1)
+                if isinstance(row, pool.Retry):
+                    if died_on is None:
+                        bundle.log(f"{variant.name} on {problem.shape_id}: worker on GPU {slot.index} lost "
+                                   f"({row.reason}); retrying once on another GPU")
+                        return row
+                    row = finish_row(bundle, _base_row(bundle, scenario, variant, problem), variant, problem, env_m,
+                                     ("died", f"{row.reason} (retried after: {died_on})"), float("nan"))
+                return {**row, **gpu_fields(slot.env, slot.index), "attempts": 2 if died_on else 1}
+
+            pool.run_tasks(slots, pool.TaskQueue(todo_tasks), run_on, emit, stop)
+        else:
+            done = bundle.done_keys()
+            todo = [(p, v) for p, v in pairs if (v.name, p.shape_id) not in done]
+            progress("start", {"total": len(pairs), "todo": len(todo), "done": len(pairs) - len(todo)})
+            for problem, variant in todo:
+                row = _run_one(runner, bundle, scenario, variant, problem, timing, cuda_ok, manifest_env, options)
+                emit({**row, **gpu_fields(env, None)})
+        bundle.compact()
+        # the timing stage's wall time (this session's; a resumed run adds a session)
+        bundle.update_manifest(timing_wall_s=round(time.perf_counter() - t_rows, 3))
         if ncu_set and ncu_set != "none":
-            _collect_ncu(bundle, scenario, options, ncu_set, progress, cuda_ok)
+            if len(slots) > 1:
+                from faprof import fanout
+
+                fanout.collect_ncu(bundle, scenario, options, ncu_set, progress, cuda_ok, [s.index for s in slots])
+            else:
+                _collect_ncu(bundle, scenario, options, ncu_set, progress, cuda_ok)
         if nsys_on:
-            _collect_nsys(bundle, scenario, options, progress, cuda_ok)
-        bundle.update_manifest(status="complete", finished_utc=_now(), worker_restarts=runner.restarts)
+            if len(slots) > 1:
+                from faprof import fanout
+
+                fanout.collect_nsys(bundle, scenario, options, progress, cuda_ok, [s.index for s in slots])
+            else:
+                _collect_nsys(bundle, scenario, options, progress, cuda_ok)
+        restarts = sum(s.runner.restarts for s in slots) if slots else runner.restarts
+        bundle.update_manifest(status="complete", finished_utc=_now(), worker_restarts=restarts)
         return bundle
     except KeyboardInterrupt:
+        stop.set()
         if bundle is not None:
+            bundle.compact()
             bundle.update_manifest(status="interrupted")
             bundle.log("interrupted by the user (Ctrl-C); finished rows are kept")
         raise
     except BaseException as e:
+        stop.set()
         if bundle is not None:
+            bundle.compact()
             bundle.update_manifest(status="failed")
             bundle.log(f"run stopped: {type(e).__name__}: {e}")
         raise
     finally:
-        runner.close()
+        if runner is not None:
+            runner.close()
+        pool.close_slots(slots)
+
+
+def new_manifest(scenario: Scenario, options: ProfileOptions, env: dict[str, Any], timing: TimingSettings,
+                 pairs: list, ncu_set: str | None, nsys_on: bool, workers: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """A new bundle's manifest: the scenario as run, the environment(s), the settings."""
+    m: dict[str, Any] = {
+        "scenario": {"name": scenario.name, "path": str(scenario.path) if scenario.path else None,
+                     "baseline": scenario.baseline, "source": scenario.source, "raw": scenario.raw},
+        "env": env,
+        "settings": {"timing": dataclasses.asdict(timing), "variants": list(dict.fromkeys(v.name for _, v in pairs)),
+                     "ncu": ncu_set, "nsys": nsys_on, "isolate": options.isolate,
+                     "ncu_cache_control": options.ncu_cache_control, "ncu_clock_control": options.ncu_clock_control,
+                     "ncu_selectors": {"variants": options.ncu_variants, "shapes": options.ncu_shapes,
+                                       "kernel": options.ncu_kernel, "launches": options.ncu_launches},
+                     "task_timeout_s": options.task_timeout_s, "user_variants": options.user_variants,
+                     "check": options.check, "gpus": options.gpus, "cluster": options.cluster,
+                     "tolerance": {k: dataclasses.asdict(t) for k, t in scenario.tolerance.items()}},
+        "published": [dataclasses.asdict(p) for p in scenario.published],
+    }
+    if workers is not None:
+        m["workers"] = workers
+    return m
+
+
+def check_resume_gpus(bundle: Bundle, env: dict[str, Any], models: list[str], multi: bool) -> None:
+    """Refuse (before the manifest is touched) a resume on other GPU models than the bundle's."""
+    m = bundle.manifest()
+    recorded = [w.get("gpu_name") or "cpu" for w in m.get("workers") or []]
+    if recorded or multi:
+        want = set(recorded or [m.get("env", {}).get("gpu_name") or "cpu"])
+        if set(models) != want:
+            raise FaprofError(f"{bundle.path} was measured on {', '.join(sorted(want))}; the GPUs here are "
+                              f"{', '.join(sorted(set(models)))}. Resume it on the same GPU models, or start a new run.")
+        return
+    old_gpu = m.get("env", {}).get("gpu_name")
+    if old_gpu != env.get("gpu_name"):
+        raise FaprofError(f"{bundle.path} was measured on {old_gpu or 'the CPU'}; this machine has "
+                          f"{env.get('gpu_name') or 'no GPU'}. Resume it on the same GPU, or start a new run.")
+
+
+def gpu_fields(env: dict[str, Any], index: int | None) -> dict[str, Any]:
+    """The row's GPU: its physical index (with --gpus), model name and UUID."""
+    return {"gpu_index": index, "gpu_name": env.get("gpu_name"), "gpu_uuid": env.get("gpu_uuid") or None}
+
+
+def _say_row_notes(bundle: Bundle, row: dict[str, Any], said: set[str], progress: Progress) -> None:
+    note = row.get("timer_note") or ""
+    if row.get("timer") == "cuda_event" and note and note not in said:
+        said.add(note)  # once per reason: the rows carry it, the output says it once
+        bundle.log(f"timer fallback: {note}")
+        progress("warning", {"message": f"GPU times from CUDA events, not CUPTI kernel records: {note}"})
+    if row.get("nvml") not in (None, "ok") and "nvml" not in said:
+        said.add("nvml")
+        progress("warning", {"message": f"no clock/thermal record: {row['nvml']}"})
 
 
 def _resolved(spec: str) -> str:
@@ -216,7 +345,29 @@ def _now() -> str:
 
 
 def _run_one(runner, bundle: Bundle, scenario: Scenario, variant, problem: AttentionProblem, timing: TimingSettings,
-             cuda_ok: bool, env: dict[str, Any], options: ProfileOptions) -> dict[str, Any]:
+             cuda_ok: bool, env: dict[str, Any], options: ProfileOptions, retry: bool = False) -> Any:
+    """The row of one (variant, problem); with `retry`, `pool.Retry` when the worker died of a
+    crash (not a hang: a hung kernel would cost the timeout twice)."""
+    row, task = prepare_task(bundle, scenario, variant, problem, timing, cuda_ok, env, options)
+    if task is None:
+        return row
+    t0 = time.perf_counter()
+    outcome: tuple[str, Any]
+    try:
+        outcome = ("ok", runner.call(task, timeout_s=options.task_timeout_s))
+    except WorkerDied as e:
+        if retry and not str(e).startswith("no answer within"):
+            return pool.Retry(str(e))
+        outcome = ("died", str(e))
+    except TaskError as e:
+        outcome = ("error", (e.type_name, e.message))
+    return finish_row(bundle, row, variant, problem, env, outcome, time.perf_counter() - t0)
+
+
+def prepare_task(bundle: Bundle, scenario: Scenario, variant, problem: AttentionProblem, timing: TimingSettings,
+                 cuda_ok: bool, env: dict[str, Any], options: ProfileOptions) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(the row so far, the worker task to run) for one (variant, problem); the task is None when the
+    row is final already (a variant that cannot run the problem here)."""
     row = _base_row(bundle, scenario, variant, problem)
     ok, reason = variant.supports(problem, cuda_available=cuda_ok)
     if not ok:
@@ -226,22 +377,28 @@ def _run_one(runner, bundle: Bundle, scenario: Scenario, variant, problem: Atten
         row.update(status="skipped" if gpu_missing else "unsupported", reason=reason, finished_utc=_now())
         # Work counts belong to the problem, so every row carries them (tables sort and join on them).
         row.update({k: v for k, v in analysis.derive(problem, variant, {}, env).items() if k in row})
-        return row
-    t0 = time.perf_counter()
+        return row, None
     task = {
         "op": "measure", "variant": variant.name, "problem": problem.to_dict(),
         "settings": dataclasses.asdict(timing), "l2_bytes": env.get("l2_bytes") or 0,
         "tolerance": dataclasses.asdict(scenario.tolerance[problem.dtype]), "check": options.check,
     }
-    try:
-        result = runner.call(task, timeout_s=options.task_timeout_s)
-        row.update({k: v for k, v in result.items() if k in row})
-    except WorkerDied as e:
-        row.update(status="failed", reason=str(e))
-        bundle.log(f"{variant.name} on {problem.shape_id}: {e}")
-    except TaskError as e:
-        row.update(status="failed", reason=f"{e.type_name}: {e.message.strip().splitlines()[0] if e.message.strip() else ''}")
-    row["wall_s"] = time.perf_counter() - t0
+    return row, task
+
+
+def finish_row(bundle: Bundle, row: dict[str, Any], variant, problem: AttentionProblem, env: dict[str, Any],
+               outcome: tuple[str, Any], wall_s: float) -> dict[str, Any]:
+    """The final row from a task's outcome: ('ok', result), ('died', reason) or ('error', (type, message))."""
+    kind, payload = outcome
+    if kind == "ok":
+        row.update({k: v for k, v in payload.items() if k in row})
+    elif kind == "died":
+        row.update(status="failed", reason=str(payload))
+        bundle.log(f"{variant.name} on {problem.shape_id}: {payload}")
+    else:
+        type_name, message = payload
+        row.update(status="failed", reason=f"{type_name}: {message.strip().splitlines()[0] if message.strip() else ''}")
+    row["wall_s"] = wall_s
     row["finished_utc"] = _now()
     if row.get("status") in analysis.TIMED:
         row.update({k: v for k, v in analysis.derive(problem, variant, row, env).items() if k in row})
@@ -269,6 +426,8 @@ def _options_from_manifest(manifest: dict[str, Any], given: ProfileOptions) -> P
         user_variants=s.get("user_variants", given.user_variants),
         isolate=s.get("isolate", given.isolate),
         check=s.get("check", given.check),
+        gpus=given.gpus if given.gpus is not None else s.get("gpus"),
+        cluster=given.cluster or s.get("cluster"),
     )
 
 

@@ -7,9 +7,15 @@ A bundle is a folder `runs/<UTC timestamp>_<gpu-slug>_<scenario>/` holding:
 - Nsight tables when collected: `ncu_metrics.parquet`, `ncu_summary.parquet`, `stalls.parquet`,
   `roofline.parquet`, `nsys_kernels.parquet`, `nsys_summary.parquet`, and raw files under `raw/`.
 
-Rows are written as they finish: every append rewrites the table to a temporary file and renames
-it over the old one, so a crash or Ctrl-C leaves the last complete table, never a torn one. A new
-run never writes into an existing folder; `--resume` adds the missing rows to an unfinished one.
+Rows are written as they finish, each as its own small file `rows/<seq>.parquet` (written to a
+temporary name and renamed, so never torn): an append costs the same at row 10 and at row 10,000.
+Reading `measurements` merges `measurements.parquet` with the pending row files; `compact()` folds
+them into `measurements.parquet` (at the end of a run, on Ctrl-C and on `--resume`). Every row
+carries `row_seq`, increasing with each append, and a newer row of the same (variant, shape_id,
+gpu_name) replaces an older one, so a crash between writing the compacted table and deleting the
+row files leaves the same rows, never duplicates. Bundles written before row files (only
+`measurements.parquet`) read as they always did. A new run never writes into an existing folder;
+`--resume` adds the missing rows to an unfinished one.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import os
 import re
 import tarfile
 import tempfile
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,6 +40,22 @@ from faprof.errors import FaprofError
 
 MANIFEST = "manifest.json"
 MEASUREMENTS = "measurements.parquet"
+ROWS_DIR = "rows"
+#: A measurement row's identity: one row per variant and shape on each GPU model.
+ROW_KEY = ("variant", "shape_id", "gpu_name")
+
+_SEQ_LOCK = threading.Lock()
+#: Manifest read-modify-writes of one process (several GPU threads log into one bundle).
+_MANIFEST_LOCK = threading.RLock()
+_SEQ_LAST = [0]
+
+
+def next_row_seq() -> str:
+    """A sortable, strictly increasing sequence string for this process (time in ns, then pid)."""
+    with _SEQ_LOCK:
+        t = max(time.time_ns(), _SEQ_LAST[0] + 1)
+        _SEQ_LAST[0] = t
+    return f"{t:020d}-{os.getpid():07d}"
 SCHEMA_VERSION = 1
 
 #: Tables a bundle may hold, by file stem.
@@ -149,16 +173,18 @@ class Bundle:
         _atomic_write_bytes(self.manifest_path, json.dumps(_jsonable(manifest), indent=2, sort_keys=False).encode())
 
     def update_manifest(self, **changes: Any) -> dict[str, Any]:
-        m = self.manifest()
-        m.update(changes)
-        self.write_manifest(m)
+        with _MANIFEST_LOCK:
+            m = self.manifest()
+            m.update(changes)
+            self.write_manifest(m)
         return m
 
     def log(self, message: str) -> None:
         """Append a timestamped line to the manifest's log (what happened, for the record)."""
-        m = self.manifest()
-        m.setdefault("log", []).append(f"{utc_stamp()} {message}")
-        self.write_manifest(m)
+        with _MANIFEST_LOCK:
+            m = self.manifest()
+            m.setdefault("log", []).append(f"{utc_stamp()} {message}")
+            self.write_manifest(m)
 
     @property
     def run_id(self) -> str:
@@ -169,10 +195,15 @@ class Bundle:
         return self.path / f"{name}.parquet"
 
     def has(self, name: str) -> bool:
+        if name == "measurements" and self.pending_rows():
+            return True
         return self.table_path(name).exists()
 
     def read(self, name: str) -> pd.DataFrame:
-        """A table of the bundle; an empty frame when it was not collected."""
+        """A table of the bundle; an empty frame when it was not collected. `measurements` includes
+        the rows appended since the last compaction."""
+        if name == "measurements":
+            return self._merged_measurements()[0]
         p = self.table_path(name)
         if not p.exists():
             return pd.DataFrame()
@@ -185,21 +216,61 @@ class Bundle:
         return upgrade_statistics(self.read("measurements"))
 
     def append_measurement(self, row: dict[str, Any]) -> None:
-        """Add one finished row (replacing an earlier row of the same variant and shape_id)."""
-        df = self.measurements()
-        new = pd.DataFrame([_flatten_row(row)])
-        if not df.empty:
-            keep = ~((df["variant"] == row["variant"]) & (df["shape_id"] == row["shape_id"]))
-            df = pd.concat([df[keep], new], ignore_index=True)
-        else:
-            df = new
-        self.write("measurements", df)
+        """Add one finished row as its own file (constant time: nothing else is read or rewritten).
 
-    def done_keys(self) -> set[tuple[str, str]]:
-        """(variant, shape_id) pairs that have a final row (anything but an interrupted one)."""
+        A newer row of the same variant, shape_id and gpu_name replaces an older one when read."""
+        seq = next_row_seq()
+        d = self.path / ROWS_DIR
+        d.mkdir(exist_ok=True)
+        flat = _flatten_row({**row, "row_seq": seq})
+        _atomic_write_parquet(pd.DataFrame([flat]), d / f"{seq}.parquet")
+
+    def pending_rows(self) -> list[Path]:
+        """Row files appended since the last compaction, oldest first."""
+        d = self.path / ROWS_DIR
+        if not d.is_dir():
+            return []
+        return sorted(p for p in d.iterdir() if p.suffix == ".parquet" and not p.name.startswith("."))
+
+    def _merged_measurements(self) -> tuple[pd.DataFrame, list[Path]]:
+        for attempt in range(3):
+            files = self.pending_rows()
+            base = read_table_file(self.table_path("measurements")) if self.table_path("measurements").exists() else None
+            if not files:
+                return (base if base is not None else pd.DataFrame()), files
+            try:
+                return merge_rows([*([base] if base is not None else []), *(read_table_file(f) for f in files)]), files
+            except FaprofError:
+                # another process (the run) compacted while this one read: its rows are in the table now
+                if attempt == 2 or all(f.exists() for f in files):
+                    raise
+        raise AssertionError("unreachable")
+
+    def compact(self) -> int:
+        """Fold the pending row files into `measurements.parquet` (atomic), then delete them.
+
+        Returns the number of row files folded in. Crash-safe: until the files are deleted, reading
+        merges them again and the newer `row_seq` of each row key wins, so no row is doubled."""
+        df, files = self._merged_measurements()
+        if not files:
+            return 0
+        self.write("measurements", df)
+        for f in files:
+            f.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            (self.path / ROWS_DIR).rmdir()
+        return len(files)
+
+    def done_keys(self, gpu_name: str | None = None) -> set[tuple[str, str]]:
+        """(variant, shape_id) pairs that have a final row (anything but an interrupted one).
+
+        With `gpu_name`, only rows of that GPU model count (rows without a gpu_name, written before
+        faprof recorded it per row, count for every model)."""
         df = self.measurements()
         if df.empty:
             return set()
+        if gpu_name is not None and "gpu_name" in df.columns:
+            df = df[df["gpu_name"].isna() | (df["gpu_name"] == gpu_name)]
         return set(zip(df["variant"], df["shape_id"], strict=True))
 
     def raw_dir(self) -> Path:
@@ -234,6 +305,35 @@ def read_table_file(path: Path) -> pd.DataFrame:
     except (OSError, ValueError) as e:
         raise FaprofError(f"{path} cannot be read as a parquet table ({_one_line(e, 100)}); "
                           f"the bundle is damaged: restore the file or re-run the scenario") from None
+
+
+def merge_rows(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Concatenate measurement frames (the compacted table first, then row files in order) and keep
+    the newest row of each (variant, shape_id, gpu_name) by `row_seq` (rows without one are oldest).
+
+    Concatenated through Arrow, which promotes an all-null column of a one-row file to the type of
+    the others (so a float column stays float, a list column a list); pandas when types clash."""
+    import pyarrow as pa
+
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame()
+    try:
+        tables = [pa.Table.from_pandas(f, preserve_index=False) for f in frames]
+        df = pa.concat_tables(tables, promote_options="permissive").to_pandas()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        df = pd.concat(frames, ignore_index=True)
+    if "row_seq" not in df.columns:
+        df["row_seq"] = None
+    seq = df["row_seq"].where(df["row_seq"].notna(), "")
+    key = [c for c in ROW_KEY if c in df.columns]
+    if not key:
+        return df.reset_index(drop=True)
+    order = seq.sort_values(kind="stable").index  # stable: equal seqs keep file order
+    df = df.loc[order]
+    out = df[~df.duplicated(subset=key, keep="last")]
+    # rows keep the order they were first written in (sorted by seq; old rows without one first)
+    return out.reset_index(drop=True)
 
 
 def _flatten_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -289,7 +389,10 @@ def resolve_run(spec: str | Path, runs_dir: str | Path = "runs") -> Bundle:
 
 
 def load_many(paths: list[str | Path]) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
-    """Merge the measurements of many bundles (each row tagged with run_id, gpu, scenario)."""
+    """Merge the measurements of many bundles (each row tagged with run_id, gpu, scenario).
+
+    `gpu` is the row's own `gpu_name` when it has one (a bundle of several GPU models splits per
+    GPU), else the bundle's GPU."""
     frames, manifests = [], []
     for p in paths:
         for b in find_bundles(p):
@@ -298,8 +401,10 @@ def load_many(paths: list[str | Path]) -> tuple[pd.DataFrame, list[dict[str, Any
             df = b.measurements()
             if df.empty:
                 continue
-            df = df.assign(run_id=b.run_id, gpu=m.get("env", {}).get("gpu_name", "cpu"),
-                           scenario=m.get("scenario", {}).get("name", ""))
+            gpu = m.get("env", {}).get("gpu_name", "cpu")
+            if "gpu_name" in df.columns:  # rows of a --gpus run name their own GPU: one bundle, several models
+                gpu = df["gpu_name"].where(df["gpu_name"].notna(), gpu)
+            df = df.assign(run_id=b.run_id, gpu=gpu, scenario=m.get("scenario", {}).get("name", ""))
             frames.append(df)
     return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), manifests
 

@@ -38,6 +38,7 @@ def _env(task: dict[str, Any]) -> dict[str, Any]:
 
     out = env.host_env()
     out.update(env.gpu_env())
+    out["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")  # the worker's GPU pinning (--gpus)
     if out.get("cuda_available"):
         from faprof import cupti_timer
 

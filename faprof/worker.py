@@ -37,7 +37,9 @@ def is_fatal(message: str) -> bool:
     return any(m.lower() in message.lower() for m in FATAL_CUDA_MARKERS)
 
 
-def _worker_main(conn, user_variant_specs: list[str]) -> None:
+def _worker_main(conn, user_variant_specs: list[str], environ: dict[str, str] | None = None) -> None:
+    # Before anything can initialise CUDA: CUDA_VISIBLE_DEVICES pins this worker to its GPU.
+    os.environ.update(environ or {})
     from faprof import tasks, variants
 
     for spec in user_variant_specs:
@@ -66,8 +68,10 @@ def _worker_main(conn, user_variant_specs: list[str]) -> None:
 class Worker:
     """A restartable worker process. `call` runs one task in it and returns its result."""
 
-    def __init__(self, user_variant_specs: list[str] | None = None):
+    def __init__(self, user_variant_specs: list[str] | None = None, environ: dict[str, str] | None = None):
         self.user_variant_specs = list(user_variant_specs or [])
+        self.environ = dict(environ or {})
+        """Environment variables set in the worker before it imports anything (CUDA_VISIBLE_DEVICES)."""
         self.ctx = mp.get_context("spawn")
         self.proc: Any = None
         self.conn: Any = None
@@ -75,7 +79,8 @@ class Worker:
 
     def start(self) -> None:
         parent, child = self.ctx.Pipe()
-        self.proc = self.ctx.Process(target=_worker_main, args=(child, self.user_variant_specs), daemon=True)
+        self.proc = self.ctx.Process(target=_worker_main, args=(child, self.user_variant_specs, self.environ),
+                                     daemon=True)
         self.proc.start()
         child.close()
         self.conn = parent

@@ -138,12 +138,14 @@ st.subheader("Measured, side by side")
 if meas.empty:
     st.caption("No timed rows for this scenario.")
 else:
-    wide = meas.pivot_table(index=["variant", "problem"], columns="gpu", values=["median_ms", "tflops", "pct_peak"],
-                            aggfunc="median")
+    values = ["median_ms", "tflops", "pct_peak"] + (["pct_measured_ceiling"] if "pct_measured_ceiling" in meas else [])
+    wide = meas.pivot_table(index=["variant", "problem"], columns="gpu", values=values, aggfunc="median")
     wide.columns = [f"{fd.label(v)} · {g}" for v, g in wide.columns]
     wide = wide.reset_index()
     wide = wide.assign(_o=wide["problem"].map({p: i for i, p in enumerate(order)})).sort_values(["variant", "_o"]).drop(columns="_o")
-    ui.table(wide, f"gpus_measured_{scenario}", caption="Medians per GPU (several runs on one GPU: the newest).")
+    ui.table(wide, f"gpus_measured_{scenario}", caption="Medians per GPU (several runs on one GPU: the newest); % of peak "
+             "against each GPU's own peak, % of measured ceiling against the matmul rate each run measured on its GPU. "
+             "A bundle of several GPU models (`--gpus`) counts as one GPU per model.")
 
 st.subheader("Published figures")
 if pub.empty:

@@ -1,0 +1,314 @@
+"""`faprof profile --cluster ADDRESS`: the run's tasks on an existing Dask distributed cluster.
+
+Dask does the scheduling: every (variant, problem) task is a future (`resources={"GPU": 1}` when
+the workers declare GPU resources, none on CPU-only clusters), pinned to the workers of one GPU
+model, and rows are collected with `as_completed` into the local bundle as they finish. On the
+Dask worker, the task runs in faprof's own worker subprocess (`faprof.worker.Worker`, one per Dask
+worker thread, kept between tasks), so a faulting kernel kills that subprocess and becomes a
+`failed` row, as on one machine, while the Dask worker lives on.
+
+Before anything is written: the scheduler must answer within `CONNECT_TIMEOUT_S`, have workers,
+and every worker must run the same faprof version, git commit and torch as this client; else one
+FaprofError line and no bundle. A Dask worker that dies mid-task (the process, not the kernel
+subprocess) makes Dask reschedule the task; faprof allows one such retry: each start of a task is
+logged as a Dask event, and a task starting a third time (lost twice) returns a `failed` row
+saying so instead of running again. The manifest records every worker's environment (`workers`).
+The Nsight stages need the report on this machine: with --cluster they are skipped (run
+`faprof ncu RUN` on a GPU machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import threading
+import time
+from typing import Any
+
+from faprof.errors import FaprofError
+
+CONNECT_TIMEOUT_S = 10.0
+INSTALL_HINT = "pip install 'faprof[cluster]'"
+#: Starts of one task (the first run and one retry after a lost Dask worker).
+MAX_STARTS = 2
+
+
+# ----------------------------------------------------------------------------- on the Dask workers
+_LOCAL: dict[int, Any] = {}
+_LOCAL_LOCK = threading.Lock()
+
+
+def versions() -> dict[str, Any]:
+    """What must match between the client and every worker: faprof version and commit, torch."""
+    return worker_versions()
+
+
+def worker_versions() -> dict[str, Any]:
+    """`versions` as the workers run it (client.run sends this function)."""
+    from importlib import metadata
+
+    from faprof import __version__
+
+    try:  # the installed distribution's version: no need to import torch (seconds) on every worker
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = None
+    from faprof.env import git_sha
+
+    return {"faprof": __version__, "git_sha": git_sha(), "torch": torch_version}
+
+
+def _local_worker(user_variants: tuple[str, ...]) -> Any:
+    """This Dask worker thread's faprof worker subprocess (started on first use, kept after)."""
+    from faprof.worker import Worker
+
+    # Dask's nanny starts workers as daemonic processes, which multiprocessing forbids to have
+    # children; faprof's subprocess is itself a daemon (it dies with this worker) and is closed.
+    mp.current_process()._config["daemon"] = False  # type: ignore[attr-defined]
+    key = threading.get_ident()
+    with _LOCAL_LOCK:
+        w = _LOCAL.get(key)
+        if w is None or w.user_variant_specs != list(user_variants):
+            if w is not None:
+                w.close()
+            w = _LOCAL[key] = Worker(list(user_variants))
+    return w
+
+
+def close_local_workers() -> int:
+    """Close this Dask worker's faprof subprocesses (client.run at the end of a run)."""
+    with _LOCAL_LOCK:
+        n = len(_LOCAL)
+        for w in _LOCAL.values():
+            w.close()
+        _LOCAL.clear()
+    return n
+
+
+def remote_env(user_variants: list[str], ceilings: bool, timeout_s: float) -> dict[str, Any]:
+    """The environment of this Dask worker's GPU, read in its faprof subprocess."""
+    from distributed import get_worker
+
+    env = _local_worker(tuple(user_variants)).call({"op": "env", "ceilings": ceilings}, timeout_s=timeout_s)
+    return {**env, "dask_worker": get_worker().address, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+def _starts(topic: str, key: str) -> int:
+    """Log one start of task `key` and return how many starts it has had (this one included)."""
+    from distributed import get_client
+
+    client = get_client()
+    client.log_event(topic, {"key": key})  # a scheduler call: recorded before the task goes on
+    events = client.get_events(topic)
+    return sum(1 for _, e in events if isinstance(e, dict) and e.get("key") == key)
+
+
+def run_remote(task: dict[str, Any], user_variants: list[str], timeout_s: float, topic: str, key: str) -> dict[str, Any]:
+    """Run one faprof task on this Dask worker; the outcome as plain data."""
+    from distributed import get_worker
+
+    from faprof.worker import TaskError, WorkerDied
+
+    starts = _starts(topic, key)
+    where = get_worker().address
+    if starts > MAX_STARTS:
+        return {"kind": "died", "payload": f"lost twice: the Dask worker running it died ({starts - 1} starts)",
+                "worker": where, "attempts": starts}
+    if task.get("op") == "die_host":  # test hook: the Dask worker process itself dies mid-task
+        os._exit(int(task.get("code", 7)))
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {"worker": where, "attempts": starts}
+    try:
+        out.update(kind="ok", payload=_local_worker(tuple(user_variants)).call(task, timeout_s=timeout_s))
+    except WorkerDied as e:
+        out.update(kind="died", payload=str(e))
+    except TaskError as e:
+        out.update(kind="error", payload=(e.type_name, e.message))
+    out["wall_s"] = time.perf_counter() - t0
+    return out
+
+
+# ---------------------------------------------------------------------------------- on the client
+def connect(address: str) -> Any:
+    """A Client of the scheduler; FaprofError when Dask is missing or the scheduler does not answer."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise FaprofError(f"--cluster needs Dask distributed, which is not installed: {INSTALL_HINT}") from None
+    try:
+        return Client(address, timeout=f"{CONNECT_TIMEOUT_S:.0f}s", set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as e:
+        why = " ".join(str(e).split())[:160] or type(e).__name__
+        raise FaprofError(f"cannot reach the Dask scheduler at {address} within {CONNECT_TIMEOUT_S:.0f} s ({why}); "
+                          "start it with `dask scheduler` and give its address") from None
+
+
+def check_workers(client: Any, local: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Every worker's versions; FaprofError for no workers or a version unlike the client's."""
+    local = local or versions()
+    remote = client.run(worker_versions)
+    if not remote:
+        raise FaprofError(f"the Dask cluster at {client.scheduler.address} has no workers; start some with "
+                          "`dask worker ADDRESS --resources GPU=1 --nthreads 1`")
+    for addr, theirs in sorted(remote.items()):
+        diff = [f"{k} {theirs.get(k)} (here {local.get(k)})" for k in ("faprof", "git_sha", "torch")
+                if local.get(k) is not None and theirs.get(k) is not None and theirs.get(k) != local.get(k)]
+        if diff:
+            raise FaprofError(f"Dask worker {addr} runs another faprof: {', '.join(diff)}; install the same "
+                              "faprof commit and torch on every worker")
+    return remote
+
+
+def gpu_resources(client: Any) -> dict[str, int] | None:
+    """{'GPU': 1} when the workers declare GPU resources (`dask worker --resources GPU=1`), else None."""
+    info = client.scheduler_info(n_workers=-1) if _takes_n_workers(client) else client.scheduler_info()
+    workers = info.get("workers", {})
+    if any((w.get("resources") or {}).get("GPU") for w in workers.values()):
+        return {"GPU": 1}
+    return None
+
+
+def _takes_n_workers(client: Any) -> bool:
+    import inspect
+
+    try:
+        return "n_workers" in inspect.signature(client.scheduler_info).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def profile(scenario_spec: Any, options: Any, progress: Any, resume: Any = None) -> Any:
+    """`faprof profile --cluster ADDRESS` (and its --resume): like runner.profile, on Dask's workers.
+
+    Nothing is written until the scheduler answered, has workers of the same faprof, and every
+    worker reported its environment."""
+    from faprof import runner
+
+    su = runner.setup(scenario_spec, options, resume)
+    scenario, options, bundle, timing, pairs = su.scenario, su.options, su.bundle, su.timing, su.pairs
+    progress("status", {"message": f"connecting to the Dask scheduler at {options.cluster}"})
+    client = connect(options.cluster)
+    futures: list[Any] = []
+    try:
+        check_workers(client)
+        resources = gpu_resources(client)
+        progress("status", {"message": "reading every worker's environment"})
+        addresses = sorted(client.run(worker_versions))
+        env_futs = [client.submit(remote_env, options.user_variants, options.ceilings and resume is None,
+                                  options.task_timeout_s, workers=[a], allow_other_workers=False, pure=False,
+                                  resources=resources) for a in addresses]
+        envs = client.gather(env_futs)
+        models: dict[str, list[str]] = {}
+        for e in envs:
+            models.setdefault(e.get("gpu_name") or "cpu", []).append(e["dask_worker"])
+        workers = [{"dask_worker": e["dask_worker"], "gpu_index": None, "gpu_name": e.get("gpu_name"),
+                    "gpu_uuid": e.get("gpu_uuid") or None, "env": e} for e in envs]
+        env = envs[0]
+        if bundle is None:
+            bundle = runner.Bundle.create(options.out_dir, scenario.name,
+                                          (env.get("gpu_name") or "cpu") if len(models) == 1 else "mixed",
+                                          runner.new_manifest(scenario, options, env, timing, pairs, su.ncu_set,
+                                                              su.nsys_on, workers=workers))
+        else:
+            try:
+                runner.check_resume_gpus(bundle, env, list(models), True)
+            except FaprofError:
+                bundle = None  # a refused resume leaves the bundle as it was
+                raise
+            bundle.update_manifest(status="running")
+            bundle.compact()
+            bundle.log(f"resumed on the Dask cluster at {options.cluster}")
+        return _run(client, bundle, su, models, workers, resources, progress, futures)
+    except KeyboardInterrupt:
+        client.cancel(futures)
+        if bundle is not None:
+            bundle.compact()
+            bundle.update_manifest(status="interrupted")
+            bundle.log("interrupted by the user (Ctrl-C); finished rows are kept")
+        raise
+    except BaseException as e:
+        client.cancel(futures)
+        if bundle is not None:
+            bundle.compact()
+            bundle.update_manifest(status="failed")
+            bundle.log(f"run stopped: {type(e).__name__}: {e}")
+        raise
+    finally:
+        with contextlib.suppress(Exception):  # the cluster may be gone: nothing to close then
+            client.run(close_local_workers)
+        client.close()
+
+
+def _run(client: Any, bundle: Any, su: Any, models: dict[str, list[str]], workers: list[dict[str, Any]],
+         resources: dict[str, int] | None, progress: Any, futures: list[Any]) -> Any:
+    from distributed import as_completed
+
+    from faprof import runner
+
+    scenario, options, timing, pairs = su.scenario, su.options, su.timing, su.pairs
+    recorded = {w.get("gpu_name") or "cpu": w.get("env") or {} for w in bundle.manifest().get("workers") or workers}
+    progress("bundle", {"path": str(bundle.path)})
+    topic = f"faprof-{bundle.run_id}-{time.time_ns()}"
+    pending: dict[Any, tuple[dict[str, Any], Any, Any, str]] = {}
+    said: set[str] = set()
+    total = todo = 0
+
+    def emit(row: dict[str, Any]) -> None:
+        bundle.append_measurement(row)
+        progress("row", row)
+        runner._say_row_notes(bundle, row, said, progress)
+
+    tasks = []
+    for model, addrs in models.items():
+        env = recorded.get(model) or {}
+        done = bundle.done_keys(gpu_name=None if model == "cpu" else model)
+        for problem, variant in pairs:
+            total += 1
+            if (variant.name, problem.shape_id) in done:
+                continue
+            todo += 1
+            tasks.append((model, addrs, env, problem, variant))
+    progress("start", {"total": total, "todo": todo, "done": total - todo})
+    t_rows = time.perf_counter()
+    for model, addrs, env, problem, variant in tasks:
+        row, task = runner.prepare_task(bundle, scenario, variant, problem, timing,
+                                        bool(env.get("cuda_available")), env, options)
+        row.update(gpu_name=env.get("gpu_name"))
+        if task is None:
+            emit(row)
+            continue
+        key = f"{model}|{variant.name}|{problem.shape_id}"
+        fut = client.submit(run_remote, task, options.user_variants, options.task_timeout_s, topic, key,
+                            workers=addrs, allow_other_workers=False, resources=resources, pure=False,
+                            key=f"faprof-{variant.name}-{problem.shape_id}-{time.time_ns()}")
+        futures.append(fut)
+        pending[fut] = (row, problem, variant, model)
+    by_addr = {w["dask_worker"]: w for w in workers}
+    for fut in as_completed(list(pending), loop=client.loop) if pending else []:
+        row, problem, variant, model = pending.pop(fut)
+        env = recorded.get(model) or {}
+        try:
+            out = fut.result()
+        except Exception as e:  # Dask gave up on the task (KilledWorker after its own retries, a lost cluster)
+            out = {"kind": "died", "payload": f"Dask: {type(e).__name__}: {' '.join(str(e).split())[:200]}",
+                   "wall_s": float("nan")}
+        w = by_addr.get(out.get("worker") or "", {})
+        row = runner.finish_row(bundle, row, variant, problem, env, (out["kind"], out["payload"]), out.get("wall_s"))
+        row.update(gpu_index=w.get("gpu_index"), gpu_name=w.get("gpu_name") or env.get("gpu_name"),
+                   gpu_uuid=w.get("gpu_uuid"), attempts=out.get("attempts"))
+        if out.get("attempts", 1) > 1:
+            bundle.log(f"{variant.name} on {problem.shape_id}: started {out['attempts']} times (a Dask worker was lost)")
+        emit(row)
+    bundle.compact()
+    bundle.update_manifest(timing_wall_s=round(time.perf_counter() - t_rows, 3))
+    for stage, on in (("ncu", su.ncu_set and su.ncu_set != "none"), ("nsys", su.nsys_on)):
+        if on:
+            msg = (f"{stage}: skipped with --cluster (its report would stay on the worker); run `faprof {stage} "
+                   f"{bundle.path}` on a GPU machine" if stage == "ncu" else
+                   "nsys: skipped with --cluster (its report would stay on the worker)")
+            bundle.log(msg)
+            bundle.update_manifest(**{stage: {"status": "skipped", "reason": msg}})
+            progress("warning", {"message": msg})
+    bundle.update_manifest(status="complete", finished_utc=runner._now(), worker_restarts=None)
+    return bundle

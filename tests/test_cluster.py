@@ -1,0 +1,77 @@
+"""--cluster on a real local Dask cluster of two CPU worker processes (the `cluster` extra)."""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+import pytest
+
+from faprof import cluster, runner
+from faprof.errors import FaprofError
+
+distributed = pytest.importorskip("distributed")
+
+
+@pytest.fixture(scope="module")
+def dask_cluster():
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0",
+                                  silence_logs=40) as c:
+        yield c
+
+
+def _rows(b) -> list[tuple[str, str, str]]:
+    df = b.measurements()
+    return sorted(zip(df["variant"], df["shape_id"], df["status"], strict=True))
+
+
+def test_smoke_on_the_cluster_gives_the_local_rows(dask_cluster, tmp_path):
+    local = runner.profile("smoke", runner.ProfileOptions(out_dir=tmp_path / "local", ceilings=False))
+    opts = runner.ProfileOptions(out_dir=tmp_path / "cluster", ceilings=False, cluster=dask_cluster.scheduler_address)
+    remote = cluster.profile("smoke", opts, progress=lambda *a: None)
+    assert _rows(remote) == _rows(local)
+    m = remote.manifest()
+    assert m["status"] == "complete" and m["settings"]["cluster"] == dask_cluster.scheduler_address
+    assert sorted(w["dask_worker"] for w in m["workers"]) == sorted(dask_cluster.scheduler_info["workers"])
+    assert all(w["env"].get("python") or w["env"] for w in m["workers"])
+    df = remote.measurements()
+    timed = df[df["status"] == "ok"]
+    assert len(timed) and (timed["attempts"] == 1).all()
+    assert remote.pending_rows() == []
+
+
+def test_unreachable_scheduler_is_one_line_and_no_bundle(tmp_path, monkeypatch):
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 2.0)
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    opts = runner.ProfileOptions(out_dir=tmp_path / "runs", ceilings=False, cluster=f"tcp://127.0.0.1:{port}")
+    with pytest.raises(FaprofError, match="cannot reach the Dask scheduler"):
+        cluster.profile("smoke", opts, progress=lambda *a: None)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_version_mismatch_is_refused_before_a_bundle(dask_cluster, tmp_path, monkeypatch):
+    # Simulated: this client claims another commit than the workers run (the workers report their real one).
+    real = cluster.versions()
+    monkeypatch.setattr(cluster, "versions", lambda: {**real, "git_sha": "0" * 40, "faprof": "0.0.0-other"})
+    opts = runner.ProfileOptions(out_dir=tmp_path / "runs", ceilings=False, cluster=dask_cluster.scheduler_address)
+    with pytest.raises(FaprofError, match="runs another faprof: faprof"):
+        cluster.profile("smoke", opts, progress=lambda *a: None)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_without_dask_the_hint_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if the extra were not installed
+    with pytest.raises(FaprofError, match=r"pip install 'faprof\[cluster\]'"):
+        cluster.connect("tcp://127.0.0.1:1")
+
+
+def test_a_task_whose_dask_worker_dies_twice_becomes_a_failed_outcome():
+    """The Dask worker process itself dies mid-task (test hook `die_host`); the nanny restarts it and
+    Dask reschedules; the third start returns a `died` outcome instead of running again."""
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0",
+                                  silence_logs=50) as c, distributed.Client(c, set_as_default=False) as client:
+        fut = client.submit(cluster.run_remote, {"op": "die_host"}, [], 30.0, "faprof-test-topic", "k1", pure=False)
+        out = fut.result(timeout=120)
+    assert out["kind"] == "died" and "lost twice" in out["payload"] and out["attempts"] == 3

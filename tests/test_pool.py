@@ -1,0 +1,292 @@
+"""--gpus: one worker process per GPU, one task queue, resume, Ctrl-C; the ncu fan-out's split and merge.
+
+On this CPU machine the workers see no GPU (their rows are CPU rows or `skipped`), but the
+machinery is the real one: spawned workers pinned with CUDA_VISIBLE_DEVICES, threads pulling from
+one queue, rows appended as they finish.
+"""
+
+from __future__ import annotations
+
+import _thread
+import json
+import shutil
+import textwrap
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from faprof import fanout, pool, runner
+from faprof.errors import FaprofError
+from faprof.store import Bundle
+
+DATA = Path(__file__).parent / "data" / "bundles"
+H100_NCU = DATA / "20261121T195544Z_nvidia-h100-80gb-hbm3_smoke"
+
+
+def _rows(b: Bundle) -> list[tuple[str, str, str]]:
+    df = b.measurements()
+    return sorted(zip(df["variant"], df["shape_id"], df["status"], strict=True))
+
+
+def test_parse_gpus(monkeypatch):
+    monkeypatch.setattr(pool, "nvml_gpu_count", lambda: 0)  # as on this machine: no driver
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert pool.parse_gpus(None) is None
+    assert pool.parse_gpus("0, 1,1") == [0, 1]
+    with pytest.raises(FaprofError, match="no NVIDIA GPU"):
+        pool.parse_gpus("all")
+    with pytest.raises(FaprofError, match="comma-separated GPU indices"):
+        pool.parse_gpus("first")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert pool.parse_gpus("all") == [2, 3]
+    monkeypatch.setattr(pool, "nvml_gpu_count", lambda: 2)  # simulated: a 2-GPU machine
+    with pytest.raises(FaprofError, match="has 2 GPU"):
+        pool.parse_gpus("0,2")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """smoke with the one default worker and with two pinned workers (spawning workers takes seconds)."""
+    tmp = tmp_path_factory.mktemp("pool")
+    one = runner.profile("smoke", runner.ProfileOptions(out_dir=tmp / "one", ceilings=False))
+    two = runner.profile("smoke", runner.ProfileOptions(out_dir=tmp / "two", ceilings=False, gpus=[0, 1]))
+    return one, two
+
+
+def test_two_workers_give_the_rows_of_one(runs):
+    one, two = runs
+    assert _rows(two) == _rows(one)
+    m = two.manifest()
+    assert m["status"] == "complete" and m["settings"]["gpus"] == [0, 1]
+    assert [w["gpu_index"] for w in m["workers"]] == [0, 1]
+    # each worker ran pinned to its own index, set before anything in it could initialise CUDA
+    assert [w["env"]["cuda_visible_devices"] for w in m["workers"]] == ["0", "1"]
+    df = two.measurements()
+    assert set(df["gpu_index"]) == {0, 1}  # both workers took tasks from the one queue
+    assert two.pending_rows() == []  # compacted at the end
+    assert one.measurements()["gpu_index"].isna().all()  # the default single worker names no index
+
+
+def test_resume_of_a_two_gpu_bundle(runs, tmp_path):
+    want = _rows(runs[1])
+    full = Bundle(shutil.copytree(runs[1].path, tmp_path / runs[1].path.name))
+    df = full.measurements()
+    full.write("measurements", df.iloc[: len(df) // 3])  # as if Ctrl-C had stopped it there
+    full.update_manifest(status="interrupted")
+    again = runner.profile("", runner.ProfileOptions(), resume=full.path)
+    assert again.path == full.path and _rows(again) == want
+    assert again.manifest()["status"] == "complete"
+    assert any("resumed on" in line for line in again.manifest()["log"])
+
+
+def test_task_queue_keeps_models_apart_and_prefers_the_last_shape():
+    p1, p2 = SimpleNamespace(shape_id="a"), SimpleNamespace(shape_id="b")
+    q = pool.TaskQueue([("H100", p1, "v1"), ("H100", p2, "v1"), ("H200", p1, "v1"), ("H100", p2, "v2")])
+    assert q.take("H100", "b")[1:] == (p2, "v1")  # its last shape first
+    assert q.take("H100", None)[1:] == (p1, "v1")  # else the oldest
+    assert q.take("L4", None) is None  # no task of another model
+    assert q.take("H200", "b")[1:] == (p1, "v1")
+    assert q.take("H100", "a")[1:] == (p2, "v2") and len(q) == 0
+
+
+def test_ctrl_c_stops_handing_out_tasks_and_keeps_finished_rows():
+    p = SimpleNamespace(shape_id="a")
+    q = pool.TaskQueue([("cpu", p, f"v{i}") for i in range(40)])
+    slots = [pool.Slot(i, None, {"gpu_name": None}) for i in range(2)]  # type: ignore[arg-type]
+    emitted: list[dict] = []
+
+    def run_one(slot, problem, variant, died_on):
+        time.sleep(0.1)
+        return {"variant": variant, "slot": slot.index}
+
+    threading.Timer(0.45, _thread.interrupt_main).start()
+    stop = threading.Event()
+    with pytest.raises(KeyboardInterrupt):
+        pool.run_tasks(slots, q, run_one, emitted.append, stop)
+    n = len(emitted)
+    assert stop.is_set() and 4 <= n < 40
+    time.sleep(0.3)
+    assert len(emitted) == n, "a row was emitted after Ctrl-C"
+    assert len(q) >= 40 - n - 2  # no more tasks were taken after the interrupt (two were in flight)
+
+
+def test_a_task_lost_with_its_worker_is_retried_once_on_another_gpu():
+    p = SimpleNamespace(shape_id="a")
+    q = pool.TaskQueue([("cpu", p, "crashes_on_0"), ("cpu", p, "always_crashes"), ("cpu", p, "fine")])
+    slots = [pool.Slot(i, None, {"gpu_name": None}) for i in range(2)]  # type: ignore[arg-type]
+    emitted: list[dict] = []
+
+    def run_one(slot, problem, variant, died_on):
+        time.sleep(0.05)
+        if variant == "always_crashes" or (variant == "crashes_on_0" and slot.index == 0):
+            if died_on is None:
+                return pool.Retry(f"died on {slot.index}")
+            return {"variant": variant, "slot": slot.index, "status": "failed", "reason": f"again, after {died_on}"}
+        return {"variant": variant, "slot": slot.index, "status": "ok", "retried_after": died_on}
+
+    pool.run_tasks(slots, q, run_one, emitted.append, threading.Event())
+    rows = {r["variant"]: r for r in emitted}
+    assert sorted(rows) == ["always_crashes", "crashes_on_0", "fine"] and len(emitted) == 3
+    assert rows["always_crashes"]["status"] == "failed" and "again, after died on" in rows["always_crashes"]["reason"]
+    first = int(rows["always_crashes"]["reason"][-1])
+    assert rows["always_crashes"]["slot"] != first  # the retry ran on the other GPU
+    if rows["crashes_on_0"].get("retried_after"):
+        assert rows["crashes_on_0"]["slot"] == 1
+    assert q.in_flight == 0 and len(q) == 0
+
+
+def test_two_workers_contain_a_crash_and_a_hang(tmp_path):
+    """End to end with two pinned workers: a variant that kills its worker is retried once on the other
+    one and then `failed` with both reasons; a hang is `failed` after the timeout, not retried."""
+    from faprof import variants
+    from faprof.scenarios import parse_scenario
+
+    plugin = tmp_path / "bad_variants.py"
+    plugin.write_text(textwrap.dedent("""
+        import os, time
+        from faprof.variants import user_variant
+
+        def dies(q, k, v, causal, scale, out=None):
+            os._exit(7)          # as a crashing kernel takes its process down
+
+        def hangs(q, k, v, causal, scale, out=None):
+            time.sleep(3600)
+
+        user_variant("pool_dies", dies, device="cpu", dtypes=("fp32",))
+        user_variant("pool_hangs", hangs, device="cpu", dtypes=("fp32",))
+    """))
+    variants.load_user_variants(str(plugin))
+    scen = parse_scenario({
+        "name": "contain", "baseline": "torch_standard",
+        "variants": ["pool_dies", "torch_standard", "pool_hangs", "sdpa_math"],
+        "problems": [{"B": 1, "H": 1, "S": 16, "D": 8, "dtype": "fp32"}],
+        "timing": {"budget_s": 0.05, "min_repeats": 3, "warmup_ms": 1, "e2e_repeats": 2},
+    }, "test")
+    opts = runner.ProfileOptions(out_dir=tmp_path / "runs", user_variants=[str(plugin)], task_timeout_s=8,
+                                 ceilings=False, gpus=[0, 1])
+    bundle = runner.profile(scen, opts)
+    df = bundle.measurements().set_index("variant")
+    dies = df.loc["pool_dies"]
+    assert dies["status"] == "failed" and dies["attempts"] == 2
+    assert dies["reason"].count("exit code 7") == 2 and "retried after" in dies["reason"]
+    assert df.loc["pool_hangs", "status"] == "failed" and df.loc["pool_hangs", "attempts"] == 1
+    assert "no answer within 8 s" in df.loc["pool_hangs", "reason"]
+    assert (df.loc[["torch_standard", "sdpa_math"], "status"] == "ok").all()
+    assert any("retrying once on another GPU" in line for line in bundle.manifest()["log"])
+
+
+# ------------------------------------------------------------------------------------ ncu fan-out
+def test_split_pairs_covers_every_pair_once():
+    pairs = [(v, s) for v in ("fa2", "sdpa_flash", "fa1") for s in ("s1", "s2", "s3")] + [("fa2", "s4")]
+    parts = fanout.split_pairs(pairs, 2)
+    assert len(parts) == 2
+    covered = [(v, s) for vs, ss in parts for v in vs for s in ss if (v, s) in pairs]
+    assert sorted(covered) == sorted(pairs)  # each pair in exactly one part
+    sizes = [sum(1 for v in vs for s in ss if (v, s) in pairs) for vs, ss in parts]
+    assert max(sizes) - min(sizes) <= 2
+    by_variant = fanout.split_pairs([("a", "s"), ("b", "s"), ("c", "s")], 2)  # one shape: split by variant
+    assert sorted(v for vs, _ in by_variant for v in vs) == ["a", "b", "c"]
+    assert fanout.split_pairs([("a", "s")], 2) == [(["a"], ["s"])]
+
+
+def test_merge_parts_from_a_recorded_h100_session(tmp_path):
+    """Two parts made of a real H100 ncu session's tables (split by shape) merge back to the same rows."""
+    src = Bundle(H100_NCU)
+    dest = Bundle.create(tmp_path / "runs", "smoke", "gpu", {"scenario": {"name": "smoke"}})
+    summary = src.read("ncu_summary")
+    shapes = sorted(summary["shape_id"].unique())
+    assert len(shapes) >= 2
+    halves = [shapes[: len(shapes) // 2], shapes[len(shapes) // 2:]]
+    rec = src.manifest()["ncu"]
+    parts = []
+    for gpu, keep in zip((0, 1), halves, strict=True):
+        d = dest.raw_dir() / f"ncu.gpu{gpu}"
+        (d / "raw").mkdir(parents=True)
+        sub = Bundle(d)
+        sub.write_manifest({"ncu": {**rec, "kernels": int((summary["shape_id"].isin(keep) & (summary["kernel_id"] >= 0)).sum())}})
+        for name in ("ncu_summary", "ncu_metrics", "stalls", "roofline", "ncu_rules"):
+            df = src.read(name)
+            if not df.empty:
+                sub.write(name, df[df["shape_id"].isin(keep)])
+        shutil.copy(H100_NCU / "raw" / "ncu.log", d / "raw" / "ncu.log") if (H100_NCU / "raw" / "ncu.log").exists() else None
+        parts.append((gpu, d))
+    record = fanout.merge_parts(dest, parts, "faprof", 12.5, lambda *a: None)
+    merged = dest.read("ncu_summary")
+    assert len(merged) == len(summary)
+    assert set(merged["gpu_index"]) == {0, 1}
+    ids = merged.loc[merged["kernel_id"] >= 0, "kernel_id"]
+    assert ids.is_unique  # later parts' kernel ids shifted past earlier ones
+    key = ["variant", "shape_id", "launch", "kernel"]
+    pd.testing.assert_frame_equal(
+        merged.drop(columns=["gpu_index", "kernel_id"]).sort_values(key).reset_index(drop=True),
+        summary.drop(columns=["kernel_id"]).sort_values(key).reset_index(drop=True), check_dtype=False)
+    # the metrics rows follow their summary rows' new ids
+    mm = dest.read("ncu_metrics")
+    assert set(mm.loc[mm["kernel_id"] >= 0, "kernel_id"]) <= set(ids)
+    m = dest.manifest()["ncu"]
+    assert m["status"] == "ok" and m["wall_s"] == 12.5 and m["gpus"] == [0, 1] and len(m["parts"]) == 2
+    assert m["kernels"] == record["kernels"] == int((summary["kernel_id"] >= 0).sum())
+    assert not (dest.raw_dir() / "ncu.gpu0").exists()  # scratch bundles removed
+    json.dumps(m)  # the record is plain JSON
+
+
+def test_profile_flags_refused_in_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from faprof.cli import main
+
+    for args, words in ((["--gpus", "0", "--cluster", "tcp://127.0.0.1:1"], "give one of them"),
+                        (["--gpus", "0", "--no-isolate"], "drop --no-isolate"),
+                        (["--gpus", "first"], "comma-separated GPU indices")):
+        res = CliRunner().invoke(main, ["profile", "-s", "smoke", "--out", str(tmp_path), *args])
+        assert res.exit_code == 2 and words in res.output, res.output
+        assert len(res.output.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())
+
+
+def test_nsys_parts_from_a_recorded_h100_capture_merge(tmp_path):
+    """A real H100 nsys capture's tables split by variant into two parts merge back to the same rows."""
+    src = Bundle(DATA / "20261121T194831Z_nvidia-h100-80gb-hbm3_smoke")
+    dest = Bundle.create(tmp_path / "runs", "smoke", "gpu", {"scenario": {"name": "smoke"}})
+    kernels, summary = src.read("nsys_kernels"), src.read("nsys_summary")
+    names = sorted(summary["variant"].unique())
+    groups = [names[0::2], names[1::2]]
+    parts = []
+    for gpu, vs in zip((0, 1), groups, strict=True):
+        d = dest.raw_dir() / f"nsys.gpu{gpu}"
+        (d / "raw").mkdir(parents=True)
+        sub = Bundle(d)
+        sub.write_manifest({"nsys": {**src.manifest()["nsys"], "status": "complete"}, "log": ["t nsys: captured"]})
+        sub.write("nsys_kernels", kernels[kernels["variant"].isin(vs)])
+        sub.write("nsys_summary", summary[summary["variant"].isin(vs)])
+        (d / "raw" / "nsys.log").write_text("the part's log\n")
+        parts.append((gpu, d))
+    rec = fanout.merge_tool_parts(dest, "nsys", parts, 3.0, lambda *a: None)
+    assert rec["status"] == "complete" and rec["gpus"] == [0, 1]
+    merged = dest.read("nsys_summary")
+    assert len(merged) == len(summary) and set(merged["run_id"]) == {dest.run_id}
+    assert len(dest.read("nsys_kernels")) == len(kernels)
+    assert (dest.raw_dir() / "nsys.gpu1.log").read_text() == "the part's log\n"
+    assert not (dest.raw_dir() / "nsys.gpu0").exists()
+
+
+def test_part_processes_run_pinned_and_report_back(runs, tmp_path, monkeypatch):
+    """The fan-out's plumbing on this CPU machine: one part process per 'GPU', each calling the
+    single-GPU nsys stage on its scratch bundle (which finds no nsys here and says so); the
+    parts' records come back into the run's manifest."""
+    monkeypatch.setenv("NSYS", str(tmp_path / "no-nsys-here"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    b = Bundle(shutil.copytree(runs[1].path, tmp_path / runs[1].path.name))
+    seen: list[str] = []
+    specs = [(g, {"tool": "nsys", "options": {"variants": vs, "user_variants": []}})
+             for g, vs in ((0, ["torch_standard"]), (1, ["sdpa_math"]))]
+    done = fanout._run_parts(b, "nsys", specs, lambda e, i: seen.append(i.get("message", "")), time.perf_counter(), {})
+    rec = fanout.merge_tool_parts(b, "nsys", done, 1.0, lambda *a: None)
+    assert [p["gpu_index"] for p in rec["parts"]] == [0, 1]
+    assert all(p["status"] == "skipped" for p in rec["parts"]) and rec["status"] == "skipped"
+    assert any(m.startswith("gpu0: ") for m in seen) and any(m.startswith("gpu1: ") for m in seen)
+    assert b.manifest()["nsys"]["gpus"] == [0, 1]
