@@ -139,7 +139,19 @@ def test_a_task_lost_with_its_worker_is_retried_once_on_another_gpu():
     assert q.in_flight == 0 and len(q) == 0
 
 
-def test_two_workers_contain_a_crash_and_a_hang(tmp_path):
+@pytest.fixture
+def registry_restored():
+    """The test's plugin registers variants in this process's registry: take them out afterwards, or
+    every later `variants = ["all"]` scenario in the session runs them."""
+    from faprof import variants
+
+    before = dict(variants._REGISTRY)
+    yield
+    variants._REGISTRY.clear()
+    variants._REGISTRY.update(before)
+
+
+def test_two_workers_contain_a_crash_and_a_hang(tmp_path, registry_restored):
     """End to end with two pinned workers: a variant that kills its worker is retried once on the other
     one and then `failed` with both reasons; a hang is `failed` after the timeout, not retried."""
     from faprof import variants
