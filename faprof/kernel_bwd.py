@@ -13,6 +13,10 @@ FlashAttention-2's choice; the order of the additions varies, so dQ is not bit-r
 `*_det` variants compute dQ in a second kernel over query tiles instead (S and dP are computed
 twice), which makes every gradient bit-identical from call to call. faprof exposes the choice as
 two variants rather than a Variant field so that both appear as rows of one table.
+
+`experimental=True` (the hidden test-only variant `_fa2_mma_bwd_exp`) selects fa2_mma's candidate
+atomic path (kernels/fa2_mma_bwd.cu, QBUF = 2: Q/dO double-buffered, staggered first query tile
+when non-causal), measured next to the default path before it replaces it.
 """
 
 from __future__ import annotations
@@ -51,7 +55,8 @@ def attention_function(kernel: str) -> Any:
 
     class _Attention(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, causal: bool, scale: float, deterministic: bool):  # type: ignore[override]
+        def forward(ctx, q, k, v, causal: bool, scale: float, deterministic: bool,  # type: ignore[override]
+                    experimental: bool = False):
             ops = _ops()
             B, H, Sq, _ = q.shape
             out = torch.empty_like(q, memory_format=torch.contiguous_format)
@@ -59,20 +64,24 @@ def attention_function(kernel: str) -> Any:
             getattr(ops, f"{kernel}_fwd")(q, k, v, out, lse, bool(causal), float(scale))
             ctx.save_for_backward(q, k, v, out, lse)
             ctx.causal, ctx.scale, ctx.deterministic = bool(causal), float(scale), bool(deterministic)
+            ctx.experimental = bool(experimental)
             return out
 
         @staticmethod
         def backward(ctx, dout):  # type: ignore[override]
             q, k, v, out, lse = ctx.saved_tensors
-            return (*backward(kernel, q, k, v, out, dout, lse, ctx.causal, ctx.scale, ctx.deterministic),
-                    None, None, None)
+            return (*backward(kernel, q, k, v, out, dout, lse, ctx.causal, ctx.scale, ctx.deterministic,
+                              ctx.experimental),
+                    None, None, None, None)
 
     _Attention.__name__ = f"{kernel}_attention"
     return _Attention
 
 
-def backward(kernel: str, q, k, v, out, dout, lse, causal: bool, scale: float, deterministic: bool = False):
-    """(dq, dk, dv) of attention from the forward's out and lse, by torch.ops.faprof.<kernel>_bwd."""
+def backward(kernel: str, q, k, v, out, dout, lse, causal: bool, scale: float, deterministic: bool = False,
+             experimental: bool = False):
+    """(dq, dk, dv) of attention from the forward's out and lse, by torch.ops.faprof.<kernel>_bwd
+    (experimental: fa2_mma's candidate atomic path, see the module docstring)."""
     import torch
 
     ops = _ops()
@@ -86,11 +95,12 @@ def backward(kernel: str, q, k, v, out, dout, lse, causal: bool, scale: float, d
         shape = (0,) if deterministic else (B, H, Sq, D)
         dq_accum = torch.empty(shape, dtype=torch.float32, device=q.device)
         ops.fa2_mma_bwd(q, k, v, out, dout, lse, dq, dk, dv, delta, dq_accum, bool(causal), float(scale),
-                        bool(deterministic))
+                        bool(deterministic), bool(experimental))
     return dq, dk, dv
 
 
-def differentiable(kernel: str, plain: Callable, deterministic: bool = False) -> Callable:
+def differentiable(kernel: str, plain: Callable, deterministic: bool = False,
+                   experimental: bool = False) -> Callable:
     """fn(q, k, v, causal, scale, out=None, return_lse=False): `plain` (the forward op) unless autograd
     needs a graph, the autograd Function of `kernel` otherwise."""
 
@@ -100,10 +110,11 @@ def differentiable(kernel: str, plain: Callable, deterministic: bool = False) ->
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
             if return_lse:
                 raise ValueError(f"{kernel}: return_lse is a forward-only option (no gradient flows through lse)")
-            return attention_function(kernel).apply(q, k, v, bool(causal), float(scale), bool(deterministic))
+            return attention_function(kernel).apply(q, k, v, bool(causal), float(scale), bool(deterministic),
+                                                    bool(experimental))
         return plain(q, k, v, causal, scale, out, return_lse)
 
-    fn.__name__ = f"{kernel}{'_det' if deterministic else ''}_attention"
+    fn.__name__ = f"{kernel}{'_det' if deterministic else ''}{'_exp' if experimental else ''}_attention"
     fn.__doc__ = plain.__doc__
     return fn
 

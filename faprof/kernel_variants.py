@@ -287,6 +287,20 @@ def _register() -> None:
     )
     register(
         Variant(
+            "_fa2_mma_bwd_exp",
+            "cuda",
+            "TEST ONLY: fa2_mma with the candidate atomic backward (Q/dO double-buffered, staggered first "
+            "query tile when non-causal), measured beside fa2_mma before it becomes the default",
+            kernel_bwd.differentiable("fa2_mma", fa2_mma_fwd, experimental=True),
+            check=mma_check,
+            hidden=True,
+            source="kernels/fa2_mma_bwd.cu",
+            tags=("tensor_core", "flash", "mma", "test"),
+            **{**tc, "directions": kernel_bwd.GRAD_DIRECTIONS},
+        )
+    )
+    register(
+        Variant(
             "_fault_oob",
             "cuda",
             "TEST ONLY: a kernel that faults with an out-of-bounds write (illegal memory access)",

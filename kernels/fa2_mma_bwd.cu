@@ -50,14 +50,19 @@ namespace faprof_mma_bwd {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-// faprof:launch kernel=fa2_mma_bwd_kernel D=A0 threads=32*A3 dyn_smem=2*A0*(2*A1+2*A2)+2*A1*A2
-template <int D_, int BN_, int BM_, int WARPS_, int MIN_BLOCKS_>
+// faprof:launch kernel=fa2_mma_bwd_kernel D=A0 threads=32*A3 dyn_smem=2*A0*(2*A1+2*A5*A2)+2*A1*A2+16*(A5-1)*A2
+// QBUF_ = 2 (the experimental path, variant _fa2_mma_bwd_exp): Q/dO (and the tile's lse and delta,
+// read from shared memory after Sᵀ/dPᵀ instead of held in registers through them) double-buffered,
+// the next tile's cp.async issued before the current tile's Sᵀ/dPᵀ; non-causal blocks start at
+// staggered query tiles.
+template <int D_, int BN_, int BM_, int WARPS_, int MIN_BLOCKS_, int QBUF_ = 1>
 struct BwdConfig {
   static constexpr int D = D_;
   static constexpr int BN = BN_;  // keys per block
   static constexpr int BM = BM_;  // query rows per inner step
   static constexpr int WARPS = WARPS_;
   static constexpr int MIN_BLOCKS = MIN_BLOCKS_;
+  static constexpr int QBUF = QBUF_;  // Q/dO buffers: 1 (default path) or 2 (experimental path)
   static constexpr int THREADS = 32 * WARPS;
   static constexpr int MT = BN / (16 * WARPS);  // m16 key tiles per warp
   static constexpr int NQ = BM / 8;             // n8 query tiles of Sᵀ
@@ -73,12 +78,17 @@ struct BwdConfig {
   static constexpr int K_BYTES = BN * ROW_BYTES;
   static constexpr int Q_BYTES = BM * ROW_BYTES;
   static constexpr int DS_BYTES = BN * DS_ROW_BYTES;
-  static constexpr int SMEM_BYTES = 2 * K_BYTES + 2 * Q_BYTES + DS_BYTES;
+  static constexpr int L_OFF = 2 * K_BYTES + 2 * QBUF * Q_BYTES + DS_BYTES;  // lse, delta (QBUF = 2)
+  static constexpr int L_BYTES = QBUF == 2 ? 2 * 2 * BM * 4 : 0;            // [buffer][lse, delta][BM]
+  static constexpr int SMEM_BYTES = L_OFF + L_BYTES;
 
   static_assert(D % 64 == 0 && BM % 64 == 0, "the XOR swizzle permutes 8 chunks of 16 B: D, BM multiples of 64");
   static_assert(MT >= 1 && BN == 16 * WARPS * MT, "BN must be 16 * WARPS * MT");
   static_assert(WM >= 1 && WARPS % WM == 0 && DQ_DT % 2 == 0, "dQ tiles must split evenly over the warps");
-  static_assert(SMEM_BYTES == 2 * D * (2 * BN + 2 * BM) + 2 * BN * BM, "keep the faprof:launch annotation in step");
+  static_assert(QBUF == 1 || QBUF == 2, "one or two Q/dO buffers");
+  static_assert(QBUF == 1 || THREADS >= 2 * BM, "one thread per lse and delta element");
+  static_assert(SMEM_BYTES == 2 * D * (2 * BN + 2 * QBUF * BM) + 2 * BN * BM + 16 * (QBUF - 1) * BM,
+                "keep the faprof:launch annotation in step");
   static_assert(SMEM_BYTES <= 227 * 1024, "exceeds the largest opt-in shared memory per block (sm_90)");
 };
 
@@ -110,6 +120,10 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
   const int src_bytes = pred ? 16 : 0;
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
                : "memory");
+}
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool pred) {
+  const int src_bytes = pred ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
@@ -287,6 +301,7 @@ fa2_mma_bwd_kernel(const T* __restrict__ q,         // [B, H, Sq, D]
   constexpr bool BF16 = std::is_same<T, __nv_bfloat16>::value;
   constexpr int D = C::D, BN = C::BN, BM = C::BM, MT = C::MT, NQ = C::NQ, DT = C::DT;
   constexpr int RB = C::ROW_BYTES, DSRB = C::DS_ROW_BYTES;
+  constexpr bool DBUF = C::QBUF == 2;
   extern __shared__ __align__(128) unsigned char smem[];
 
   const int tid = threadIdx.x;
@@ -306,18 +321,43 @@ fa2_mma_bwd_kernel(const T* __restrict__ q,         // [B, H, Sq, D]
 
   const uint32_t sK = smem_u32(smem);
   const uint32_t sV = sK + C::K_BYTES;
-  const uint32_t sQ = sV + C::K_BYTES;
-  const uint32_t sdO = sQ + C::Q_BYTES;
-  const uint32_t sdS = sdO + C::Q_BYTES;
+  const uint32_t sQ0 = sV + C::K_BYTES;                 // Q buffers 0 .. QBUF - 1
+  const uint32_t sdO0 = sQ0 + C::QBUF * C::Q_BYTES;     // dO buffers 0 .. QBUF - 1
+  const uint32_t sdS = sdO0 + C::QBUF * C::Q_BYTES;
 
   const int n_m = (Sq + BM - 1) / BM;
   const int m_begin = CAUSAL ? n0 / BM : 0;  // earlier query tiles lie wholly above key n0
+  const int n_iter = n_m - m_begin;           // query tiles this block visits (<= 0: none)
+  // Step i visits query tile m_begin + (i + m_off) mod n_iter. The experimental non-causal path
+  // staggers the first tile over the blocks of one (b, h), so that they do not all reduce into the
+  // same dQ rows at once; the order of dQ's fp32 additions is unspecified anyway.
+  const int m_off =
+      (DBUF && !CAUSAL && n_iter > 0)
+          ? static_cast<int>(static_cast<long long>(blockIdx.x) * n_iter / static_cast<long long>(gridDim.x))
+          : 0;
+  const uint32_t sL0 = sK + C::L_OFF;
+  // DBUF: query tile m's Q, dO, lse and delta into buffer b (one cp.async group with the caller's commit).
+  auto stage = [&](int b, int m) {
+    const int r0 = m * BM;
+    load_rows<C::THREADS, D, BM>(sQ0 + b * C::Q_BYTES, qg, r0, Sq, tid);
+    load_rows<C::THREADS, D, BM>(sdO0 + b * C::Q_BYTES, dog, r0, Sq, tid);
+    if (tid < 2 * BM) {
+      const int c = tid % BM;
+      const bool valid = r0 + c < Sq;  // rows past Sq: lse = delta = 0, as in the default path
+      cp_async_4(sL0 + b * (2 * BM * 4) + tid * 4, (tid < BM ? lseg : dlg) + (valid ? r0 + c : 0), valid);
+    }
+  };
 
   load_rows<C::THREADS, D, BN>(sK, k + static_cast<size_t>(bh) * Sk * D, n0, Sk, tid);
   load_rows<C::THREADS, D, BN>(sV, v + static_cast<size_t>(bh) * Sk * D, n0, Sk, tid);
-  if (m_begin < n_m) {
-    load_rows<C::THREADS, D, BM>(sQ, qg, m_begin * BM, Sq, tid);
-    load_rows<C::THREADS, D, BM>(sdO, dog, m_begin * BM, Sq, tid);
+  int m = m_begin + m_off;  // this step's query tile
+  if (n_iter > 0) {
+    if constexpr (DBUF) {
+      stage(0, m);
+    } else {
+      load_rows<C::THREADS, D, BM>(sQ0, qg, m * BM, Sq, tid);
+      load_rows<C::THREADS, D, BM>(sdO0, dog, m * BM, Sq, tid);
+    }
   }
   cp_async_commit();
 
@@ -329,20 +369,33 @@ fa2_mma_bwd_kernel(const T* __restrict__ q,         // [B, H, Sq, D]
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc_dk[mt][dt][e] = acc_dv[mt][dt][e] = 0.f;
 
-  for (int m = m_begin; m < n_m; ++m) {
+  for (int i = 0; i < n_iter; ++i) {
     const int q0 = m * BM;
-    // lse (log2 domain) and delta of this thread's query columns: q0 + nt*8 + 2*tig + e.
+    const int m_next = m + 1 == n_m ? m_begin : m + 1;  // wraps only on the staggered path
+    const int buf = DBUF ? (i & 1) : 0;
+    const uint32_t sQ = sQ0 + buf * C::Q_BYTES;
+    const uint32_t sdO = sdO0 + buf * C::Q_BYTES;
+    // lse (log2 domain) and delta of this thread's query columns: q0 + nt*8 + 2*tig + e
+    // (DBUF: read from shared memory after Sᵀ and dPᵀ).
     float lse2[NQ][2], dl[NQ][2];
+    if constexpr (!DBUF) {
 #pragma unroll
-    for (int nt = 0; nt < NQ; ++nt)
+      for (int nt = 0; nt < NQ; ++nt)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int r = q0 + nt * 8 + 2 * tig + e;
-        lse2[nt][e] = r < Sq ? lseg[r] * kLog2e : 0.f;
-        dl[nt][e] = r < Sq ? dlg[r] : 0.f;
-      }
-    cp_async_wait_all();  // Q[m], dO[m] (and K, V) have landed
-    __syncthreads();      // ... for every thread; every warp is done reading dSᵀ of m - 1
+        for (int e = 0; e < 2; ++e) {
+          const int r = q0 + nt * 8 + 2 * tig + e;
+          lse2[nt][e] = r < Sq ? lseg[r] * kLog2e : 0.f;
+          dl[nt][e] = r < Sq ? dlg[r] : 0.f;
+        }
+    }
+    cp_async_wait_all();  // Q, dO of step i (and K, V) have landed
+    __syncthreads();      // ... for every thread; every warp is done with step i - 1 (dSᵀ, its Q/dO buffer)
+    if constexpr (DBUF) {
+      // The next step's Q/dO into the other buffer (last read in step i - 1): the copy overlaps all
+      // of step i.
+      if (i + 1 < n_iter) stage(buf ^ 1, m_next);
+      cp_async_commit();
+    }
 
     // ---- Sᵀ = K Qᵀ and dPᵀ = V dOᵀ (fp32) ----
     float acc_s[MT][NQ][4], acc_dp[MT][NQ][4];
@@ -373,6 +426,18 @@ fa2_mma_bwd_kernel(const T* __restrict__ q,         // [B, H, Sq, D]
           mma_16816<BF16>(acc_dp[mt][2 * np + 1], av[mt], bo[2], bo[3]);
         }
       }
+    }
+
+    if constexpr (DBUF) {
+      const float* sl = reinterpret_cast<const float*>(smem + C::L_OFF + buf * (2 * BM * 4));
+#pragma unroll
+      for (int nt = 0; nt < NQ; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int c = nt * 8 + 2 * tig + e;
+          lse2[nt][e] = sl[c] * kLog2e;
+          dl[nt][e] = sl[BM + c];
+        }
     }
 
     // ---- Pᵀ and dSᵀ; mask only tail tiles and tiles crossing this warp's diagonal ----
@@ -443,12 +508,14 @@ fa2_mma_bwd_kernel(const T* __restrict__ q,         // [B, H, Sq, D]
         }
       }
 
-    __syncthreads();  // every warp is done with Q[m] and dO[m]; dSᵀ is complete
-    if (m + 1 < n_m) {
-      load_rows<C::THREADS, D, BM>(sQ, qg, q0 + BM, Sq, tid);
-      load_rows<C::THREADS, D, BM>(sdO, dog, q0 + BM, Sq, tid);
+    __syncthreads();  // every warp is done with this step's Q and dO; dSᵀ is complete
+    if constexpr (!DBUF) {
+      if (i + 1 < n_iter) {  // m_next == m + 1 here (no stagger, no wrap)
+        load_rows<C::THREADS, D, BM>(sQ, qg, q0 + BM, Sq, tid);
+        load_rows<C::THREADS, D, BM>(sdO, dog, q0 + BM, Sq, tid);
+      }
+      cp_async_commit();
     }
-    cp_async_commit();
 
     if constexpr (WITH_DQ) {
       // ---- dQ[q0.., :] += dS K over this block's keys; warp (wm, wn): rows wm*16, columns wn*DQ_COLS ----
@@ -510,6 +577,7 @@ fa2_mma_bwd_kernel(const T* __restrict__ q,         // [B, H, Sq, D]
       }
 #endif
     }
+    m = m_next;
   }
   cp_async_wait_all();  // a block with no query tile still has K and V in flight
 
@@ -674,6 +742,9 @@ namespace faprof_mma_bwd {
 using BwdD64 = BwdConfig<64, 64, 64, 4, 2>;
 using BwdD128 = BwdConfig<128, 128, 64, 8, 1>;
 using BwdD128Small = BwdConfig<128, 64, 64, 4, 1>;  // <= 99 KB of shared memory (sm_86/89)
+// The experimental path (variant _fa2_mma_bwd_exp): Q/dO double buffer, staggered start (non-causal).
+using BwdD64Exp = BwdConfig<64, 64, 64, 4, 2, 2>;
+using BwdD128Exp = BwdConfig<128, 128, 64, 8, 1, 2>;  // 144 KB of shared memory
 template <int D>
 using DqCfg = DqConfig<D, 64, 64, 4>;
 
@@ -745,7 +816,7 @@ cudaError_t dispatch(const BwdArgs& a, bool causal, bool bf16, bool deterministi
 cudaError_t faprof_fa2_mma_bwd(const void* q, const void* k, const void* v, const void* o, const void* dout,
                                const float* lse, void* dq, void* dk, void* dv, float* delta, float* dq_accum,
                                int B, int H, int Sq, int Sk, int D, float scale, bool causal, bool bf16,
-                               bool deterministic, cudaStream_t stream) {
+                               bool deterministic, bool experimental, cudaStream_t stream) {
   using namespace faprof_mma_bwd;
   if (D != 64 && D != 128) return cudaErrorInvalidValue;
   if (B < 1 || H < 1 || Sq < 1 || Sk < 1 || B > 65535 || H > 65535) return cudaErrorInvalidValue;
@@ -763,6 +834,12 @@ cudaError_t faprof_fa2_mma_bwd(const void* q, const void* k, const void* v, cons
   if (err != cudaSuccess) return err;
   if (major < 8) return cudaErrorNotSupported;
   const BwdArgs a{q, k, v, o, dout, lse, dq, dk, dv, delta, dq_accum, B, H, Sq, Sk, scale, stream};
+  // The experimental configs change only the atomic (dK, dV, dQ) kernel; the deterministic path
+  // keeps its own kernels, and D = 128 falls back to the default path where 144 KB do not fit.
+  if (experimental && !deterministic) {
+    if (D == 64) return dispatch<BwdD64Exp>(a, causal, bf16, false);
+    if (smem_optin >= BwdD128Exp::SMEM_BYTES) return dispatch<BwdD128Exp>(a, causal, bf16, false);
+  }
   if (D == 64) return dispatch<BwdD64>(a, causal, bf16, deterministic);
   if (smem_optin >= BwdD128::SMEM_BYTES) return dispatch<BwdD128>(a, causal, bf16, deterministic);
   return dispatch<BwdD128Small>(a, causal, bf16, deterministic);
