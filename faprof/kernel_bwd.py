@@ -14,9 +14,9 @@ FlashAttention-2's choice; the order of the additions varies, so dQ is not bit-r
 twice), which makes every gradient bit-identical from call to call. faprof exposes the choice as
 two variants rather than a Variant field so that both appear as rows of one table.
 
-`experimental=True` (the hidden test-only variant `_fa2_mma_bwd_exp`) selects fa2_mma's candidate
-atomic path (kernels/fa2_mma_bwd.cu, QBUF = 2: Q/dO double-buffered, staggered first query tile
-when non-causal), measured next to the default path before it replaces it.
+fa2_mma's atomic path double-buffers Q/dO and staggers the first query tile when non-causal
+(kernels/fa2_mma_bwd.cu, QBUF = 2); `single_buffer=True` (the hidden test-only variant
+`_fa2_mma_bwd_1buf`) keeps the single-buffered kernel it replaced, measured beside it.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def attention_function(kernel: str) -> Any:
     class _Attention(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v, causal: bool, scale: float, deterministic: bool,  # type: ignore[override]
-                    experimental: bool = False):
+                    single_buffer: bool = False):
             ops = _ops()
             B, H, Sq, _ = q.shape
             out = torch.empty_like(q, memory_format=torch.contiguous_format)
@@ -64,14 +64,14 @@ def attention_function(kernel: str) -> Any:
             getattr(ops, f"{kernel}_fwd")(q, k, v, out, lse, bool(causal), float(scale))
             ctx.save_for_backward(q, k, v, out, lse)
             ctx.causal, ctx.scale, ctx.deterministic = bool(causal), float(scale), bool(deterministic)
-            ctx.experimental = bool(experimental)
+            ctx.single_buffer = bool(single_buffer)
             return out
 
         @staticmethod
         def backward(ctx, dout):  # type: ignore[override]
             q, k, v, out, lse = ctx.saved_tensors
             return (*backward(kernel, q, k, v, out, dout, lse, ctx.causal, ctx.scale, ctx.deterministic,
-                              ctx.experimental),
+                              ctx.single_buffer),
                     None, None, None, None)
 
     _Attention.__name__ = f"{kernel}_attention"
@@ -79,9 +79,9 @@ def attention_function(kernel: str) -> Any:
 
 
 def backward(kernel: str, q, k, v, out, dout, lse, causal: bool, scale: float, deterministic: bool = False,
-             experimental: bool = False):
+             single_buffer: bool = False):
     """(dq, dk, dv) of attention from the forward's out and lse, by torch.ops.faprof.<kernel>_bwd
-    (experimental: fa2_mma's candidate atomic path, see the module docstring)."""
+    (single_buffer: fa2_mma's earlier atomic kernel, see the module docstring)."""
     import torch
 
     ops = _ops()
@@ -95,12 +95,12 @@ def backward(kernel: str, q, k, v, out, dout, lse, causal: bool, scale: float, d
         shape = (0,) if deterministic else (B, H, Sq, D)
         dq_accum = torch.empty(shape, dtype=torch.float32, device=q.device)
         ops.fa2_mma_bwd(q, k, v, out, dout, lse, dq, dk, dv, delta, dq_accum, bool(causal), float(scale),
-                        bool(deterministic), bool(experimental))
+                        bool(deterministic), bool(single_buffer))
     return dq, dk, dv
 
 
 def differentiable(kernel: str, plain: Callable, deterministic: bool = False,
-                   experimental: bool = False) -> Callable:
+                   single_buffer: bool = False) -> Callable:
     """fn(q, k, v, causal, scale, out=None, return_lse=False): `plain` (the forward op) unless autograd
     needs a graph, the autograd Function of `kernel` otherwise."""
 
@@ -111,10 +111,10 @@ def differentiable(kernel: str, plain: Callable, deterministic: bool = False,
             if return_lse:
                 raise ValueError(f"{kernel}: return_lse is a forward-only option (no gradient flows through lse)")
             return attention_function(kernel).apply(q, k, v, bool(causal), float(scale), bool(deterministic),
-                                                    bool(experimental))
+                                                    bool(single_buffer))
         return plain(q, k, v, causal, scale, out, return_lse)
 
-    fn.__name__ = f"{kernel}{'_det' if deterministic else ''}{'_exp' if experimental else ''}_attention"
+    fn.__name__ = f"{kernel}{'_det' if deterministic else ''}{'_1buf' if single_buffer else ''}_attention"
     fn.__doc__ = plain.__doc__
     return fn
 

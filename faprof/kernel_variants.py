@@ -287,11 +287,11 @@ def _register() -> None:
     )
     register(
         Variant(
-            "_fa2_mma_bwd_exp",
+            "_fa2_mma_bwd_1buf",
             "cuda",
-            "TEST ONLY: fa2_mma with the candidate atomic backward (Q/dO double-buffered, staggered first "
-            "query tile when non-causal), measured beside fa2_mma before it becomes the default",
-            kernel_bwd.differentiable("fa2_mma", fa2_mma_fwd, experimental=True),
+            "TEST ONLY: fa2_mma with its earlier, single-buffered atomic backward (no Q/dO prefetch, no "
+            "staggered start), kept to measure beside fa2_mma's double-buffered one",
+            kernel_bwd.differentiable("fa2_mma", fa2_mma_fwd, single_buffer=True),
             check=mma_check,
             hidden=True,
             source="kernels/fa2_mma_bwd.cu",

@@ -254,7 +254,7 @@ void fa2_bwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, cons
 void fa2_mma_bwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
                  const at::Tensor& dout, const at::Tensor& lse, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv,
                  at::Tensor& delta, at::Tensor& dq_accum, bool causal, double scale, bool deterministic,
-                 bool experimental) {
+                 bool single_buffer) {
     constexpr const char* op = "faprof::fa2_mma_bwd";
     const Dims d = check_qkv(op, q, k, v, check_tc_tensor);
     check_head_dim("fa2_mma backward", d.D, kFaprofMmaBwdHeadDims);
@@ -280,7 +280,7 @@ void fa2_mma_bwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
                                         lse.data_ptr<float>(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
                                         delta.data_ptr<float>(), acc, d.B, d.H, d.Sq, d.Sk, d.D,
                                         static_cast<float>(scale), causal, q.scalar_type() == at::kBFloat16,
-                                        deterministic, experimental, stream_of(q)));
+                                        deterministic, single_buffer, stream_of(q)));
 }
 // =========================================================== end of backward (issue 13)
 
@@ -326,7 +326,7 @@ TORCH_LIBRARY(faprof, m) {
     m.def("fa2_mma_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
     // backward (issue 13)
     m.def("fa2_bwd(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor(d!) delta, bool causal, float scale, bool deterministic) -> ()");
-    m.def("fa2_mma_bwd(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor(d!) delta, Tensor(e!) dq_accum, bool causal, float scale, bool deterministic, bool experimental=False) -> ()");
+    m.def("fa2_mma_bwd(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor(d!) delta, Tensor(e!) dq_accum, bool causal, float scale, bool deterministic, bool single_buffer=False) -> ()");
     m.def("fault_oob(Tensor q, Tensor(a!) out) -> ()");
     m.def("race_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale, bool atomic) -> ()");
 }

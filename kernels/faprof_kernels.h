@@ -98,13 +98,14 @@ cudaError_t faprof_fa2_bwd(const float* q, const float* k, const float* v,
 
 // fa2_mma_bwd: fp16/bf16 on tensor cores (mma.sync m16n8k16, fp32 accumulate), D in
 // kFaprofMmaBwdHeadDims, scale > 0, sm_80+. dq_accum: fp32 [B, H, Sq, D] workspace of the atomic
-// path (unused, may be null, when deterministic). experimental (atomic path only; the hidden test
-// variant _fa2_mma_bwd_exp): Q/dO double-buffered and, non-causal, a staggered first query tile.
+// path (unused, may be null, when deterministic). The atomic path double-buffers Q/dO and staggers the
+// first query tile (non-causal); single_buffer (the hidden test variant _fa2_mma_bwd_1buf) keeps the
+// single-buffered kernel it replaced, for comparison.
 inline constexpr int kFaprofMmaBwdHeadDims[] = {64, 128};
 cudaError_t faprof_fa2_mma_bwd(const void* q, const void* k, const void* v, const void* o, const void* dout,
                                const float* lse, void* dq, void* dk, void* dv, float* delta, float* dq_accum,
                                int B, int H, int Sq, int Sk, int D, float scale, bool causal, bool bf16,
-                               bool deterministic, bool experimental, cudaStream_t stream);
+                               bool deterministic, bool single_buffer, cudaStream_t stream);
 // =========================================================== end of backward (issue 13)
 
 // ------------------------------------------------------------------------------------ fault

@@ -47,7 +47,7 @@ def test_fa2_bwd_instantiations(report):
 def test_fa2_mma_bwd_instantiations(report):
     for arch in ("sm_80", "sm_89", "sm_90a"):
         main = _rows(report, "fa2_mma_bwd_kernel", arch)
-        # D=64, D=128 and D=128's small-smem config, plus the experimental D=64 and D=128 configs
+        # D=64, D=128 and D=128's small-smem config, plus the double-buffered D=64 and D=128 configs
         # (QBUF = 2); x fp16/bf16 x causal x (atomic dQ or not)
         assert len(main) == 5 * 2 * 2 * 2, arch
         assert sorted(set(main.D)) == [64, 128]
@@ -59,7 +59,7 @@ def test_fa2_mma_bwd_instantiations(report):
     assert mma.threads.notna().all() and (mma.registers <= 255).all()
     # D=128 main config: K, V (128 rows) and Q, dO (64 rows) of 256 B plus dSᵀ 128x64 fp16 = 112 KiB,
     # more than sm_89's 99 KB: there the launcher takes the 64-key config, which fits.
-    # The experimental D=128 config (QBUF = 2) adds a second Q/dO buffer and 2 x 2 x 64 floats of
+    # The double-buffered D=128 config (QBUF = 2) adds a second Q/dO buffer and 2 x 2 x 64 floats of
     # lse/delta: 145 KiB, launched only where it fits (sm_80, sm_90), like the default one.
     main = mma[mma.name == "fa2_mma_bwd_kernel"]
     big_all = main[(main.D == 128) & (main.threads == 256)]  # not the 4-warp small-smem config

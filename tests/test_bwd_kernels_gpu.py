@@ -1,6 +1,6 @@
 """GPU correctness of the backward kernels (issue 13): fa2 (fp32, kernels/fa2_bwd.cu) and fa2_mma
 (fp16/bf16, kernels/fa2_mma_bwd.cu), each with atomic dQ (`fa2`, `fa2_mma`) and with the
-deterministic dQ kernel (`fa2_det`, `fa2_mma_det`), and the hidden candidate `_fa2_mma_bwd_exp`
+deterministic dQ kernel (`fa2_det`, `fa2_mma_det`), and the hidden candidate `_fa2_mma_bwd_1buf`
 (fa2_mma's atomic path with Q/dO double-buffered and a staggered first query tile).
 
 Method: the harness's own path (faprof.correctness): fresh torch.randn Q, K, V and dO, the
@@ -63,7 +63,7 @@ def check(variant: str, dtype: str, B: int, H: int, Sq: int, Sk: int, D: int, ca
 
 
 FP32 = ("fa2", "fa2_det")
-TC = ("fa2_mma", "fa2_mma_det", "_fa2_mma_bwd_exp")
+TC = ("fa2_mma", "fa2_mma_det", "_fa2_mma_bwd_1buf")
 TC_CASES = [(var, dt) for var in TC for dt in ("fp16", "bf16")]
 
 
@@ -110,7 +110,7 @@ def test_batch_and_heads(variant, dtype, causal, Sq, Sk, D):
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("variant", ("fa2_mma", "fa2_mma_det", "_fa2_mma_bwd_exp", "fa2"))
+@pytest.mark.parametrize("variant", ("fa2_mma", "fa2_mma_det", "_fa2_mma_bwd_1buf", "fa2"))
 def test_fwd_bwd_direction(variant, causal):
     check(variant, "fp32" if variant == "fa2" else "fp16", 2, 3, 300, 260, 64, causal, "fwd_bwd")
 
@@ -121,11 +121,11 @@ def test_big_problem_against_fp32_gpu_reference(causal):
     problem = AttentionProblem(2, 4, 2048, 2048, 128, "fp16", causal, "bwd")
     assert problem.fwd_flops() * 3.5 > correctness.CPU_REFERENCE_MAX_FLOPS
     check("fa2_mma", "fp16", 2, 4, 2048, 2048, 128, causal)
-    check("_fa2_mma_bwd_exp", "fp16", 2, 4, 2048, 2048, 128, causal)
+    check("_fa2_mma_bwd_1buf", "fp16", 2, 4, 2048, 2048, 128, causal)
 
 
 # ----------------------------------------------------------------------------- behaviour
-def _grads(kernel: str, deterministic: bool, q, k, v, dout, causal: bool, experimental: bool = False):
+def _grads(kernel: str, deterministic: bool, q, k, v, dout, causal: bool, single_buffer: bool = False):
     from faprof import kernel_bwd
 
     scale = 1.0 / math.sqrt(q.shape[-1])
@@ -133,7 +133,7 @@ def _grads(kernel: str, deterministic: bool, q, k, v, dout, causal: bool, experi
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     fwd(q, k, v, out, lse, causal, scale)
-    return kernel_bwd.backward(kernel, q, k, v, out, dout, lse, causal, scale, deterministic, experimental)
+    return kernel_bwd.backward(kernel, q, k, v, out, dout, lse, causal, scale, deterministic, single_buffer)
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -155,13 +155,13 @@ def test_atomic_and_deterministic_agree(ops, kernel, dtype, causal):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("D", (64, 128))
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=["fp16", "bf16"])
-def test_experimental_and_default_atomic_paths_agree(ops, dtype, D, causal):
-    """The candidate path (_fa2_mma_bwd_exp) computes the same sums in another order (staggered
-    query tiles): all three gradients within a few roundings of the default path's, over several
+def test_single_and_double_buffered_atomic_paths_agree(ops, dtype, D, causal):
+    """The earlier single-buffered path (_fa2_mma_bwd_1buf) computes the same sums in another
+    order (no staggered query tiles): all three gradients within a few roundings of the default path's, over several
     key tiles per (b, h) and a query tail."""
     q, k, v, dout = (torch.randn(2, 3, 1000, D, device="cuda", dtype=dtype) for _ in range(4))
     default = _grads("fa2_mma", False, q, k, v, dout, causal)
-    exp = _grads("fa2_mma", False, q, k, v, dout, causal, experimental=True)
+    exp = _grads("fa2_mma", False, q, k, v, dout, causal, single_buffer=True)
     for name, a, b in zip(("dq", "dk", "dv"), default, exp, strict=True):
         assert torch.isfinite(b).all(), name
         rel = float((a.double() - b.double()).norm() / a.double().norm())
