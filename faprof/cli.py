@@ -524,7 +524,9 @@ def build(arch: str, do_load: bool) -> None:
     for a in archs:
         b.require_kernel_arch(a)  # one line before any nvcc runs
     with console.status(f"compiling kernels/*.cu for {', '.join(archs)} (unchanged files come from the cache)"):
-        df = b.resource_report(archs=archs)
+        from faprof.build_report import resource_report
+
+        df = resource_report(archs=archs)
     console.print(build_table(df))
     compiled, pairs = df.attrs.get("compiled"), df.attrs.get("pairs")
     if pairs:

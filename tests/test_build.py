@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from faprof import build
+from faprof import build, build_report
 from faprof.errors import FaprofError
 
 DATA = Path(__file__).parent / "data"
@@ -35,7 +35,7 @@ needs_nvcc = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def report():
     sources = [build.KERNELS_DIR / f for f in EXPECTED_KERNELS]
-    return build.resource_report(archs=REPORT_ARCHS, sources=sources)
+    return build_report.resource_report(archs=REPORT_ARCHS, sources=sources)
 
 
 @needs_nvcc
@@ -59,7 +59,7 @@ def test_report_values_are_sane(report):
     # Every kernel here carries a faprof:launch annotation, so occupancy is known for each row.
     assert report.threads.notna().all() and report.blocks_per_sm.notna().all()
     assert (report.blocks_per_sm >= 1).all(), report[report.blocks_per_sm < 1]
-    assert set(report.limiter) <= set(build.LIMITER_ORDER)
+    assert set(report.limiter) <= set(build_report.LIMITER_ORDER)
     # The naive matmul kernels use two static 32x33 fp32 tiles, everything else dynamic smem only.
     mm = report[report.name.isin(["naive_scores_kernel", "naive_pv_kernel"])]
     assert (mm.smem_static_bytes == 2 * 32 * 33 * 4).all()
@@ -76,11 +76,11 @@ def test_nvcc_error_is_a_faprof_error(tmp_path):
     bad = tmp_path / "bad.cu"
     bad.write_text("__global__ void k() { this is not cuda; }\n")
     with pytest.raises(FaprofError, match="nvcc failed on bad.cu for sm_80"):
-        build.resource_report(archs=("sm_80",), sources=[bad])
+        build_report.resource_report(archs=("sm_80",), sources=[bad])
 
 
 def test_nvcc_command_line():
-    cmd = build.nvcc_resource_command("/cuda/bin/nvcc", Path("/k/fa2.cu"), "sm_90", Path("/t/o.cubin"))
+    cmd = build_report.nvcc_resource_command("/cuda/bin/nvcc", Path("/k/fa2.cu"), "sm_90", Path("/t/o.cubin"))
     assert cmd == [
         "/cuda/bin/nvcc",
         "-cubin",
@@ -164,7 +164,7 @@ def test_target_arch_from_env(monkeypatch):
 
 # -------------------------------------------------------------- ptxas log parsing
 def test_ptxas_parse_recorded_log():
-    rows = build.ptxas_parse((DATA / "ptxas_sample.txt").read_text())
+    rows = build_report.ptxas_parse((DATA / "ptxas_sample.txt").read_text())
     by_name = {r["kernel"]: r for r in rows}
     assert len(rows) == 6
     pv = by_name["_Z15naive_pv_kernelPKfS0_Pfiiiib"]
@@ -203,7 +203,7 @@ def test_ptxas_parse_ignores_device_functions_and_warnings():
         "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
         "ptxas info    : Used 10 registers, used 1 barriers, 1024 bytes smem, 360 bytes cmem[0], 8 bytes cmem[2]\n"
     )
-    (row,) = build.ptxas_parse(text)
+    (row,) = build_report.ptxas_parse(text)
     assert row["kernel"] == "_Z1kv" and row["registers"] == 10 and row["smem_static_bytes"] == 1024
     assert row["cmem_bytes"] == 368 and row["stack_frame_bytes"] == 0
 
@@ -236,35 +236,35 @@ def test_ptxas_parse_ignores_device_functions_and_warnings():
     ],
 )
 def test_occupancy_hand_computed(arch, threads, regs, smem, blocks, warps, pct, limiter):
-    occ = build.occupancy(arch, threads, regs, smem)
+    occ = build_report.occupancy(arch, threads, regs, smem)
     assert (occ.blocks_per_sm, occ.active_warps, occ.limiter) == (blocks, warps, limiter)
     assert occ.occupancy_pct == pytest.approx(pct)
 
 
 def test_occupancy_rejects_oversized_block_and_unknown_arch():
-    assert build.occupancy("sm_80", 2048, 32, 0).limiter == "threads"
+    assert build_report.occupancy("sm_80", 2048, 32, 0).limiter == "threads"
     with pytest.raises(FaprofError, match="no occupancy limits known"):
-        build.occupancy("sm_75", 128, 32, 0)
+        build_report.occupancy("sm_75", 128, 32, 0)
 
 
 # --------------------------------------------------------------- launch annotations
 def test_launch_annotations_of_the_kernel_files():
-    ann = build.parse_launch_annotations((build.KERNELS_DIR / "fa2.cu").read_text())
+    ann = build_report.parse_launch_annotations((build.KERNELS_DIR / "fa2.cu").read_text())
     fa2 = ann["fa2_fwd_kernel"]
-    assert build.eval_launch_expr(fa2["threads"], 64) == 128
+    assert build_report.eval_launch_expr(fa2["threads"], 64) == 128
     # Q 32xD + K 64x(D+4) + V 64xD + P 4x8x64 floats.
-    assert build.eval_launch_expr(fa2["dyn_smem"], 64) == 4 * (32 * 64 + 64 * 68 + 64 * 64 + 4 * 8 * 64)
-    naive = build.parse_launch_annotations((build.KERNELS_DIR / "naive.cu").read_text())
+    assert build_report.eval_launch_expr(fa2["dyn_smem"], 64) == 4 * (32 * 64 + 64 * 68 + 64 * 64 + 4 * 8 * 64)
+    naive = build_report.parse_launch_annotations((build.KERNELS_DIR / "naive.cu").read_text())
     assert set(naive) == {"naive_scores_kernel", "naive_softmax_kernel", "naive_pv_kernel"}
 
 
 def test_launch_expr_evaluation():
-    assert build.eval_launch_expr("4*(D+4)//2", 60) == 128
-    assert build.eval_launch_expr("A0*32+A2", None, (4, 9, 7)) == 135
+    assert build_report.eval_launch_expr("4*(D+4)//2", 60) == 128
+    assert build_report.eval_launch_expr("A0*32+A2", None, (4, 9, 7)) == 135
     with pytest.raises(ValueError, match="uses D"):
-        build.eval_launch_expr("D*2", None)
+        build_report.eval_launch_expr("D*2", None)
     with pytest.raises(ValueError, match="unsupported"):
-        build.eval_launch_expr("__import__('os')", 1)
+        build_report.eval_launch_expr("__import__('os')", 1)
 
 
 @pytest.mark.parametrize(
@@ -289,7 +289,7 @@ def test_launch_expr_evaluation():
     ],
 )
 def test_parse_kernel_name(text, name, targs, ints, D):
-    kn = build.parse_kernel_name(text)
+    kn = build_report.parse_kernel_name(text)
     assert (kn.name, kn.template_args, kn.int_args, kn.D) == (name, targs, ints, D)
 
 

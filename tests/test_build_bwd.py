@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from faprof import build
+from faprof import build, build_report
 
 REPORT_ARCHS = ("sm_80", "sm_89", "sm_90")
 FILES = ("fa2_bwd.cu", "fa2_mma_bwd.cu")
@@ -23,7 +23,7 @@ needs_nvcc = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def report():
-    return build.resource_report(archs=REPORT_ARCHS, sources=[build.KERNELS_DIR / f for f in FILES])
+    return build_report.resource_report(archs=REPORT_ARCHS, sources=[build.KERNELS_DIR / f for f in FILES])
 
 
 def _rows(report, name, arch):

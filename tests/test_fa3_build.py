@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from faprof import build
+from faprof import build, build_report
 from faprof.problem import AttentionProblem
 
 needs_nvcc = pytest.mark.skipif(
@@ -25,7 +25,7 @@ WS_STEPS = ("fa3_wgmma_c", "fa3_wgmma_d", "fa3_wgmma_e")
 
 @pytest.fixture(scope="module")
 def report():
-    return build.resource_report(archs=("sm_80", "sm_89", "sm_90"), sources=[build.KERNELS_DIR / f for f in FILES])
+    return build_report.resource_report(archs=("sm_80", "sm_89", "sm_90"), sources=[build.KERNELS_DIR / f for f in FILES])
 
 
 @needs_nvcc
@@ -101,7 +101,7 @@ def test_warp_specialized_ptx_has_the_annotated_register_budgets_and_barriers():
     import re
 
     ptx = _ptx("sm_90a", "fa3_wgmma_ws.cu")
-    anns = build.parse_setmaxnreg_annotations((build.KERNELS_DIR / "fa3_wgmma_ws.cu").read_text())
+    anns = build_report.parse_setmaxnreg_annotations((build.KERNELS_DIR / "fa3_wgmma_ws.cu").read_text())
     assert set(anns) == {f"{s}_kernel" for s in WS_STEPS}
     # What the report says is what the code sets: every annotated value is in the PTX, and nothing else.
     dec = set(map(int, re.findall(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+(\d+);", ptx)))
@@ -120,7 +120,7 @@ def test_setmaxnreg_annotation_parser():
     text = ("// faprof:setmaxnreg kernel=k1 producer=24 consumer=240\n"
             "//faprof:setmaxnreg   kernel=k2 producer=40 consumer=232 extra=8  \n"
             "// faprof:setmaxnreg kernel=k3 producer=lots\n// faprof:setmaxnreg producer=24\n")
-    assert build.parse_setmaxnreg_annotations(text) == {
+    assert build_report.parse_setmaxnreg_annotations(text) == {
         "k1": {"producer": 24, "consumer": 240}, "k2": {"producer": 40, "consumer": 232, "extra": 8}}
 
 
@@ -149,20 +149,20 @@ def test_variant_refuses_what_it_cannot_run(monkeypatch):
 
 
 def test_launch_annotation_matches_the_config():
-    anns = build.parse_launch_annotations((build.KERNELS_DIR / "fa3_wgmma.cu").read_text())
+    anns = build_report.parse_launch_annotations((build.KERNELS_DIR / "fa3_wgmma.cu").read_text())
     # Config<D, BC, NWG, STAGES>: template integers (D, BC, NWG, STAGES, causal).
     for name, extra in (("fa3_wgmma_a_kernel", 0), ("fa3_wgmma_b_kernel", 64)):
         ann = anns[name]
-        assert build.eval_launch_expr(ann["threads"], 128, (128, 128, 2, 2, 1)) == 256
-        assert build.eval_launch_expr(ann["dyn_smem"], 128, (128, 128, 2, 2, 1)) == 2 * 128 * 640 + 1024 + extra
-        assert build.eval_launch_expr(ann["dyn_smem"], 64, (64, 128, 2, 3, 1)) == 2 * 64 * (128 + 768) + 1024 + extra
-        assert build.eval_launch_expr(ann["D"], None, (64, 128, 2, 2, 0)) == 64
-    ws = build.parse_launch_annotations((build.KERNELS_DIR / "fa3_wgmma_ws.cu").read_text())
+        assert build_report.eval_launch_expr(ann["threads"], 128, (128, 128, 2, 2, 1)) == 256
+        assert build_report.eval_launch_expr(ann["dyn_smem"], 128, (128, 128, 2, 2, 1)) == 2 * 128 * 640 + 1024 + extra
+        assert build_report.eval_launch_expr(ann["dyn_smem"], 64, (64, 128, 2, 3, 1)) == 2 * 64 * (128 + 768) + 1024 + extra
+        assert build_report.eval_launch_expr(ann["D"], None, (64, 128, 2, 2, 0)) == 64
+    ws = build_report.parse_launch_annotations((build.KERNELS_DIR / "fa3_wgmma_ws.cu").read_text())
     for step in WS_STEPS:  # the producer warpgroup on top; 128 bytes of mbarriers
         ann = ws[f"{step}_kernel"]
-        assert build.eval_launch_expr(ann["threads"], 128, (128, 128, 2, 2, 1)) == 384
-        assert build.eval_launch_expr(ann["dyn_smem"], 128, (128, 128, 2, 2, 1)) == 2 * 128 * 640 + 1024 + 128
-        assert build.eval_launch_expr(ann["D"], None, (64, 128, 2, 2, 0)) == 64
+        assert build_report.eval_launch_expr(ann["threads"], 128, (128, 128, 2, 2, 1)) == 384
+        assert build_report.eval_launch_expr(ann["dyn_smem"], 128, (128, 128, 2, 2, 1)) == 2 * 128 * 640 + 1024 + 128
+        assert build_report.eval_launch_expr(ann["D"], None, (64, 128, 2, 2, 0)) == 64
     assert Path(build.KERNELS_DIR / "fa3_common.cuh").exists()
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from faprof import build, variants
+from faprof import build, build_report, variants
 
 PLANTED = Path(__file__).parent / "planted"
 ARCHS = ("sm_80", "sm_89", "sm_90")
@@ -22,7 +22,7 @@ needs_nvcc = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def report():
-    return build.resource_report(archs=ARCHS, sources=sorted((PLANTED / "kernels").glob("*.cu")))
+    return build_report.resource_report(archs=ARCHS, sources=sorted((PLANTED / "kernels").glob("*.cu")))
 
 
 @needs_nvcc

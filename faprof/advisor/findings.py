@@ -39,7 +39,7 @@ CAUSES: dict[str, tuple[str, str]] = {
 #: Causes that are defects (what the planted-fault kernels plant); the control must not get one.
 DEFECT_CAUSES = frozenset(k for k, (_, kind) in CAUSES.items() if kind == "defect")
 
-#: Advice per occupancy limiter (ncu_summary's `occupancy_limiter`; build.occupancy's spelling too).
+#: Advice per occupancy limiter (ncu_summary's `occupancy_limiter`; build_report.occupancy's spelling too).
 LIMITER_ADVICE = {
     "registers": "fewer live registers per thread (smaller per-thread tiles, __launch_bounds__ to cap them) so more warps fit",
     "shared_memory": "less shared memory per block (smaller K/V tiles, fewer pipeline stages, reuse one buffer for K and V) so more blocks fit per SM",
