@@ -117,7 +117,11 @@ def comparison(y: str, pub_col: str | None, title: str, key: str) -> bool:
     fig.update_xaxes(type="category", categoryorder="array", categoryarray=[short[o] for o in order], title=x_title)
     ui.category_ticks(fig, len(order), half_width=False)
     fig.update_layout(legend=dict(groupclick="toggleitem", tracegroupgap=12))
-    ui.show(ui.style(fig, title=title, height=480), key=key)
+    # tall enough for every legend entry: one row per trace plus a title row and the gap per group
+    # (two measured GPUs double the traces)
+    groups = {tr.legendgroup for tr in fig.data if tr.legendgroup}
+    height = max(480, ui.legend_height(fig) + len(groups) * (ui.LEGEND_ROW_PX + 2 + 12))
+    ui.show(ui.style(fig, title=title, height=height), key=key)
     return True
 
 
