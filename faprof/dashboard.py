@@ -218,12 +218,13 @@ def problem_label(r: pd.Series | dict[str, Any]) -> str:
 
 
 def fingerprint(paths: Iterable[str | Path]) -> tuple[tuple[str, float], ...]:
-    """Modification times of every manifest and table under the paths: a cache key that changes
-    when a run is added or finishes (so a cached load is not stale)."""
+    """Modification times of every manifest and table under the paths, and of the folder of rows a
+    running run appends to: a cache key that changes when a run is added, gains a row or finishes
+    (so a cached load is not stale)."""
     out: list[tuple[str, float]] = []
     for p in paths:
         for b in find_bundles(p):
-            for f in (b.path / MANIFEST, *(b.table_path(t) for t in TABLES)):
+            for f in (b.path / MANIFEST, b.path / "rows", *(b.table_path(t) for t in TABLES)):
                 try:
                     out.append((str(f), f.stat().st_mtime))
                 except OSError:

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,25 @@ def _part_options(options: Any, variants: list[str], shapes: list[str]) -> dict[
     }
 
 
+@contextlib.contextmanager
+def pinned(gpu: int | None) -> Iterator[None]:
+    """The profiled processes this one starts see only GPU `gpu` (the one the run's timing used, e.g.
+    `--gpus 1`), numbered in PCI order as NVML numbers it; nothing changes for None."""
+    if gpu is None:
+        yield
+        return
+    saved = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
+    os.environ.update(CUDA_VISIBLE_DEVICES=str(gpu), CUDA_DEVICE_ORDER="PCI_BUS_ID")
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def collect_ncu(bundle: Any, scenario: Any, options: Any, ncu_set: str, progress: Any, cuda_ok: bool,
                 gpus: Sequence[int]) -> None:
     """The ncu stage of a --gpus run: fanned out over `gpus`, or on one GPU when it cannot split."""
@@ -80,7 +99,8 @@ def collect_ncu(bundle: Any, scenario: Any, options: Any, ncu_set: str, progress
     from faprof.nsight.ncu_command import NcuSettings
 
     def single() -> None:
-        ncu_run.collect(bundle, scenario, options, ncu_set, progress, cuda_ok)
+        with pinned(gpus[0] if gpus else None):
+            ncu_run.collect(bundle, scenario, options, ncu_set, progress, cuda_ok)
 
     if not cuda_ok or len(gpus) < 2:
         return single()
@@ -110,7 +130,8 @@ def collect_nsys(bundle: Any, scenario: Any, options: Any, progress: Any, cuda_o
 
     names = list(dict.fromkeys(v.name for _, v in run_plan.plan(scenario, options.variants)))
     if not cuda_ok or len(gpus) < 2 or len(names) < 2:
-        return nsys.collect(bundle, scenario, options, progress, cuda_ok)
+        with pinned(gpus[0] if gpus else None):
+            return nsys.collect(bundle, scenario, options, progress, cuda_ok)
     n = min(len(gpus), len(names))
     groups = [names[i::n] for i in range(n)]
     t0 = time.perf_counter()
@@ -140,7 +161,7 @@ def _run_parts(bundle: Any, tool: str, specs: Sequence[tuple[int, dict[str, Any]
             if not meas.empty:
                 meas.to_parquet(part_dir / "measurements.parquet", index=False)
             (part_dir / "part.json").write_text(json.dumps({**spec, "dir": str(part_dir)}))
-            env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu), "TMPDIR": str(part_dir / "tmp"),
+            env = {**os.environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(gpu), "TMPDIR": str(part_dir / "tmp"),
                    "PYTHONUNBUFFERED": "1"}
             p = subprocess.Popen([sys.executable, "-m", "faprof.fanout", str(part_dir / "part.json")], env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

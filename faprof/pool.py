@@ -94,7 +94,9 @@ class Slot:
 def start_slots(indices: Sequence[int], user_variants: list[str], env_task: dict[str, Any],
                 timeout_s: float) -> list[Slot]:
     """Start one worker per GPU and read each one's environment (in parallel: ceilings take seconds)."""
-    slots = [Slot(i, Worker(user_variants, {"CUDA_VISIBLE_DEVICES": str(i)})) for i in indices]
+    # PCI bus order, as NVML numbers GPUs: CUDA's default order (fastest first) can differ on mixed machines
+    slots = [Slot(i, Worker(user_variants, {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(i)}))
+             for i in indices]
     errors: list[BaseException] = []
 
     def read_env(s: Slot) -> None:

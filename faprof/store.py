@@ -90,6 +90,8 @@ def _atomic_write_parquet(df: pd.DataFrame, path: Path) -> None:
     os.close(fd)
     try:
         df.to_parquet(tmp, index=False)
+        with open(tmp, "rb") as f:  # on disk before the rename, so a power loss leaves no empty file
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

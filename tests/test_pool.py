@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import _thread
 import json
+import os
 import shutil
 import textwrap
 import threading
@@ -302,3 +303,15 @@ def test_part_processes_run_pinned_and_report_back(runs, tmp_path, monkeypatch):
     assert all(p["status"] == "skipped" for p in rec["parts"]) and rec["status"] == "skipped"
     assert any(m.startswith("gpu0: ") for m in seen) and any(m.startswith("gpu1: ") for m in seen)
     assert b.manifest()["nsys"]["gpus"] == [0, 1]
+
+
+def test_a_one_gpu_nsight_stage_profiles_the_gpu_the_timing_used(monkeypatch):
+    """`--gpus 1` (or a fan-out that cannot split) runs ncu/nsys in this process: the profiled process
+    it starts must see GPU 1, in NVML's (PCI) numbering, and the environment comes back afterwards."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    with fanout.pinned(1):
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "1" and os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1" and "CUDA_DEVICE_ORDER" not in os.environ
+    with fanout.pinned(None):
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1"
