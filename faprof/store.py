@@ -215,7 +215,14 @@ class Bundle:
         _atomic_write_parquet(df, self.table_path(name))
 
     def measurements(self) -> pd.DataFrame:
-        return upgrade_statistics(self.read("measurements"))
+        df = upgrade_statistics(self.read("measurements"))
+        if "gpu_name" in df.columns and df["gpu_name"].isna().any():
+            # rows written before rows carried their GPU (a bundle resumed by a newer faprof) ran on
+            # the run's GPU: name it, or they would not join the newer rows (speedups by GPU)
+            gpu = (self.manifest().get("env") or {}).get("gpu_name")
+            if gpu:
+                df["gpu_name"] = df["gpu_name"].fillna(gpu)
+        return df
 
     def append_measurement(self, row: dict[str, Any]) -> None:
         """Add one finished row as its own file (constant time: nothing else is read or rewritten).

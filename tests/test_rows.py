@@ -111,3 +111,14 @@ def test_old_bundle_without_row_files_reads_as_before(tmp_path):
     pd.testing.assert_frame_equal(b.measurements(), old)
     assert b.compact() == 0
     assert b.done_keys(gpu_name="NVIDIA H100") == {("a", "x")}
+
+
+def test_rows_from_before_gpu_names_take_the_runs_gpu(tmp_path):
+    """A bundle resumed by this faprof mixes older rows (no gpu_name) with newer ones: the older rows
+    get the run's GPU from the manifest, so both join on gpu_name (speedups per GPU)."""
+    b = Bundle.create(tmp_path, "s", "NVIDIA H100 80GB HBM3", {"env": {"gpu_name": "NVIDIA H100 80GB HBM3"}})
+    b.append_measurement({"variant": "a", "shape_id": "x", "status": "ok", "median_ms": 1.0})
+    b.append_measurement({"variant": "b", "shape_id": "x", "status": "ok", "median_ms": 2.0,
+                          "gpu_name": "NVIDIA H100 80GB HBM3"})
+    m = b.measurements()
+    assert set(m["gpu_name"]) == {"NVIDIA H100 80GB HBM3"}
