@@ -91,6 +91,10 @@ class Slot:
                 "env": self.env}
 
 
+#: At least this long for a worker's first answer (its environment): imports, CUDA start-up, ceilings.
+START_TIMEOUT_S = 120.0
+
+
 def start_slots(indices: Sequence[int], user_variants: list[str], env_task: dict[str, Any],
                 timeout_s: float) -> list[Slot]:
     """Start one worker per GPU and read each one's environment (in parallel: ceilings take seconds)."""
@@ -101,7 +105,9 @@ def start_slots(indices: Sequence[int], user_variants: list[str], env_task: dict
 
     def read_env(s: Slot) -> None:
         try:
-            s.env = s.runner.call(env_task, timeout_s=timeout_s)
+            # a worker's first task also imports torch and starts CUDA (and measures ceilings), which
+            # on a loaded machine takes longer than a short --timeout meant for one (variant, shape)
+            s.env = s.runner.call(env_task, timeout_s=max(timeout_s, START_TIMEOUT_S))
         except BaseException as e:
             errors.append(e)
 
