@@ -45,8 +45,11 @@
 #include <type_traits>
 
 #include "faprof_kernels.h"
+#include "mma_ptx.cuh"
 
 namespace faprof_mma_bwd {
+
+using namespace faprof_ptx;
 
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -111,11 +114,8 @@ struct DqConfig {
 };
 
 // ------------------------------------------------------------------------------------------------
-// PTX wrappers (as in fa2_mma.cu)
+// cp.async wrappers (the others: mma_ptx.cuh)
 // ------------------------------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool pred) {
   const int src_bytes = pred ? 16 : 0;
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
@@ -127,51 +127,6 @@ __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool p
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-template <bool BF16>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (BF16) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-template <bool BF16>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  uint32_t r;
-  if constexpr (BF16) {
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  } else {
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  }
-  return r;
-}
-
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
 
 __device__ __forceinline__ void red_add(float* p, float x) {
   asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(p), "f"(x) : "memory");
@@ -410,14 +365,14 @@ fa2_mma_bwd_kernel(const T* __restrict__ q,         // [B, H, Sq, D]
       uint32_t a[MT][4], av[MT][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        ldsm_x4(L.p1(sK, RB, wk0 + mt * 16, 2 * ks), a[mt]);
-        ldsm_x4(L.p1(sV, RB, wk0 + mt * 16, 2 * ks), av[mt]);
+        ldmatrix_x4(L.p1(sK, RB, wk0 + mt * 16, 2 * ks), a[mt]);
+        ldmatrix_x4(L.p1(sV, RB, wk0 + mt * 16, 2 * ks), av[mt]);
       }
 #pragma unroll
       for (int np = 0; np < NQ / 2; ++np) {
         uint32_t b[4], bo[4];
-        ldsm_x4(L.p2(sQ, RB, np * 16, 2 * ks), b);
-        ldsm_x4(L.p2(sdO, RB, np * 16, 2 * ks), bo);
+        ldmatrix_x4(L.p2(sQ, RB, np * 16, 2 * ks), b);
+        ldmatrix_x4(L.p2(sdO, RB, np * 16, 2 * ks), bo);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma_16816<BF16>(acc_s[mt][2 * np], a[mt], b[0], b[1]);
@@ -497,8 +452,8 @@ fa2_mma_bwd_kernel(const T* __restrict__ q,         // [B, H, Sq, D]
 #pragma unroll
       for (int dp = 0; dp < DT / 2; ++dp) {
         uint32_t bo[4], bq[4];
-        ldsm_x4_t(L.p1(sdO, RB, kk * 16, 2 * dp), bo);
-        ldsm_x4_t(L.p1(sQ, RB, kk * 16, 2 * dp), bq);
+        ldmatrix_x4_trans(L.p1(sdO, RB, kk * 16, 2 * dp), bo);
+        ldmatrix_x4_trans(L.p1(sQ, RB, kk * 16, 2 * dp), bq);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma_16816<BF16>(acc_dv[mt][2 * dp], p_frag[mt][kk], bo[0], bo[1]);
@@ -529,11 +484,11 @@ fa2_mma_bwd_kernel(const T* __restrict__ q,         // [B, H, Sq, D]
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
         uint32_t a[4];
-        ldsm_x4_t(L.p2(sdS, DSRB, kk * 16, 2 * wm), a);
+        ldmatrix_x4_trans(L.p2(sdS, DSRB, kk * 16, 2 * wm), a);
 #pragma unroll
         for (int dp = 0; dp < C::DQ_DT / 2; ++dp) {
           uint32_t b[4];
-          ldsm_x4_t(L.p1(sK, RB, kk * 16, wn * (C::DQ_COLS / 8) + 2 * dp), b);
+          ldmatrix_x4_trans(L.p1(sK, RB, kk * 16, wn * (C::DQ_COLS / 8) + 2 * dp), b);
           mma_16816<BF16>(acc_dq[2 * dp], a, b[0], b[1]);
           mma_16816<BF16>(acc_dq[2 * dp + 1], a, b[2], b[3]);
         }
@@ -673,13 +628,13 @@ fa2_mma_bwd_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T*
 #pragma unroll
     for (int ks = 0; ks < C::KD; ++ks) {
       uint32_t a[4], ao[4];
-      ldsm_x4(L.p1(sQ, RB, wq0, 2 * ks), a);
-      ldsm_x4(L.p1(sdO, RB, wq0, 2 * ks), ao);
+      ldmatrix_x4(L.p1(sQ, RB, wq0, 2 * ks), a);
+      ldmatrix_x4(L.p1(sdO, RB, wq0, 2 * ks), ao);
 #pragma unroll
       for (int np = 0; np < NK / 2; ++np) {
         uint32_t b[4], bv[4];
-        ldsm_x4(L.p2(sK, RB, np * 16, 2 * ks), b);
-        ldsm_x4(L.p2(sV, RB, np * 16, 2 * ks), bv);
+        ldmatrix_x4(L.p2(sK, RB, np * 16, 2 * ks), b);
+        ldmatrix_x4(L.p2(sV, RB, np * 16, 2 * ks), bv);
         mma_16816<BF16>(acc_s[2 * np], a, b[0], b[1]);
         mma_16816<BF16>(acc_s[2 * np + 1], a, b[2], b[3]);
         mma_16816<BF16>(acc_dp[2 * np], ao, bv[0], bv[1]);
@@ -713,7 +668,7 @@ fa2_mma_bwd_dq_kernel(const T* __restrict__ q, const T* __restrict__ k, const T*
 #pragma unroll
       for (int dp = 0; dp < DT / 2; ++dp) {
         uint32_t b[4];
-        ldsm_x4_t(L.p1(sK, RB, kk * 16, 2 * dp), b);
+        ldmatrix_x4_trans(L.p1(sK, RB, kk * 16, 2 * dp), b);
         mma_16816<BF16>(acc_dq[2 * dp], ds_frag[kk], b[0], b[1]);
         mma_16816<BF16>(acc_dq[2 * dp + 1], ds_frag[kk], b[2], b[3]);
       }

@@ -30,7 +30,13 @@
 
 #include <cstdint>
 
+#include "mma_ptx.cuh"
+
 namespace faprof_fa3 {
+
+using faprof_ptx::fast_exp2;
+using faprof_ptx::pack2;
+using faprof_ptx::smem_u32;
 
 // True where the wgmma/setmaxnreg instructions exist: sm_90a device code only. Elsewhere (host
 // code, sm_80/89, plain sm_90) the kernels compile to empty bodies and the launchers refuse.
@@ -41,10 +47,6 @@ namespace faprof_fa3 {
 #endif
 
 #if FAPROF_SM90A
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 // 16-byte global->shared copy that bypasses L1; pred = false zero-fills the destination.
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool pred) {
   const int src_bytes = pred ? 16 : 0;
@@ -108,24 +110,6 @@ __device__ __forceinline__ void load_tile_sw128(uint32_t s_base, const T* __rest
   }
 }
 
-// Two fp32 -> one f16x2 / bf16x2 register, `lo` in the low half (the lower column index).
-template <bool BF16>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  uint32_t r;
-  if constexpr (BF16) {
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  } else {
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  }
-  return r;
-}
-
-// MUFU.EX2 without the denormal fix-up of exp2f; exp2(-inf) = +0.
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // ------------------------------------------------------------------------------------------------
 // wgmma.mma_async wrappers: m64nNk16, f32 accumulate, f16 or bf16 inputs. Generated (one per
