@@ -350,7 +350,6 @@ def _check_ncu_selectors(scn: Any, options: Any, ncu_set: str | None, explicit: 
     """Refuse bad --ncu-* selectors before any work starts (unknown variant or shape, bad regex, nothing to
     profile); a scenario file's own `collect.ncu` is only checked when selectors are given."""
     from faprof.nsight import ncu_command, ncu_plan
-    from faprof.plan import plan
 
     given = [n for n, v in (("--ncu-variants", options.ncu_variants), ("--ncu-shapes", options.ncu_shapes),
                             ("--ncu-kernel", options.ncu_kernel), ("--ncu-launches", options.ncu_launches)) if v]
@@ -361,8 +360,7 @@ def _check_ncu_selectors(scn: Any, options: Any, ncu_set: str | None, explicit: 
     if not (explicit or given):
         return
     settings = ncu_command.NcuSettings.resolve(options, scn, ncu_set)
-    ncu_plan.make_plan(plan(scn, options.variants), scn, ncu_set, variants=settings.variants,
-                       shapes=settings.shapes, calls=settings.iters, kernel_regex=settings.kernel_regex, costs={})
+    ncu_plan.plan_for(scn, options, ncu_set, settings, costs={})
 
 
 def _print_ncu_outcome(rec: dict[str, Any]) -> int:

@@ -94,7 +94,6 @@ def pinned(gpu: int | None) -> Iterator[None]:
 def collect_ncu(bundle: Any, scenario: Any, options: Any, ncu_set: str, progress: Any, cuda_ok: bool,
                 gpus: Sequence[int]) -> None:
     """The ncu stage of a --gpus run: fanned out over `gpus`, or on one GPU when it cannot split."""
-    from faprof import plan as run_plan
     from faprof.nsight import ncu_plan, ncu_run
     from faprof.nsight.ncu_command import NcuSettings
 
@@ -106,9 +105,7 @@ def collect_ncu(bundle: Any, scenario: Any, options: Any, ncu_set: str, progress
         return single()
     try:
         settings = NcuSettings.resolve(options, scenario, ncu_set)
-        nplan = ncu_plan.make_plan(run_plan.plan(scenario, options.variants), scenario, ncu_set,
-                                   variants=settings.variants, shapes=settings.shapes, calls=settings.iters,
-                                   kernel_regex=settings.kernel_regex)
+        nplan = ncu_plan.plan_for(scenario, options, ncu_set, settings)
     except FaprofError:
         return single()  # the single-GPU stage records the same error the user would see there
     parts = split_pairs(nplan.pairs, len(gpus))

@@ -18,10 +18,8 @@ SPENT: dict[str, float] = defaultdict(float)
 CALLS: dict[str, int] = defaultdict(int)
 
 
-def wrap(mod, name: str, label: str | None = None) -> None:
-    fn = getattr(mod, name)
-    key = label or f"{mod.__name__.split('.')[-1]}.{name}"
-
+def timed(fn, key: str):
+    """`fn`, adding its wall time and calls to SPENT[key] / CALLS[key]."""
     @functools.wraps(fn)
     def inner(*a, **k):
         t = time.perf_counter()
@@ -31,7 +29,11 @@ def wrap(mod, name: str, label: str | None = None) -> None:
             SPENT[key] += time.perf_counter() - t
             CALLS[key] += 1
 
-    setattr(mod, name, inner)
+    return inner
+
+
+def wrap(mod, name: str) -> None:
+    setattr(mod, name, timed(getattr(mod, name), f"{mod.__name__.split('.')[-1]}.{name}"))
 
 
 def main() -> int:
@@ -45,9 +47,9 @@ def main() -> int:
         wrap(correctness, n)
     harness.make_inputs = correctness.make_inputs
     wrap(runner, "_run_one")
-    cupti_timer.KernelTimer.collect = _method(cupti_timer.KernelTimer.collect, "KernelTimer.collect")
-    harness.L2Flusher.__call__ = _method(harness.L2Flusher.__call__, "L2Flusher.__call__")
-    gpu_monitor.Monitor.read = _method(gpu_monitor.Monitor.read, "Monitor.read")
+    cupti_timer.KernelTimer.collect = timed(cupti_timer.KernelTimer.collect, "KernelTimer.collect")
+    harness.L2Flusher.__call__ = timed(harness.L2Flusher.__call__, "L2Flusher.__call__")
+    gpu_monitor.Monitor.read = timed(gpu_monitor.Monitor.read, "Monitor.read")
     args = sys.argv[1:] or ["--scenario", "l4_causal"]
     t = time.perf_counter()
     try:
@@ -59,18 +61,6 @@ def main() -> int:
             print(f"{k:34s} {CALLS[k]:6d} {v:8.2f}")
         print(f"{'(whole command)':34s} {'':6s} {total:8.2f}")
     return 0
-
-
-def _method(fn, key):
-    @functools.wraps(fn)
-    def inner(*a, **k):
-        t = time.perf_counter()
-        try:
-            return fn(*a, **k)
-        finally:
-            SPENT[key] += time.perf_counter() - t
-            CALLS[key] += 1
-    return inner
 
 
 if __name__ == "__main__":

@@ -226,6 +226,13 @@ class NcuPlan:
         return out
 
 
+def plan_for(scenario: Any, options: Any, ncu_set: str, settings: Any, **kw: Any) -> NcuPlan:
+    """`make_plan` over the run's (problem, variant) pairs with the selectors `settings` (an
+    NcuSettings) resolved; `kw`: make_plan's gpu, known_kernels, costs."""
+    return make_plan(run_plan.plan(scenario, options.variants), scenario, ncu_set, variants=settings.variants,
+                     shapes=settings.shapes, calls=settings.iters, kernel_regex=settings.kernel_regex, **kw)
+
+
 def make_plan(
     pairs: Sequence[tuple[Any, Any]],
     scenario: Any,

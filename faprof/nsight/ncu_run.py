@@ -32,7 +32,6 @@ from typing import Any
 
 import pandas as pd
 
-from faprof import plan as run_plan
 from faprof.errors import FaprofError
 from faprof.nsight import metrics as cat
 from faprof.nsight import ncu_plan
@@ -344,18 +343,7 @@ def collect(
     env_info = bundle.manifest().get("env", {})
     gpu, cc = env_info.get("gpu_name"), env_info.get("cc")
     try:
-        pairs = run_plan.plan(scenario, options.variants)
-        nplan = ncu_plan.make_plan(
-            pairs,
-            scenario,
-            ncu_set,
-            variants=settings.variants,
-            shapes=settings.shapes,
-            calls=settings.iters,
-            kernel_regex=settings.kernel_regex,
-            gpu=gpu,
-            known_kernels=bundle_kernels(bundle),
-        )
+        nplan = ncu_plan.plan_for(scenario, options, ncu_set, settings, gpu=gpu, known_kernels=bundle_kernels(bundle))
     except FaprofError as e:
         give_up(f"{e}; the Nsight Compute tables are skipped", status="bad_input")
         return
@@ -605,17 +593,7 @@ def rerun(bundle: Any, ncu_set: str, options: NcuOptions, progress: Progress) ->
     options.user_variants = options.user_variants or list(s.get("user_variants") or [])
     # bad selectors are refused before anything in the bundle changes
     settings = NcuSettings.resolve(options, scenario, ncu_set)
-    ncu_plan.make_plan(
-        run_plan.plan(scenario, options.variants),
-        scenario,
-        ncu_set,
-        variants=settings.variants,
-        shapes=settings.shapes,
-        calls=settings.iters,
-        kernel_regex=settings.kernel_regex,
-        gpu=gpu,
-        known_kernels=bundle_kernels(bundle),
-    )
+    ncu_plan.plan_for(scenario, options, ncu_set, settings, gpu=gpu, known_kernels=bundle_kernels(bundle))
     prev = m.get("ncu")
     bundle.log(f"ncu: re-running Nsight Compute alone (set {ncu_set})")
     collect(bundle, scenario, options, ncu_set, progress, cuda_ok)
