@@ -12,8 +12,7 @@ export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/faprof_out}
 mkdir -p "$OUT/runs" "$OUT/logs"
-export FAPROF_CACHE=${FAPROF_CACHE:-/tmp/faprof_cache}
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+source scripts/device_env.sh
 PY=python3
 FP="$PY -m faprof"
 summary=()

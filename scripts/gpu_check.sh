@@ -18,17 +18,7 @@ export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/faprof_out}
 mkdir -p "$OUT/runs" "$OUT/logs"
-if [ -d .device/debs ]; then
-  mkdir -p /tmp/dw && for f in .device/debs/*.deb; do dpkg -x "$f" /tmp/dw; done
-  export LD_LIBRARY_PATH=/tmp/dw/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-fi
-[ -f .device/git_sha ] && export FAPROF_GIT_SHA=$(cat .device/git_sha)
-# Python packages the GPU image lacks (cupti-python for CUPTI kernel timing), carried as wheels in .whl
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
-export FAPROF_CACHE=${FAPROF_CACHE:-/tmp/faprof_cache}
+source scripts/device_env.sh
 STAGES=${*:-build tests timing bench headline ncu ncu_full nsys}
 PY=python3
 FP="$PY -m faprof"

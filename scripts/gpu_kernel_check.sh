@@ -10,8 +10,7 @@ export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/faprof_out}
 mkdir -p "$OUT/runs" "$OUT/logs"
-export FAPROF_CACHE=${FAPROF_CACHE:-/tmp/faprof_cache}
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+source scripts/device_env.sh
 PY=python3
 FP="$PY -m faprof"
 SCN=examples/kernels/kernels_small.toml

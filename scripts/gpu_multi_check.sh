@@ -22,13 +22,7 @@ export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/faprof_multi}
 mkdir -p "$OUT/runs" "$OUT/logs"
-[ -f .device/git_sha ] && export FAPROF_GIT_SHA=$(cat .device/git_sha)
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
-export PYTHONPATH=$PWD:${PYTHONPATH:-}
-export FAPROF_CACHE=${FAPROF_CACHE:-/tmp/faprof_cache}
+source scripts/device_env.sh
 STAGES=${*:-gpus ncu cluster scenarios}
 PY=python3
 FP="$PY -m faprof"

@@ -23,13 +23,7 @@ export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/faprof_out}
 mkdir -p "$OUT/runs" "$OUT/logs"
-[ -f .device/git_sha ] && export FAPROF_GIT_SHA=$(cat .device/git_sha)
-if ls .whl/*.whl >/dev/null 2>&1; then  # cupti-python for CUPTI kernel timing, when carried
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
-export FAPROF_CACHE=${FAPROF_CACHE:-/tmp/faprof_cache}
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+source scripts/device_env.sh
 PY=python3
 FP="$PY -m faprof"
 summary=()

@@ -20,13 +20,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/faprof_planted}
 WORK=$(mktemp -d /tmp/planted_runs.XXXXXX)
 mkdir -p "$OUT"
-if [ -d .device/debs ]; then  # the lent H100: nsys' importer needs libdw1/libelf1 (see gpu_check.sh)
-  mkdir -p /tmp/dw && for f in .device/debs/*.deb; do dpkg -x "$f" /tmp/dw; done
-  export LD_LIBRARY_PATH=/tmp/dw/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-fi
-[ -f .device/git_sha ] && export FAPROF_GIT_SHA=$(cat .device/git_sha)
-export FAPROF_CACHE=${FAPROF_CACHE:-/tmp/faprof_cache}
-export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
+source scripts/device_env.sh
 FP="python3 -m faprof"
 
 NCU_SET=${NCU_SET:-}
