@@ -186,7 +186,7 @@ def profile(scenario_spec: Any, options: Any, progress: Any, resume: Any = None)
     from faprof import runner
 
     su = runner.setup(scenario_spec, options, resume)
-    scenario, options, bundle, timing, pairs = su.scenario, su.options, su.bundle, su.timing, su.pairs
+    options, bundle = su.options, su.bundle
     progress("status", {"message": f"connecting to the Dask scheduler at {options.cluster}"})
     client = connect(options.cluster)
     futures: list[Any] = []
@@ -205,20 +205,8 @@ def profile(scenario_spec: Any, options: Any, progress: Any, resume: Any = None)
         workers = [{"dask_worker": e["dask_worker"], "gpu_index": None, "gpu_name": e.get("gpu_name"),
                     "gpu_uuid": e.get("gpu_uuid") or None, "env": e} for e in envs]
         env = envs[0]
-        if bundle is None:
-            bundle = runner.Bundle.create(options.out_dir, scenario.name,
-                                          (env.get("gpu_name") or "cpu") if len(models) == 1 else "mixed",
-                                          runner.new_manifest(scenario, options, env, timing, pairs, su.ncu_set,
-                                                              su.nsys_on, workers=workers))
-        else:
-            try:
-                runner.check_resume_gpus(bundle, env, list(models), True)
-            except FaprofError:
-                bundle = None  # a refused resume leaves the bundle as it was
-                raise
-            bundle.update_manifest(status="running")
-            bundle.compact()
-            bundle.log(f"resumed on the Dask cluster at {options.cluster}")
+        resumed, bundle = bundle, None  # a refused resume leaves the bundle as it was
+        bundle = runner.open_run(resumed, su, env, list(models), workers, True, f"the Dask cluster at {options.cluster}")
         return _run(client, bundle, su, models, workers, resources, progress, futures)
     except KeyboardInterrupt:
         client.cancel(futures)

@@ -177,20 +177,9 @@ def profile(scenario_spec: str | Path | Scenario, options: ProfileOptions | None
             env = runner.call(env_task, timeout_s=options.task_timeout_s)
         cuda_ok = bool(env.get("cuda_available"))
         models = list(dict.fromkeys(s.model for s in slots)) if slots else [env.get("gpu_name") or "cpu"]
-        if bundle is None:
-            bundle = Bundle.create(options.out_dir, scenario.name,
-                                   (env.get("gpu_name") or "cpu") if len(models) == 1 else "mixed",
-                                   new_manifest(scenario, options, env, timing, pairs, ncu_set, nsys_on,
-                                                workers=[s.record() for s in slots] or None))
-        else:
-            try:
-                check_resume_gpus(bundle, env, models, bool(slots))
-            except FaprofError:
-                bundle = None  # a refused resume leaves the bundle as it was
-                raise
-            bundle.update_manifest(status="running")
-            bundle.compact()
-            bundle.log(f"resumed on {', '.join(m for m in models) if slots else env.get('gpu_name') or 'cpu'}")
+        resumed, bundle = bundle, None  # a refused resume leaves the bundle as it was
+        bundle = open_run(resumed, su, env, models, [s.record() for s in slots] or None, bool(slots),
+                          ", ".join(models) if slots else env.get("gpu_name") or "cpu")
         progress("bundle", {"path": str(bundle.path)})
         manifest_env = bundle.manifest().get("env", env)
         said: set[str] = set()
@@ -295,6 +284,22 @@ def new_manifest(scenario: Scenario, options: ProfileOptions, env: dict[str, Any
     if workers is not None:
         m["workers"] = workers
     return m
+
+
+def open_run(resumed: Bundle | None, su: RunSetup, env: dict[str, Any], models: list[str],
+             workers: list[dict[str, Any]] | None, multi: bool, where: str) -> Bundle:
+    """The run's bundle: a new one (named after its GPU model, or 'mixed'), or `resumed` once its
+    GPUs are checked against these (compacted, marked running, the resume logged as on `where`)."""
+    if resumed is None:
+        return Bundle.create(su.options.out_dir, su.scenario.name,
+                             (env.get("gpu_name") or "cpu") if len(models) == 1 else "mixed",
+                             new_manifest(su.scenario, su.options, env, su.timing, su.pairs, su.ncu_set, su.nsys_on,
+                                          workers=workers))
+    check_resume_gpus(resumed, env, models, multi)
+    resumed.update_manifest(status="running")
+    resumed.compact()
+    resumed.log(f"resumed on {where}")
+    return resumed
 
 
 def check_resume_gpus(bundle: Bundle, env: dict[str, Any], models: list[str], multi: bool) -> None:
