@@ -162,26 +162,51 @@ def scaling(df: pd.DataFrame, variant: str, axis: str = "B") -> pd.DataFrame:
             continue
         g = g.sort_values(axis)
         base = g.iloc[0]
+        # A row measured once carries the first scenario group that names its shape, so a scaling
+        # series can span groups; it is labelled by the group most of its rows came from.
+        label = g["group"].fillna("").value_counts().idxmax() if "group" in g else ""
         for _, r in g.iterrows():
             ratio = r[axis] / base[axis]
             thr_speedup = (r["flops"] / r["median_ms"]) / (base["flops"] / base["median_ms"])
-            rows.append({**{c: r[c] for c in others}, axis: r[axis], "median_ms": r["median_ms"],
+            rows.append({"group": label, **{c: r[c] for c in others}, axis: r[axis], "median_ms": r["median_ms"],
                          "throughput_vs_smallest": thr_speedup, "efficiency_pct": 100 * thr_speedup / ratio})
     return pd.DataFrame(rows)
 
 
 def fwd_bwd_table(df: pd.DataFrame, variant: str) -> pd.DataFrame:
-    """Report 002's 'Forward | Backward | ratio | total' table from fwd and bwd rows of one variant."""
+    """Report 002's 'Forward | Backward | ratio | total' table from fwd and bwd rows of one variant,
+    with each direction's TFLOP/s where the rows carry it."""
     t = df[(df["variant"] == variant) & df["status"].isin(TIMED)]
     if t.empty:
         return pd.DataFrame()
     cols = ["B", "H", "Sq", "Sk", "D", "dtype", "causal"]
-    f = t[t["direction"] == "fwd"][[*cols, "median_ms"]].rename(columns={"median_ms": "fwd_ms"})
-    b = t[t["direction"] == "bwd"][[*cols, "median_ms"]].rename(columns={"median_ms": "bwd_ms"})
-    fb = t[t["direction"] == "fwd_bwd"][[*cols, "median_ms"]].rename(columns={"median_ms": "fwd_bwd_ms"})
-    out = f.merge(b, on=cols, how="inner").merge(fb, on=cols, how="left")
+    vals = ["median_ms", *(["tflops"] if "tflops" in t else [])]
+
+    def part(direction: str, tag: str) -> pd.DataFrame:
+        return t[t["direction"] == direction][[*cols, *vals]].rename(
+            columns={"median_ms": f"{tag}_ms", "tflops": f"{tag}_tflops"})
+
+    out = part("fwd", "fwd").merge(part("bwd", "bwd"), on=cols, how="inner").merge(part("fwd_bwd", "fwd_bwd"), on=cols, how="left")
     out["bwd_over_fwd"] = out["bwd_ms"] / out["fwd_ms"]
     return out
+
+
+def fwd_bwd_tables(df: pd.DataFrame) -> pd.DataFrame:
+    """fwd_bwd_table for every variant that has both forward and backward timings, one frame with a
+    `variant` column first."""
+    if df.empty or "direction" not in df:
+        return pd.DataFrame()
+    t = df[df["status"].isin(TIMED)]
+    out = []
+    for v in sorted(t["variant"].unique()):
+        if {"fwd", "bwd"} <= set(t.loc[t["variant"] == v, "direction"]):
+            fb = fwd_bwd_table(t, v)
+            if not fb.empty:
+                out.append(fb.assign(variant=v))
+    if not out:
+        return pd.DataFrame()
+    res = pd.concat(out, ignore_index=True)
+    return res[["variant", *[c for c in res.columns if c != "variant"]]]
 
 
 def memory_table(df: pd.DataFrame, standard: str = "torch_standard", flash: str = "sdpa_flash") -> pd.DataFrame:

@@ -476,21 +476,8 @@ def ranking_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def fwd_bwd_tables(df: pd.DataFrame) -> pd.DataFrame:
-    """analysis.fwd_bwd_table for every variant with both forward and backward rows."""
-    if df.empty or "direction" not in df:
-        return pd.DataFrame()
-    out = []
-    t = timed(df)
-    for v in sorted(t["variant"].unique()):
-        dirs = set(t.loc[t["variant"] == v, "direction"])
-        if {"fwd", "bwd"} <= dirs:
-            fb = analysis.fwd_bwd_table(t, v)
-            if not fb.empty:
-                out.append(fb.assign(variant=v))
-    if not out:
-        return pd.DataFrame()
-    res = pd.concat(out, ignore_index=True)
-    return res[["variant", *[c for c in res.columns if c != "variant"]]]
+    """analysis.fwd_bwd_tables over the timed rows."""
+    return analysis.fwd_bwd_tables(timed(df)) if not df.empty else pd.DataFrame()
 
 
 def memory_tables(df: pd.DataFrame, baseline: str | None = None) -> pd.DataFrame:

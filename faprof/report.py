@@ -500,7 +500,7 @@ def _appendix(bundle: Bundle, df: pd.DataFrame, m: dict[str, Any], blks: list[Bl
             parts += [f"### First output elements, {rt.shape(df[df['shape_id'] == sid].iloc[0])}", "", rt.md_table(s)]
     for title, frame in (("Throughput against peak", rt.throughput_frame(df)),
                          ("Latency, tokens/s and memory", rt.latency_frame(df)),
-                         (f"Forward and backward ({m['scenario']['baseline']})", rt.fwd_bwd_frame(df, m["scenario"]["baseline"])),
+                         ("Forward and backward", rt.fwd_bwd_frame(df)),
                          ("Memory (MiB: measured extra memory per call, and analytic footprints)", rt.memory_frame(df)),
                          ("Scaling over batch size", rt.scaling_frame(df)),
                          ("Bandwidth utilization", rt.bandwidth_frame(df)),

@@ -152,14 +152,19 @@ def bandwidth_frame(df: pd.DataFrame) -> pd.DataFrame:
     } for _, r in t.iterrows()])
 
 
-def fwd_bwd_frame(df: pd.DataFrame, variant: str) -> pd.DataFrame:
-    fb = analysis.fwd_bwd_table(df, variant)
+def fwd_bwd_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Report 002's gradient table for every variant with forward and backward rows: each direction's
+    time and TFLOP/s, backward over forward, and the measured forward+backward call."""
+    fb = analysis.fwd_bwd_tables(df)
     if fb.empty:
         return fb
     return pd.DataFrame([{
+        "variant": r["variant"],
         "shape": f"B={r['B']} H={r['H']} S={r['Sq']} D={r['D']} {r['dtype']}" + (" causal" if r["causal"] else ""),
         "forward ms": f.ms(r["fwd_ms"]), "backward ms": f.ms(r["bwd_ms"]), "forward+backward ms": f.ms(r.get("fwd_bwd_ms")),
         "backward / forward": f.ratio(r["bwd_over_fwd"]),
+        "forward TFLOP/s": f.sig(r.get("fwd_tflops")), "backward TFLOP/s": f.sig(r.get("bwd_tflops")),
+        "fwd+bwd TFLOP/s": f.sig(r.get("fwd_bwd_tflops")),
     } for _, r in fb.iterrows()])
 
 
@@ -188,6 +193,7 @@ def scaling_frame(df: pd.DataFrame) -> pd.DataFrame:
     if sc.empty:
         return sc
     return pd.DataFrame([{
+        **({"group": r["group"]} if "group" in r.index else {}),
         "variant": r["variant"], "shape (B varies)": f"H={r['H']} S={r['Sq']} D={r['D']} {r['dtype']}" + (" causal" if r["causal"] else ""),
         "B": f.integer(r["B"]), "median ms": f.ms(r["median_ms"]), "throughput vs smallest B": f.ratio(r["throughput_vs_smallest"]),
         "efficiency %": f.pct(r["efficiency_pct"]),
