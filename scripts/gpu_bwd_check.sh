@@ -61,7 +61,7 @@ printf '%s\n' "${summary[@]}"
 $PY - "$OUT/runs" <<'PYEOF'
 import sys, glob
 import pandas as pd
-paths = sorted(glob.glob(f"{sys.argv[1]}/*h100_bwd*/measurements.parquet"))
+paths = sorted(glob.glob(f"{sys.argv[1]}/*h100-bwd*/measurements.parquet"))
 if not paths:
     sys.exit("no h100_bwd bundle")
 m = pd.read_parquet(paths[-1])

@@ -140,12 +140,19 @@ def _grads(kernel: str, deterministic: bool, q, k, v, dout, causal: bool, single
 @pytest.mark.parametrize("kernel,dtype", [("fa2", torch.float32), ("fa2_mma", torch.float16),
                                           ("fa2_mma", torch.bfloat16)])
 def test_atomic_and_deterministic_agree(ops, kernel, dtype, causal):
-    """Same dK and dV bit for bit (one code path), dQ within a few roundings; the deterministic
-    path repeats bit for bit."""
+    """dK and dV bit for bit where both paths sum the query tiles in the same order (fa2, and
+    fa2_mma causal), within a few roundings where fa2_mma's atomic path staggers its first query
+    tile (non-causal: each block starts at its own tile and wraps, so dK/dV add the same terms in
+    another order); dQ within a few roundings; the deterministic path repeats bit for bit."""
     q, k, v, dout = (torch.randn(2, 3, 517, 128, device="cuda", dtype=dtype) for _ in range(4))
     dq_a, dk_a, dv_a = _grads(kernel, False, q, k, v, dout, causal)
     dq_d, dk_d, dv_d = _grads(kernel, True, q, k, v, dout, causal)
-    assert torch.equal(dk_a, dk_d) and torch.equal(dv_a, dv_d)
+    if kernel == "fa2_mma" and not causal:
+        for name, a, d in (("dk", dk_a, dk_d), ("dv", dv_a, dv_d)):
+            rel = float((a.double() - d.double()).norm() / d.double().norm())
+            assert 0 < rel < 2e-3, (name, rel)  # 0 would mean the stagger is gone: revisit this test
+    else:
+        assert torch.equal(dk_a, dk_d) and torch.equal(dv_a, dv_d)
     rel = float((dq_a.double() - dq_d.double()).norm() / dq_d.double().norm())
     assert rel < (1e-6 if dtype == torch.float32 else 2e-3), rel
     again = _grads(kernel, True, q, k, v, dout, causal)
