@@ -72,7 +72,11 @@ def test_command_basic_exact_argv():
         "--nvtx-include",
         "naive/",
         "--nvtx-include",
+        "naive",
+        "--nvtx-include",
         "fa2/",
+        "--nvtx-include",
+        "fa2",
         "--set",
         "basic",
         "--cache-control",
@@ -120,6 +124,8 @@ def test_command_full_with_metrics_source_shapes_and_user_variants():
         "--nvtx",
         "--nvtx-include",
         "fa2/",
+        "--nvtx-include",
+        "fa2",
         "--set",
         "full",
         "--metrics",
@@ -196,7 +202,10 @@ def test_command_rejects_bad_options(kwargs, words):
 
 
 def test_nvtx_filter_includes_each_variant_range_once():
-    assert ncu.nvtx_filter(["a", "b", "a", ""]) == ["--nvtx", "--nvtx-include", "a/", "--nvtx-include", "b/"]
+    # 'a/': the push/pop range on the launching thread; 'a': the start/end range of that name, open
+    # for every thread (a backward's kernels are launched by autograd's thread)
+    assert ncu.nvtx_filter(["a", "b", "a", ""]) == ["--nvtx", "--nvtx-include", "a/", "--nvtx-include", "a",
+                                                    "--nvtx-include", "b/", "--nvtx-include", "b"]
     assert ncu.nvtx_filter([]) == ["--nvtx", "--nvtx-exclude", "faprof_warmup/"]
 
 
@@ -406,7 +415,7 @@ def _reader():
     return mod
 
 
-FIXTURES = ("tiny_full", "tiny_basic", "fa_basic", "fa_full")
+FIXTURES = ("tiny_full", "tiny_basic", "fa_basic", "fa_full", "bwd_basic")
 
 
 @pytest.fixture(scope="session")
@@ -494,6 +503,28 @@ def test_ranges_attribute_every_kernel_of_the_faprof_target(reports):
         assert launches == list(range({"naive": 3}.get(variant, 1)))
     assert set(df["iteration"].dropna()) == {0}
     assert df["nvtx"].str.endswith("/iter0").all()
+
+
+def test_backward_kernels_launched_by_autograds_thread_are_attributed(reports):
+    """bwd_basic (scripts/record_ncu_bwd_fixture.sh): fa2_mma and fa2_mma_det, bwd and fwd_bwd calls.
+    The backward kernels carry no push/pop range of faprof's (autograd's thread launched them); the
+    start/end ranges place them, so every kernel of every call is attributed, in launch order."""
+    df, plan = _report(reports, "bwd_basic")
+    k = df.drop_duplicates("kernel_id")
+    assert k["variant"].notna().all(), k[k["variant"].isna()]["kernel"].tolist()
+    ran = {(p["variant"], p["shape_id"]) for p in plan["pairs"] if p["ran"]}
+    assert set(zip(k["variant"], k["shape_id"], strict=True)) == ran and len(ran) == 4
+    for (variant, shape_id), g in k.groupby(["variant", "shape_id"]):
+        names = list(g.sort_values("launch")["kernel"])
+        assert list(g.sort_values("launch")["launch"]) == list(range(len(names)))
+        bwd = [n for n in names if "bwd" in n]
+        assert len(bwd) == 3 and any("preprocess" in n for n in bwd), (variant, names)
+        assert ("dq_kernel" in " ".join(bwd)) == (variant == "fa2_mma_det")
+        assert len(names) == (4 if shape_id.endswith("_fwd_bwd") else 3), names
+        if shape_id.endswith("_fwd_bwd"):
+            assert "fwd" in names[0]  # the forward: on the calling thread, before the backward
+    assert set(k["iteration"]) == {0}
+    assert k["nvtx"].str.endswith("/iter0").all()
 
 
 def test_kernels_outside_every_range_stay_unattributed(reports):

@@ -274,7 +274,8 @@ def test_collect_runs_ncu_and_writes_the_tables(fake_env):
     args = json.loads(fake_env["args"].read_text())
     raw = fake_env["bundle"].path / "raw"
     # cpu_ref runs on the host: no NVTX range of it is profiled
-    assert args[:6] == ["--nvtx", "--nvtx-include", "naive/", "--nvtx-include", "fa2/", "--set"]
+    assert args[:10] == ["--nvtx", "--nvtx-include", "naive/", "--nvtx-include", "naive",
+                        "--nvtx-include", "fa2/", "--nvtx-include", "fa2", "--set"]
     assert (
         args[args.index("--cache-control") + 1] == "all" and args[args.index("--clock-control") + 1] == "none"
     )
@@ -332,7 +333,7 @@ def test_faprof_set_selectors_reach_ncu_and_the_target(fake_env):
     rec = m["ncu"]
     assert rec["status"] == "ok", rec
     args = json.loads(fake_env["args"].read_text())
-    assert args[:3] == ["--nvtx", "--nvtx-include", "fa2/"] and "naive/" not in args
+    assert args[:5] == ["--nvtx", "--nvtx-include", "fa2/", "--nvtx-include", "fa2"] and "naive/" not in args
     sections = [args[i + 1] for i, a in enumerate(args) if a == "--section"]
     assert sections == list(ncu.FAPROF_SECTIONS) and "--set" not in args
     assert args[args.index("--kernel-name") + 1] == "regex:fa2_.*"

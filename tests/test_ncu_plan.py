@@ -202,6 +202,8 @@ def test_faprof_set_command_line():
         "--nvtx",
         "--nvtx-include",
         "fa2/",
+        "--nvtx-include",
+        "fa2",
         "--section",
         "SpeedOfLight",
         "--section",

@@ -69,18 +69,20 @@ def set_args(ncu_set: str) -> list[str]:
 
 
 def nvtx_filter(variants: Sequence[str]) -> list[str]:
-    """ncu's NVTX filter arguments: include each variant's push/pop range, or exclude the warm-up.
+    """ncu's NVTX filter arguments: include each variant's ranges, or exclude the warm-up.
 
     `<variant>/` selects kernels launched while the push/pop range `<variant>` is on the thread's
-    NVTX stack (the target nests `<shape_id>` and `iter<i>` inside it); the warm-up range is a
-    sibling, never inside a variant range, so it is not profiled. Without variant names the filter
-    falls back to excluding `faprof_warmup/`, which also profiles kernels outside every range.
+    NVTX stack (the target nests `<shape_id>` and `iter<i>` inside it); `<variant>` (no '/')
+    selects those launched while the start/end range of that name is open on any thread, which
+    is what catches a backward's kernels (autograd launches them from its own thread). ncu ORs
+    the includes. The warm-up is outside both, so it is not profiled. Without variant names the
+    filter falls back to excluding `faprof_warmup/`, which also profiles kernels outside every range.
     """
     args = ["--nvtx"]
     names = list(dict.fromkeys(v for v in variants if v))
     if names:
         for v in names:
-            args += ["--nvtx-include", f"{v}/"]
+            args += ["--nvtx-include", f"{v}/", "--nvtx-include", v]
     else:
         args += ["--nvtx-exclude", f"{WARMUP_RANGE}/"]
     return args

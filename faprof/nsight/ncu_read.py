@@ -125,8 +125,10 @@ def load_report_module(ncu: str | Path | None = None) -> tuple[ModuleType, str]:
     )
 
 
-def nvtx_stack(action: Any) -> list[str]:
-    """The names of the push/pop ranges open when the kernel launched, outermost first (all domains)."""
+def nvtx_stack(action: Any, kind: str = "push_pop") -> list[str]:
+    """The names of the NVTX ranges open when the kernel launched (all domains): the launching
+    thread's push/pop ranges outermost first, or with kind='start_end' the process-wide start/end
+    ranges in the order they were started."""
     state = action.nvtx_state()
     if state is None:
         return []
@@ -135,11 +137,30 @@ def nvtx_stack(action: Any) -> list[str]:
         dom = state.domain_by_id(dom_id)
         if dom is None:
             continue
-        for i in range(len(dom.push_pop_ranges())):
-            r = dom.push_pop_range(i)
+        listed, get = ((dom.push_pop_ranges, dom.push_pop_range) if kind == "push_pop"
+                       else (dom.start_end_ranges, dom.start_end_range))
+        for i in range(len(listed())):
+            r = get(i)
             if r is not None:
                 names.append(r.name())
     return names
+
+
+def kernel_ranges(action: Any, pairs: set[tuple[str, str]] | None) -> tuple[list[str], tuple[str | None, str | None, int | None]]:
+    """(the range names that place the kernel, attribute() of them): the launching thread's
+    push/pop stack, else the start/end ranges (a backward launched by autograd's thread has no
+    push/pop ranges of faprof's; the target opens the same names as start/end ranges)."""
+    stack = nvtx_stack(action)
+    found = attribute(stack, pairs)
+    if found[0] is None or found[1] is None:
+        try:
+            process = nvtx_stack(action, "start_end")
+        except Exception:  # a report module without start/end ranges: push/pop only
+            process = []
+        alt = attribute(process, pairs)
+        if alt[0] is not None and alt[1] is not None:
+            return process, alt
+    return stack, found
 
 
 def attribute(
@@ -456,8 +477,7 @@ def _read_context(
         rng = ctx.range_by_idx(ri)
         for ai in range(rng.num_actions()):
             action = rng.action_by_idx(ai)
-            stack = nvtx_stack(action)
-            variant, shape_id, iteration = attribute(stack, pairs)
+            stack, (variant, shape_id, iteration) = kernel_ranges(action, pairs)
             if variant is not None and shape_id is not None:
                 launch = launches.get((variant, shape_id), 0)
                 launches[(variant, shape_id)] = launch + 1

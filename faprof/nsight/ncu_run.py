@@ -402,7 +402,7 @@ def collect(
         user_metrics=list(settings.metrics),
         import_source=import_source,
         command=argv,
-        nvtx_include=[f"{v}/" for v in nplan.variants],
+        nvtx_include=[x for v in nplan.variants for x in (f"{v}/", v)],
         report=f"raw/{report.name}",
         plan_file=f"raw/{PLAN_FILE}",
         log=f"raw/{LOG_FILE}",

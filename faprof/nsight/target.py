@@ -7,7 +7,10 @@ Run as `python -m faprof.nsight.target --scenario S --tool ncu|nsys [--variants 
    `faprof_warmup` (outside the ranges the profilers select);
 2. runs `iters` calls inside nested NVTX ranges: `<variant>` > `<shape_id>` > `iter<i>`, so a kernel's
    range stack reads `variant/shape_id/iter0` — ncu selects with `--nvtx-include "variant/"`
-   and nsys joins kernels to ranges through their launch's correlationId. Under nsys each call is
+   and nsys joins kernels to ranges through their launch's correlationId. Under ncu the same three
+   names are also opened as start/end (process-wide) ranges, selected with `--nvtx-include
+   "variant"`: a backward's kernels are launched by autograd's own thread, outside the caller's
+   push/pop ranges. Under nsys each call is
    preceded by the harness's L2 flush (`harness.L2Flusher`), outside the `iter` range, so the capture
    sees a cold L2 as the timing harness does; under ncu `--cache-control all` flushes instead.
 
@@ -31,14 +34,27 @@ WARMUP_CALLS = 3
 
 
 @contextmanager
-def nvtx_range(name: str):
+def nvtx_range(name: str, process: bool = False):
+    """A push/pop range `name` on this thread; with `process`, also a start/end (process-wide) range
+    of the same name.
+
+    Push/pop ranges belong to the thread that pushed them, and PyTorch's autograd engine launches a
+    CUDA backward from its own device thread, so the kernels of `torch.autograd.grad` are outside
+    every push/pop range of the caller. A start/end range is open for every thread of the process:
+    ncu selects it with `--nvtx-include <name>` (no '/') and lists it under the kernel's start/end
+    ranges, which is how faprof attributes backward kernels (measured with ncu 2025.3 on an H100:
+    `pp/` caught none of SDPA's three backward kernels, the start/end range all three).
+    """
     import torch
 
+    rid = torch.cuda.nvtx.range_start(name) if process else None
     torch.cuda.nvtx.range_push(name)
     try:
         yield
     finally:
         torch.cuda.nvtx.range_pop()
+        if rid is not None:
+            torch.cuda.nvtx.range_end(rid)
 
 
 def range_path(variant: str, shape_id: str, iteration: int | None = None) -> str:
@@ -105,11 +121,12 @@ def run(scenario_spec: str, tool: str, variant_names: list[str] | None, iters: i
                     call()
             torch.cuda.synchronize()
             start()
-            with nvtx_range(variant.name), nvtx_range(problem.shape_id):
+            process = tool == "ncu"  # nsys joins kernels to ranges by launch correlation (nsys.py)
+            with nvtx_range(variant.name, process), nvtx_range(problem.shape_id, process):
                 for i in range(iters):
                     if flush is not None:
                         flush()
-                    with nvtx_range(f"iter{i}"):
+                    with nvtx_range(f"iter{i}", process):
                         call()
             torch.cuda.synchronize()
             entry["ran"] = True
