@@ -267,13 +267,28 @@ def _measured(p: dict[str, Any], r: pd.Series) -> tuple[str, float]:
     return "", math.nan
 
 
+def _bwd_over_fwd(p: dict[str, Any], df: pd.DataFrame, variant: str) -> tuple[str, float]:
+    """A published backward/forward time ratio's counterpart: the variant's bwd and fwd medians at
+    the figure's shape (one of each), as text and number."""
+    shape = {k: v for k, v in (p.get("shape") or {}).items() if k != "direction"}
+    rows = {d: _match({**p, "shape": {**shape, "direction": d}}, df, variant) for d in ("fwd", "bwd")}
+    if any(len(t) != 1 for t in rows.values()):
+        n = {d: len(t) for d, t in rows.items()}
+        return (f"{n['fwd']} forward and {n['bwd']} backward rows match; see the tables" if any(n.values()) else ""), math.nan
+    fwd, bwd = (f.num(rows[d].iloc[0]["median_ms"]) for d in ("fwd", "bwd"))
+    v = bwd / fwd if fwd > 0 else math.nan
+    return f"{f.ratio(v)} ({f.ms(bwd)} / {f.ms(fwd)} ms)", v
+
+
 def published_rows(df: pd.DataFrame, manifest: dict[str, Any]) -> list[dict[str, Any]]:
     """Each published figure with this run's counterpart (variant, text, value, ratio) where one exists."""
     out = []
     for p in manifest.get("published") or []:
         variant, how = _stand_in(p, df)
         text, value, ratio_words = "", math.nan, ""
-        if variant:
+        if variant and p.get("what") == "bwd_over_fwd":
+            text, value = _bwd_over_fwd(p, df, variant)
+        elif variant:
             t = _match(p, df, variant)
             if len(t) == 1:
                 text, value = _measured(p, t.iloc[0])

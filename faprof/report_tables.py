@@ -174,7 +174,7 @@ def memory_frame(df: pd.DataFrame) -> pd.DataFrame:
     mem = analysis.memory_table(df)
     if mem.empty:
         return mem
-    out = pd.DataFrame({"shape": [f"B={r['B']} H={r['H']} S={r['Sq']} D={r['D']} {r['dtype']}" for _, r in mem.iterrows()]})
+    out = pd.DataFrame({"shape": [shape(r) for _, r in mem.iterrows()]})
     for c in mem.columns:
         if c in ("B", "H", "Sq", "Sk", "D", "dtype", "causal", "direction"):
             continue
