@@ -1,8 +1,8 @@
 """`faprof profile --cluster ADDRESS`: the run's tasks on an existing Dask distributed cluster.
 
 Dask does the scheduling: every (variant, problem) task is a future (`resources={"GPU": 1}` when
-the workers declare GPU resources, none on CPU-only clusters), pinned to the workers of one GPU
-model, and rows are collected with `as_completed` into the local bundle as they finish. On the
+the workers declare GPU resources, none on CPU-only clusters; workers declaring none are then left
+out), pinned to the workers of its GPU model when the cluster has several models, and rows are collected with `as_completed` into the local bundle as they finish. On the
 Dask worker, the task runs in faprof's own worker subprocess (`faprof.worker.Worker`, one per Dask
 worker thread, kept between tasks), so a faulting kernel kills that subprocess and becomes a
 `failed` row, as on one machine, while the Dask worker lives on.
@@ -160,13 +160,44 @@ def check_workers(client: Any, local: dict[str, Any] | None = None) -> dict[str,
     return remote
 
 
+def _workers_info(client: Any) -> dict[str, dict[str, Any]]:
+    info = client.scheduler_info(n_workers=-1) if _takes_n_workers(client) else client.scheduler_info()
+    return dict(info.get("workers", {}))
+
+
 def gpu_resources(client: Any) -> dict[str, int] | None:
     """{'GPU': 1} when the workers declare GPU resources (`dask worker --resources GPU=1`), else None."""
-    info = client.scheduler_info(n_workers=-1) if _takes_n_workers(client) else client.scheduler_info()
-    workers = info.get("workers", {})
-    if any((w.get("resources") or {}).get("GPU") for w in workers.values()):
+    if any((w.get("resources") or {}).get("GPU") for w in _workers_info(client).values()):
         return {"GPU": 1}
     return None
+
+
+def usable_workers(client: Any, addresses: list[str], resources: dict[str, int] | None) -> tuple[list[str], list[str]]:
+    """(the workers faprof sends tasks to, a note for each one left out).
+
+    With GPU resources declared, a task needs `GPU=1`, so a worker declaring none could never run
+    one (and reading its environment would wait for ever): it is left out and named."""
+    if resources is None:
+        return addresses, []
+    info = _workers_info(client)
+    keep = [a for a in addresses if (info.get(a, {}).get("resources") or {}).get("GPU")]
+    notes = [f"Dask worker {a} declares no GPU resource: left out (start it with --resources GPU=1)"
+             for a in addresses if a not in keep]
+    return keep, notes
+
+
+def check_gpu_sharing(client: Any, envs: list[dict[str, Any]], resources: dict[str, int] | None) -> None:
+    """FaprofError when a GPU worker would run several tasks at once on its one GPU: no GPU resource
+    declared and more than one thread (Dask runs one task per thread), so timings would overlap."""
+    if resources is not None:
+        return
+    info = _workers_info(client)
+    for e in envs:
+        threads = int(info.get(e.get("dask_worker"), {}).get("nthreads") or 1)
+        if e.get("cuda_available") and threads > 1:
+            raise FaprofError(f"Dask worker {e.get('dask_worker')} has a GPU, {threads} threads and no GPU resource: "
+                              "it would time several kernels at once on one GPU; start GPU workers with "
+                              "`dask worker ADDRESS --resources GPU=1` (or --nthreads 1)")
 
 
 def _takes_n_workers(client: Any) -> bool:
@@ -194,11 +225,14 @@ def profile(scenario_spec: Any, options: Any, progress: Any, resume: Any = None)
         check_workers(client)
         resources = gpu_resources(client)
         progress("status", {"message": "reading every worker's environment"})
-        addresses = sorted(client.run(worker_versions))
+        addresses, left_out = usable_workers(client, sorted(client.run(worker_versions)), resources)
+        for note in left_out:
+            progress("warning", {"message": note})
         env_futs = [client.submit(remote_env, options.user_variants, options.ceilings and resume is None,
                                   options.task_timeout_s, workers=[a], allow_other_workers=False, pure=False,
                                   resources=resources) for a in addresses]
         envs = client.gather(env_futs)
+        check_gpu_sharing(client, envs, resources)
         models: dict[str, list[str]] = {}
         for e in envs:
             models.setdefault(e.get("gpu_name") or "cpu", []).append(e["dask_worker"])
@@ -267,8 +301,11 @@ def _run(client: Any, bundle: Any, su: Any, models: dict[str, list[str]], worker
             emit(row)
             continue
         key = f"{model}|{variant.name}|{problem.shape_id}"
+        # Pinned to its model's workers only where the cluster mixes models: a pin names worker
+        # addresses, and a worker its nanny restarts comes back under a new one.
+        pin = {"workers": addrs, "allow_other_workers": False} if len(models) > 1 else {}
         fut = client.submit(run_remote, task, options.user_variants, options.task_timeout_s, topic, key,
-                            workers=addrs, allow_other_workers=False, resources=resources, pure=False,
+                            resources=resources, pure=False, **pin,
                             key=f"faprof-{variant.name}-{problem.shape_id}-{time.time_ns()}")
         futures.append(fut)
         pending[fut] = (row, problem, variant, model)

@@ -39,6 +39,12 @@ def _env(task: dict[str, Any]) -> dict[str, Any]:
     out = env.host_env()
     out.update(env.gpu_env())
     out["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")  # the worker's GPU pinning (--gpus)
+    try:  # host threads for CPU rows and references (--gpus gives each worker its share of the cores)
+        import torch
+
+        out["torch_threads"] = torch.get_num_threads()
+    except Exception:
+        out["torch_threads"] = None
     if out.get("cuda_available"):
         from faprof import cupti_timer
 

@@ -75,3 +75,32 @@ def test_a_task_whose_dask_worker_dies_twice_becomes_a_failed_outcome():
         fut = client.submit(cluster.run_remote, {"op": "die_host"}, [], 30.0, "faprof-test-topic", "k1", pure=False)
         out = fut.result(timeout=120)
     assert out["kind"] == "died" and "lost twice" in out["payload"] and out["attempts"] == 3
+
+
+class _Info:
+    """A client answering scheduler_info() as Dask's does, for the worker-selection rules."""
+
+    def __init__(self, workers):
+        self._workers = workers
+
+    def scheduler_info(self, n_workers=None):
+        return {"workers": self._workers}
+
+
+def test_with_gpu_resources_a_worker_declaring_none_is_left_out_by_name():
+    client = _Info({"tcp://a:1": {"resources": {"GPU": 1}, "nthreads": 1},
+                    "tcp://b:1": {"resources": {}, "nthreads": 4}})
+    assert cluster.gpu_resources(client) == {"GPU": 1}
+    keep, notes = cluster.usable_workers(client, ["tcp://a:1", "tcp://b:1"], {"GPU": 1})
+    assert keep == ["tcp://a:1"] and len(notes) == 1 and "tcp://b:1 declares no GPU resource" in notes[0]
+    # a CPU-only cluster (no resources anywhere): every worker
+    assert cluster.usable_workers(client, ["tcp://a:1", "tcp://b:1"], None) == (["tcp://a:1", "tcp://b:1"], [])
+
+
+def test_a_gpu_worker_with_threads_and_no_gpu_resource_is_refused():
+    client = _Info({"tcp://g:1": {"resources": {}, "nthreads": 2}, "tcp://c:1": {"resources": {}, "nthreads": 8}})
+    cpu_only = [{"dask_worker": "tcp://c:1", "cuda_available": False}]
+    cluster.check_gpu_sharing(client, cpu_only, None)  # CPU workers may run tasks side by side
+    with pytest.raises(FaprofError, match=r"tcp://g:1 has a GPU, 2 threads and no GPU resource"):
+        cluster.check_gpu_sharing(client, [*cpu_only, {"dask_worker": "tcp://g:1", "cuda_available": True}], None)
+    cluster.check_gpu_sharing(client, [{"dask_worker": "tcp://g:1", "cuda_available": True}], {"GPU": 1})

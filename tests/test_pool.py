@@ -66,6 +66,9 @@ def test_two_workers_give_the_rows_of_one(runs):
     assert [w["gpu_index"] for w in m["workers"]] == [0, 1]
     # each worker ran pinned to its own index, set before anything in it could initialise CUDA
     assert [w["env"]["cuda_visible_devices"] for w in m["workers"]] == ["0", "1"]
+    # ... and with its share of the host cores (this 2-core machine: one thread each)
+    if not os.environ.get("OMP_NUM_THREADS"):
+        assert [w["env"]["torch_threads"] for w in m["workers"]] == [max(1, pool.host_cores() // 2)] * 2
     df = two.measurements()
     assert set(df["gpu_index"]) == {0, 1}  # both workers took tasks from the one queue
     assert two.pending_rows() == []  # compacted at the end
@@ -94,6 +97,29 @@ def test_task_queue_keeps_models_apart_and_prefers_the_last_shape():
     assert q.take("H100", "a")[1:] == (p2, "v2") and len(q) == 0
 
 
+def test_task_queue_hands_out_host_rows_first_biggest_first():
+    """cpu_ref rows take seconds on the CPU: handed out first (longest first) so that no worker is
+    left running one while the others idle at the end; a worker's last shape still comes first."""
+    small, big = SimpleNamespace(shape_id="s", flops=lambda: 1e6), SimpleNamespace(shape_id="b", flops=lambda: 1e9)
+    gpu, cpu = SimpleNamespace(name="fa2", device="cuda"), SimpleNamespace(name="cpu_ref", device="cpu")
+    q = pool.TaskQueue([("H100", small, gpu), ("H100", big, gpu), ("H100", small, cpu), ("H100", big, cpu)])
+    assert q.take("H100", None)[1:] == (big, cpu)
+    assert q.take("H100", "b")[1:] == (big, gpu)  # the shape it ran last
+    assert q.take("H100", None)[1:] == (small, cpu)
+    assert q.take("H100", None)[1:] == (small, gpu) and len(q) == 0
+
+
+def test_each_of_several_workers_gets_its_share_of_the_host_cores(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(pool, "host_cores", lambda: 32)
+    assert pool.worker_env(1, 2) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "1", "OMP_NUM_THREADS": "16"}
+    assert pool.worker_env(0, 1) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0"}  # one: all cores
+    monkeypatch.setattr(pool, "host_cores", lambda: 2)
+    assert pool.worker_env(0, 3)["OMP_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")  # the user's choice is kept
+    assert "OMP_NUM_THREADS" not in pool.worker_env(0, 2)
+
+
 def test_ctrl_c_stops_handing_out_tasks_and_keeps_finished_rows():
     p = SimpleNamespace(shape_id="a")
     q = pool.TaskQueue([("cpu", p, f"v{i}") for i in range(40)])
@@ -113,6 +139,31 @@ def test_ctrl_c_stops_handing_out_tasks_and_keeps_finished_rows():
     time.sleep(0.3)
     assert len(emitted) == n, "a row was emitted after Ctrl-C"
     assert len(q) >= 40 - n - 2  # no more tasks were taken after the interrupt (two were in flight)
+
+
+def test_an_error_in_one_worker_keeps_the_rows_the_others_finish():
+    """Slot 0 raises on its second task while slot 1 is inside a longer one: slot 1's row is kept
+    (it ran to the end), no task is handed out after the error, and the error is raised."""
+    p = SimpleNamespace(shape_id="a")
+    q = pool.TaskQueue([("cpu", p, f"v{i}") for i in range(10)])
+    slots = [pool.Slot(i, None, {"gpu_name": None}) for i in range(2)]  # type: ignore[arg-type]
+    emitted: list[dict] = []
+    calls = {0: 0, 1: 0}
+
+    def run_one(slot, problem, variant, died_on):
+        calls[slot.index] += 1
+        if slot.index == 0:
+            if calls[0] == 2:
+                raise RuntimeError("bundle disk full")
+            time.sleep(0.02)
+        else:
+            time.sleep(0.3)  # still running when slot 0 fails
+        return {"variant": variant, "slot": slot.index}
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        pool.run_tasks(slots, q, run_one, emitted.append, threading.Event())
+    assert sorted(r["slot"] for r in emitted) == [0, 1], emitted  # slot 1's long task is kept
+    assert calls[1] == 1 and len(q) == 10 - 3
 
 
 def test_a_task_lost_with_its_worker_is_retried_once_on_another_gpu():
