@@ -4,7 +4,7 @@
 # Nsight Compute on the backward, forward and fwd+bwd calls of the 8x512x16x64 problem (faprof's
 # kernels and sdpa_flash), Nsight Systems over the whole scenario, then `faprof report` and
 # `faprof explain` of the bundle, and the backward ncu fixture (scripts/record_ncu_bwd_fixture.sh). Bundle (with raw/ except the big nsys files) tarred under $OUT;
-# a short table last. ~5-7 minutes on an H100 (BUDGET seconds per variant and shape, default 0.3).
+# a short table last. FIXTURE=0 skips the fixture. ~5-7 minutes on an H100 (BUDGET seconds per variant and shape, default 0.3).
 #
 #   OUT=/tmp/out bash scripts/gpu_l20_check.sh
 set -u
@@ -29,7 +29,7 @@ if [ -n "$RUN" ]; then
   $FP explain "$RUN" > "$OUT/logs/explain.txt" 2>&1; summary+=("explain: rc=$?")
 fi
 tail -40 "$OUT/logs/l20.log"
-OUT=$OUT bash scripts/record_ncu_bwd_fixture.sh 2>&1 | tail -30
+[ "${FIXTURE:-1}" = 1 ] && OUT=$OUT bash scripts/record_ncu_bwd_fixture.sh 2>&1 | tail -30
 (cd "$OUT" && tar czf l20_bundle.tgz --exclude='*.nsys-rep' --exclude='*.qdstrm' runs && tar czf l20_logs.tgz logs)
 echo "=== gpu_l20_check summary ==="
 printf '%s\n' "${summary[@]}"

@@ -138,3 +138,29 @@ def test_faprof_set_feeds_stalls_rules_and_advisor_counters(bundle):
     assert (
         not fa2.empty and (fa2["local_ld_sectors"] == 0).all()
     )  # fa2 does not spill (tests/data/ncu/fa_full)
+
+
+def test_backward_kernels_launched_by_autograd_are_profiled(tmp_path):
+    """A backward's kernels come from autograd's own thread, outside the caller's push/pop NVTX
+    ranges; the target's start/end ranges still put them in ncu_summary under their (variant,
+    shape): fa2's bwd call is its preprocess, dK/dV (atomic dQ) and dQ convert kernels, its fwd_bwd
+    call the forward kernel first, then those three."""
+    from faprof.scenarios import parse_scenario
+
+    scen = parse_scenario({
+        "name": "bwd_ncu", "baseline": "fa2", "variants": ["fa2"],
+        "groups": [{"name": "b", "defaults": {"B": 1, "H": 2, "S": 96, "D": 64, "dtype": "fp32"},
+                    "grid": {"direction": ["bwd", "fwd_bwd"]}}],
+        "timing": {"budget_s": 0.05},
+    }, "test")
+    b = runner.profile(scen, runner.ProfileOptions(out_dir=tmp_path, ncu="basic", ceilings=False))
+    assert b.manifest()["ncu"]["status"] == "ok", b.manifest()["ncu"].get("reason")
+    s = b.read("ncu_summary")
+    s = s[s["kernel"] != cat.ALL_KERNELS]
+    # faprof's own kernels, in launch order (torch may add a fill or copy kernel of its own)
+    per = {sid: [k for k in g.sort_values("launch")["kernel"] if k.startswith("fa2_")]
+           for sid, g in s[s["variant"] == "fa2"].groupby("shape_id")}
+    bwd = next(k for sid, k in per.items() if sid.endswith("_bwd") and not sid.endswith("_fwd_bwd"))
+    both = next(k for sid, k in per.items() if sid.endswith("_fwd_bwd"))
+    assert len(bwd) >= 2 and all("bwd" in k for k in bwd) and "fa2_bwd_preprocess_kernel" in bwd, per
+    assert "fwd" in both[0] and both[1:] == bwd, per
