@@ -152,3 +152,24 @@ def test_a_damaged_bundle_writes_nothing(tmp_path):
     with pytest.raises(FaprofError, match="measurements.parquet cannot be read"):
         report.write_reports(Bundle(run), tmp_path / "out" / "deeper")
     assert not (tmp_path / "out").exists()
+
+
+L20 = EXAMPLES / "20261123T110445Z_nvidia-h100-80gb-hbm3_l20-fwd-bwd"
+
+
+def test_report_002s_tables_with_faprofs_backward():
+    """l20_fwd_bwd on the H100 (committed bundle): report 002's gradient table for every variant with
+    both directions (times and TFLOP/s), its two scaling tables told apart, the memory sweep with the
+    direction named, and the report's backward/forward ratio set beside fa2_mma's."""
+    md = report.render_markdown(Bundle(L20))
+    fb = md.split("### Forward and backward")[1].split("\n### ")[0]
+    assert "forward TFLOP/s" in fb and "backward TFLOP/s" in fb and "fwd+bwd TFLOP/s" in fb
+    rows = [ln for ln in fb.splitlines() if ln.startswith("| fa2_mma ")]
+    assert len(rows) == 2 and all("fp16" in r for r in rows)  # D=64 problems: the bwd kernel takes 64, 128
+    assert any(ln.startswith("| sdpa_flash ") for ln in fb.splitlines())
+    sc = md.split("### Scaling over batch size")[1].split("\n### ")[0]
+    assert "| strong scaling" in sc and "| weak scaling" in sc
+    mem = md.split("### Memory")[1].split("\n### ")[0]
+    assert " bwd " in mem and " fwd_bwd " in mem
+    pub = [ln for ln in md.splitlines() if ln.startswith("| bwd over fwd: Flash Attention v2")]
+    assert len(pub) == 1 and re.search(r"fa2_mma: \d\.\d+x \(0\.1\d+ / 0\.03\d+ ms\)", pub[0]), pub
