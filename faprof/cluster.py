@@ -193,7 +193,7 @@ def check_gpu_sharing(client: Any, envs: list[dict[str, Any]], resources: dict[s
         return
     info = _workers_info(client)
     for e in envs:
-        threads = int(info.get(e.get("dask_worker"), {}).get("nthreads") or 1)
+        threads = int(info.get(str(e.get("dask_worker")), {}).get("nthreads") or 1)
         if e.get("cuda_available") and threads > 1:
             raise FaprofError(f"Dask worker {e.get('dask_worker')} has a GPU, {threads} threads and no GPU resource: "
                               "it would time several kernels at once on one GPU; start GPU workers with "
