@@ -439,10 +439,16 @@ def tick_labels(short: dict[str, str], count: int | None = None) -> dict[str, st
     return {k: wrap_label(v, width=8) for k, v in short.items()} if n <= HALF_WIDTH_CATEGORIES else dict(short)
 
 
-def category_ticks(fig, n: int, half_width: bool = True) -> None:
-    """Level ticks when they fit, else angled ones; automargin makes room for them either way."""
-    fits = n <= (HALF_WIDTH_CATEGORIES if half_width else 2 * HALF_WIDTH_CATEGORIES)
-    fig.update_xaxes(tickangle=0 if fits else -40, automargin=True)
+def category_ticks(fig, n: int, half_width: bool = True) -> bool:
+    """Level ticks when they fit, angled ones up to twice that, vertical ones beyond (a label then
+    needs only its line height across the axis: l20_fwd_bwd's 29 shapes); automargin makes room
+    for them either way. Returns whether they are vertical: the labels then take a few hundred
+    pixels of the chart's height, so a legend beside the plot should go above it (`style`'s
+    legend_below)."""
+    level = HALF_WIDTH_CATEGORIES if half_width else 2 * HALF_WIDTH_CATEGORIES
+    vertical = n > 2 * level
+    fig.update_xaxes(tickangle=0 if n <= level else -90 if vertical else -40, automargin=True)
+    return vertical
 
 
 def show(fig, key: str) -> None:

@@ -149,9 +149,9 @@ else:
                                  "reference": True, "reason": True, "problem_x": False})
     fig.update_traces(marker=dict(size=10))
     ui.hline(fig, 1.0, "bound", color=ui.STATUS_COLORS["wrong"], dash="dash")
-    ui.category_ticks(fig, len(order), half_width=False)
+    vertical = ui.category_ticks(fig, len(order), half_width=False)
     ui.show(ui.style(fig, title="Max error over FlashAttention's bound (3 x PyTorch's error in the dtype + eps; log): above 1 fails",
-                     legend_title="variant, status" if several else "variant"), key="variants_error")
+                     legend_title="variant, status" if several else "variant", legend_below=vertical), key="variants_error")
     st.caption("Bound: max |out − ref| ≤ factor × PyTorch's max error computing the same attention in the "
                "problem's dtype + eps (faprof/scenarios.py: DEFAULT_TOLERANCE). A row also fails when any element "
                "exceeds atol + rtol·|ref|, or a timed call's output differs from the checked one, so a wrong row can "
