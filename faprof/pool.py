@@ -196,8 +196,9 @@ class TaskQueue:
                 return None
             same = [i for i in mine if self._tasks[i][1].shape_id == last_shape]
             if not same:
-                host = [i for i in mine if _host_work(self._tasks[i]) > 0]
-                same = sorted(host, key=lambda i: -_host_work(self._tasks[i]))[:1]
+                work = {i: _host_work(self._tasks[i]) for i in mine}
+                biggest = max(mine, key=work.__getitem__)
+                same = [biggest] if work[biggest] > 0 else []
             self.in_flight += 1
             return self._tasks.pop((same or mine)[0])
 
