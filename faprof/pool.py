@@ -91,7 +91,7 @@ class Slot:
                 "env": self.env}
 
 
-#: At least this long for a worker's first answer (its environment): imports, CUDA start-up, ceilings.
+#: At least this long for a worker's first task (its environment): CUDA start-up and the ceilings.
 START_TIMEOUT_S = 120.0
 
 

@@ -10,6 +10,10 @@ waits with a timeout:
   the parent starts a fresh one for the next task;
 - the worker dies (segfault, os._exit, OOM-kill) or does not answer within the timeout -> the
   parent kills it, reports `WorkerDied` with the reason, and starts a fresh one.
+
+The timeout is the task's own: it starts when the worker says it has begun the task. A fresh
+worker first imports torch and faprof (seconds, and far more on a loaded machine), which is
+bounded by START_TIMEOUT_S instead, so a replaced worker's start-up never reads as a hung task.
 """
 
 from __future__ import annotations
@@ -29,6 +33,11 @@ FATAL_CUDA_MARKERS = (
 )
 
 
+#: At most this long for a fresh worker to import torch and faprof and say it is ready, and for a
+#: started worker to pick up a task it was sent (a loaded 2-core machine took over 8 s to start one).
+START_TIMEOUT_S = 300.0
+
+
 class WorkerDied(Exception):
     """The worker process died or hung while running a task."""
 
@@ -44,6 +53,7 @@ def _worker_main(conn, user_variant_specs: list[str], environ: dict[str, str] | 
 
     for spec in user_variant_specs:
         variants.load_user_variants(spec)
+    conn.send(("ready", None))
     state: dict[str, Any] = {}
     while True:
         try:
@@ -52,6 +62,7 @@ def _worker_main(conn, user_variant_specs: list[str], environ: dict[str, str] | 
             return
         if task is None:
             return
+        conn.send(("begun", None))  # the parent's timeout for this task starts now
         try:
             result = tasks.dispatch(task, state)
             conn.send(("ok", result))
@@ -89,8 +100,11 @@ class Worker:
         return self.proc is not None and self.proc.is_alive()
 
     def call(self, task: dict[str, Any], timeout_s: float) -> Any:
-        """Run `task`; return its result, raise RuntimeError-like `TaskError` for an ordinary failure,
-        or `WorkerDied` when the worker crashed, poisoned its context or hung (it is then replaced)."""
+        """Run `task`; return its result, raise `TaskError` for an ordinary failure, or `WorkerDied`
+        when the worker crashed, poisoned its context or hung (it is then replaced).
+
+        `timeout_s` bounds the task itself, from the moment the worker begins it; a fresh worker's
+        start-up and the hand-over are bounded by START_TIMEOUT_S."""
         if not self.alive():
             self.start()
         try:
@@ -98,12 +112,16 @@ class Worker:
         except (BrokenPipeError, OSError):
             self._replace()
             self.conn.send(task)
-        deadline = time.monotonic() + timeout_s
+        started = False
+        deadline = time.monotonic() + max(START_TIMEOUT_S, timeout_s)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self._kill()
-                raise WorkerDied(f"no answer within {timeout_s:.0f} s (hung?); the worker was killed and restarted")
+                if started:
+                    raise WorkerDied(f"no answer within {timeout_s:.0f} s (hung?); the worker was killed and restarted")
+                raise WorkerDied(f"the worker did not start the task within {START_TIMEOUT_S:.0f} s; it was killed "
+                                 "and restarted")
             try:
                 ready = self.conn.poll(min(remaining, 0.5))
             except (EOFError, OSError):
@@ -115,6 +133,12 @@ class Worker:
                     code = self._reap()
                     self.restarts += 1
                     raise WorkerDied(f"the worker process died (exit code {code})") from None
+                if kind == "ready":
+                    continue
+                if kind == "begun":
+                    started = True
+                    deadline = time.monotonic() + timeout_s
+                    continue
                 if kind == "ok":
                     return payload
                 if payload.get("fatal"):

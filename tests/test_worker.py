@@ -83,3 +83,20 @@ def test_profile_run_survives_variants_that_kill_or_hang_the_worker(tmp_path):
     assert df.loc["torch_standard", "status"] == "ok" and df.loc["torch_standard", "max_abs_err"] < 1e-5
     assert df.loc["sdpa_math", "status"] == "ok"
     assert bundle.manifest()["status"] == "complete"
+
+
+def test_a_slow_worker_start_does_not_count_against_the_task_timeout(tmp_path):
+    """The task timeout starts when the worker begins the task: a fresh worker that takes longer to
+    start (imports, a loaded machine) than the task's timeout still runs it, also after a crash
+    replaced it (the flake that read a crash as 'no answer within 8 s (hung?)' on 2 loaded cores)."""
+    slow = tmp_path / "slow_start.py"
+    slow.write_text("import time\ntime.sleep(3)\n")  # a worker start longer than the 1 s task timeout
+    with Worker([str(slow)]) as w:
+        assert w.call({"op": "ping"}, timeout_s=1) == "pong"
+        try:
+            w.call({"op": "die", "code": 7}, timeout_s=1)
+            raise AssertionError("expected WorkerDied")
+        except WorkerDied as e:
+            assert "exit code 7" in str(e)
+        assert w.call({"op": "ping"}, timeout_s=1) == "pong"  # the replacement starts slowly too
+        assert w.restarts == 1
