@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from faprof import dashboard as fd
+from faprof.analysis import runs as fd
 from faprof.errors import FaprofError
 
 RUNS_ENV = "FAPROF_RUNS"
@@ -135,7 +135,7 @@ def setup() -> Context:
                 sources.append((p, "upload"))
         except FaprofError as e:
             data_box.error(f"{up.name}: {e}")
-    if fd.EXAMPLES_DIR.is_dir():
+    if fd.EXAMPLES_DIR is not None:
         sources.append((str(fd.EXAMPLES_DIR), "example"))
 
     paths = [p for p, _ in sources]

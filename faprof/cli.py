@@ -211,14 +211,15 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
     exits 0 for those), or the Nsight Compute stage asked for produced no tables (the reason is
     printed; the timing rows are complete in the bundle); 130 interrupted (finished rows kept).
     """
-    from faprof import analysis, runner
-    from faprof.scenarios import load_scenario
+    from faprof import run as runner
+    from faprof.analysis import core as analysis
+    from faprof.model.scenarios import load_scenario
 
     if not scenario and not resume:
         raise FaprofError("give --scenario NAME|PATH (see `faprof list scenarios`) or --resume RUN")
     if resume and (scenario or variant_list is not None):
         raise FaprofError("--resume finishes a run as it was started: drop --scenario/--variants, or start a new run")
-    from faprof.plan import split_list
+    from faprof.model.plan import split_list
 
     names = [v.strip() for v in variant_list.split(",") if v.strip()] if variant_list is not None else None
     if names == []:
@@ -228,14 +229,14 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
         raise FaprofError("--resume finishes a run with the kernels it was started with: drop --kernel")
     if kernel_name is not None and len(kernels) != 1:
         raise FaprofError("--name names the one --kernel; with several, write --kernel NAME=FILE.cu[:LAUNCHER]")
-    from faprof.user_kernel import make_spec
+    from faprof.variants.user_kernel import make_spec
 
     kernel_specs = [make_spec(k, kernel_name) for k in kernels]
     if gpus is not None and cluster:
         raise FaprofError("--gpus runs on this machine's GPUs, --cluster on a Dask cluster's workers: give one of them")
     if (gpus is not None or cluster) and no_isolate:
         raise FaprofError("--gpus and --cluster run every task in a worker process: drop --no-isolate")
-    from faprof.pool import parse_gpus
+    from faprof.run.pool import parse_gpus
 
     options = runner.ProfileOptions(
         gpus=parse_gpus(gpus), cluster=cluster,
@@ -283,14 +284,7 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
                     bar.update(task_id, current=info.get("message", ""))
 
         try:
-            from faprof.store import Bundle
-
-            if options.cluster or (resume and (Bundle.open(resume).manifest().get("settings") or {}).get("cluster")):
-                from faprof import cluster as dask_cluster
-
-                bundle = dask_cluster.profile(scenario or "", options, progress=on, resume=resume)
-            else:
-                bundle = runner.profile(scenario or "", options, progress=on, resume=resume)
+            bundle = runner.profile(scenario or "", options, progress=on, resume=resume)
         except KeyboardInterrupt:
             path = state.get("path")
             click.echo("", err=True)
@@ -349,7 +343,8 @@ def _ncu_record(path: Any) -> dict[str, Any]:
 def _check_ncu_selectors(scn: Any, options: Any, ncu_set: str | None, explicit: bool) -> None:
     """Refuse bad --ncu-* selectors before any work starts (unknown variant or shape, bad regex, nothing to
     profile); a scenario file's own `collect.ncu` is only checked when selectors are given."""
-    from faprof.nsight import ncu_command, ncu_plan
+    from faprof.nsight.ncu import command as ncu_command
+    from faprof.nsight.ncu import plan as ncu_plan
 
     given = [n for n, v in (("--ncu-variants", options.ncu_variants), ("--ncu-shapes", options.ncu_shapes),
                             ("--ncu-kernel", options.ncu_kernel), ("--ncu-launches", options.ncu_launches)) if v]
@@ -400,8 +395,8 @@ def ncu_cmd(run: str, ncu_set: str, ncu_variants: str | None, ncu_shapes: str | 
     matching none of the kernels seen before, another GPU); 3 no tables (ncu missing, no counter
     permission, the regex matched nothing, ncu failed: one line says why); 130 interrupted.
     """
-    from faprof.nsight.ncu_run import NcuOptions, rerun
-    from faprof.plan import split_list
+    from faprof.model.plan import split_list
+    from faprof.nsight.ncu.run import NcuOptions, rerun
     from faprof.store import resolve_run
 
     bundle = resolve_run(run, runs_dir)
@@ -432,7 +427,7 @@ def ncu_cmd(run: str, ncu_set: str, ncu_variants: str | None, ncu_shapes: str | 
 def list_cmd(what: str, hidden: bool) -> None:
     """List scenarios, variants and known GPUs."""
     if what in ("all", "scenarios"):
-        from faprof.scenarios import list_scenarios, load_scenario
+        from faprof.model.scenarios import list_scenarios, load_scenario
 
         t = Table(title="scenarios", header_style="bold")
         for c in ("name", "problems", "baseline", "description"):
@@ -454,7 +449,7 @@ def list_cmd(what: str, hidden: bool) -> None:
             t.add_row(v.name, v.kind, v.device, ",".join(v.dtypes), ",".join(v.directions), v.description)
         console.print(t)
     if what in ("all", "gpus"):
-        from faprof import gpus
+        from faprof.model import gpus
 
         df = gpus.as_dataframe()
         t = Table(title="GPUs (datasheet figures; dense tensor rates, fp32 accumulate)", header_style="bold")
@@ -510,7 +505,7 @@ def build(arch: str, do_load: bool) -> None:
     With --load, build the torch extension for this GPU instead: the first run compiles (cold),
     later runs in new processes reuse the cached build (warm) while sources and flags are unchanged.
     """
-    from faprof import build as b
+    from faprof.variants import build as b
 
     if do_load:
         info = b.load()
@@ -522,7 +517,7 @@ def build(arch: str, do_load: bool) -> None:
     for a in archs:
         b.require_kernel_arch(a)  # one line before any nvcc runs
     with console.status(f"compiling kernels/*.cu for {', '.join(archs)} (unchanged files come from the cache)"):
-        from faprof.build_report import resource_report
+        from faprof.variants.ptxas import resource_report
 
         df = resource_report(archs=archs)
     console.print(build_table(df))
@@ -590,7 +585,7 @@ def _int(x: Any) -> str:
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
 def show(run: str, runs_dir: Path) -> None:
     """Print a run bundle's table again (RUN: a folder, a run id prefix, or 'latest')."""
-    from faprof import analysis
+    from faprof.analysis import core as analysis
     from faprof.store import resolve_run
 
     bundle = resolve_run(run, runs_dir)
@@ -620,7 +615,7 @@ def report(run: str, out_dir: Path | None, formats: str, runs_dir: Path) -> None
     Markdown, HTML and/or CSV, into RUN/report/ unless --out says otherwise. Everything is read
     and rendered before the folder is made, so a damaged bundle leaves nothing behind.
     """
-    from faprof.report import write_reports
+    from faprof.report.writer import write_reports
     from faprof.store import resolve_run
 
     fmts = tuple(dict.fromkeys(f.strip().lower() for f in formats.split(",") if f.strip()))
@@ -692,7 +687,7 @@ def compare(run_a: str, run_b: str | None, gpu_a: str | None, gpu_b: str | None,
     Says first when the runs differ in GPU, in the devices rows ran on, or in dtypes.
     """
 
-    from faprof.report import compare_runs, compare_summary, gpu_models
+    from faprof.report.writer import compare_runs, compare_summary, gpu_models
     from faprof.store import resolve_run
 
     a = resolve_run(run_a, runs_dir)
@@ -710,7 +705,7 @@ def compare(run_a: str, run_b: str | None, gpu_a: str | None, gpu_b: str | None,
         say(f"warning: {w}", style="yellow")
     say(f"A = {a.run_id} ({summary.gpu_a})")
     say(f"B = {b.run_id} ({summary.gpu_b})")
-    from faprof.compare_table import PCT_NOTE, compare_table
+    from faprof.report.compare import PCT_NOTE, compare_table
 
     t, pct = compare_table(df, summary.headline, _fmt)
     console.print(t)
@@ -742,9 +737,9 @@ def sanitize(variant: str, scenario: str, shapes: str, tools: str | None, kernel
     Exit codes: 0 no reports; 3 the tools reported something (see the table); 2 bad input or no
     compute-sanitizer.
     """
-    from faprof import sanitize as sz
-    from faprof.plan import split_list
-    from faprof.user_kernel import make_spec
+    from faprof.model.plan import split_list
+    from faprof.run import sanitize as sz
+    from faprof.variants.user_kernel import make_spec
 
     tool_list = sz.parse_tools(tools)
     specs = [*user_variants, *(make_spec(k) for k in kernels)]
@@ -781,12 +776,12 @@ def dashboard(runs: tuple[Path, ...], port: int | None, host: str, print_command
     import importlib.util
     import os
 
-    from faprof.dashboard import APP_PATH
+    from faprof.analysis.runs import APP_PATH
 
     if importlib.util.find_spec("streamlit") is None or importlib.util.find_spec("plotly") is None:
         raise FaprofError("the dashboard needs streamlit and plotly: pip install 'faprof[app]'")
     if not APP_PATH.is_file():
-        raise FaprofError(f"the dashboard app is not at {APP_PATH}: run faprof from its source tree (pip install -e .)")
+        raise FaprofError(f"the dashboard app is not at {APP_PATH}: reinstall faprof (its app is package data)")
     for r in runs:
         if not r.exists():
             raise FaprofError(f"{r} does not exist (give run bundles or folders of them)")

@@ -5,17 +5,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-
-@dataclass
-class Check:
-    name: str
-    status: str
-    """'ok', 'warn', 'fail' or 'info'."""
-    detail: str
-    hint: str = ""
+from faprof.checks import Check
+from faprof.measure import cupti_timer
+from faprof.measure.gpu_monitor import Monitor
+from faprof.model import gpus
+from faprof.nsight import ncu, nsys
 
 
 def _version(cmd: list[str]) -> str | None:
@@ -29,9 +25,6 @@ def _version(cmd: list[str]) -> str | None:
 def timing_checks() -> list[Check]:
     """Which GPU timer the harness will use (CUPTI kernel records or the CUDA-event fallback) and
     whether clocks/temperatures are recorded (NVML). Call only where a GPU is visible."""
-    from faprof import cupti_timer
-    from faprof.gpu_monitor import Monitor
-
     out: list[Check] = []
     info = cupti_timer.describe()
     if info["available"]:
@@ -62,8 +55,6 @@ def run_checks() -> list[Check]:
             p = torch.cuda.get_device_properties(0)
             checks.append(Check("gpu", "ok", f"{p.name}, CC {p.major}.{p.minor}, {p.multi_processor_count} SMs, "
                                              f"{p.total_memory / 2**30:.0f} GiB"))
-            from faprof import gpus
-
             spec = gpus.lookup(p.name)
             checks.append(Check("gpu database", "ok" if spec else "warn",
                                 spec.name if spec else f"{p.name} is not in faprof's GPU database",
@@ -92,11 +83,6 @@ def run_checks() -> list[Check]:
             pass
     checks.append(Check("ninja", "ok" if ninja else "warn", ninja or "not found",
                         "" if ninja else "pip install ninja (torch's JIT builds need it)"))
-    for mod, label in (("faprof.nsight.ncu", "ncu"), ("faprof.nsight.nsys", "nsys")):
-        try:
-            m = __import__(mod, fromlist=["doctor_checks"])
-            if hasattr(m, "doctor_checks"):
-                checks.extend(m.doctor_checks())
-        except ImportError:
-            checks.append(Check(label, "info", "Nsight integration not present in this faprof"))
+    checks.extend(ncu.doctor_checks())
+    checks.extend(nsys.doctor_checks())
     return checks

@@ -37,6 +37,7 @@ from typing import Any
 import pandas as pd
 
 from faprof.errors import FaprofError
+from faprof.measure import stats
 
 MANIFEST = "manifest.json"
 MEASUREMENTS = "measurements.parquet"
@@ -481,7 +482,6 @@ def upgrade_statistics(df: pd.DataFrame) -> pd.DataFrame:
     old &= df["samples_ms"].map(lambda x: x is not None and hasattr(x, "__len__") and len(x) > 0)
     if not old.any():
         return df
-    from faprof import stats
 
     df = df.copy()
     cols = {"ci95_low_ms": "ci95_low", "ci95_high_ms": "ci95_high", "rel_ci": "rel_ci", "q1_ms": "q1", "q3_ms": "q3",

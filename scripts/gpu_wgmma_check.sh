@@ -34,7 +34,8 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw -
 t=$(stamp)
 $FP build --load 2>&1 | tail -3 | tee "$OUT/logs/build.log"
 $PY - <<'EOF2' 2>&1 | tee -a "$OUT/logs/build.log"
-from faprof import build, build_report
+from faprof.variants import build
+from faprof.variants import ptxas as build_report
 r = build_report.resource_report(archs=("sm_90",), sources=[build.KERNELS_DIR / f for f in ("fa3_wgmma.cu", "fa3_wgmma_ws.cu")])
 for _, x in r.iterrows():
     roles = f" ({x.role_registers})" if isinstance(x.role_registers, str) else ""

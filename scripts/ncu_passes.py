@@ -43,7 +43,9 @@ def passes(ncu: str, args: list[str]) -> str:
 def main() -> int:
     import torch
 
-    from faprof.nsight import ncu_catalogue, ncu_command, ncu_find
+    from faprof.nsight.ncu import catalogue as ncu_catalogue
+    from faprof.nsight.ncu import command as ncu_command
+    from faprof.nsight.ncu import find as ncu_find
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--ncu", default=None)

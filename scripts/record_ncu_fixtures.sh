@@ -76,7 +76,8 @@ record() {
   $PY - "$NCU" "$GPU_CC" "$OUT" "$WORK" "$name" "$mode" > "$LOGS/$name.log" 2>&1 <<'EOF'
 import subprocess, sys
 from pathlib import Path
-from faprof.nsight import ncu, metrics
+from faprof.nsight import ncu
+from faprof.nsight.ncu import tables as metrics
 ncu_path, cc, out, work, name, mode = sys.argv[1:]
 extra = metrics.requested_metrics(cc, ncu.query_metrics(ncu_path))
 common = dict(ncu=ncu_path, metrics=extra, cache_control="all", clock_control="none")

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main() -> int:
     import torch
 
-    from faprof import harness
+    from faprof.measure import harness
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path)
@@ -35,7 +35,7 @@ def main() -> int:
         return 2
     props = torch.cuda.get_device_properties(0)
     l2 = props.L2_cache_size
-    from faprof.scenarios import TimingSettings
+    from faprof.model.scenarios import TimingSettings
 
     # Timed through the harness' own loop (batches of calls, each after the given flush and the
     # GPU-side lead), so the figures are what a faprof row would read.

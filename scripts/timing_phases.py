@@ -37,8 +37,9 @@ def wrap(mod, name: str) -> None:
 
 
 def main() -> int:
-    from faprof import correctness, cupti_timer, gpu_monitor, harness, runner
+    from faprof import run as runner
     from faprof.cli import main as cli
+    from faprof.measure import correctness, cupti_timer, gpu_monitor, harness
 
     for n in ("time_cuda", "time_e2e", "time_graph", "peak_memory", "host_enqueue_ms", "sm_clock_mhz", "time_host",
               "measure"):

@@ -30,7 +30,7 @@ def main() -> int:
 
     import torch
 
-    from faprof import build
+    from faprof.variants import build
 
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("wgmma_diag: needs a compute capability 9.0 GPU (H100/H200)")

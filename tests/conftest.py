@@ -23,12 +23,29 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _registry_restored():
+    """Variants a test registers (user plugins, planted kernels) leave the registry afterwards, so no
+    later `variants = ["all"]` scenario runs them whatever the order tests run in."""
+    from faprof import variants  # noqa: F401  (installs the built-in variants' loader)
+    from faprof.model import variant
+    from faprof.variants import user
+
+    variant.all_variants()  # load the built-ins first: they stay
+    before, specs = dict(variant._REGISTRY), dict(user._USER_SPECS)
+    yield
+    variant._REGISTRY.clear()
+    variant._REGISTRY.update(before)
+    user._USER_SPECS.clear()
+    user._USER_SPECS.update(specs)
+
+
 @pytest.fixture(scope="module")
 def ops():
     """torch.ops.faprof with faprof's CUDA extension built (or loaded from its cache)."""
     import torch
 
-    from faprof import build
+    from faprof.variants import build
 
     info = build.load()
     print(f"faprof extension: {info.summary()}")

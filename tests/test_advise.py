@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from faprof import advisor, analysis
+from faprof import advisor
 from faprof.cli import main
 from faprof.store import Bundle
 
@@ -98,13 +98,6 @@ def test_launch_overhead_is_aggregated_and_only_where_the_gpu_waits():
     assert rows.groupby(["dtype", "variant"]).size().max() == 1 and len(rows) <= 5  # instead of ~60 rows
     assert rows["n_shapes"].sum() == len(lo)
 
-
-def test_analysis_advise_shim_returns_the_aggregated_view():
-    b = Bundle.open(L4_NCU)
-    adv = analysis.advise(b.measurements(), b.read("ncu_summary"), b.read("stalls"), b.read("nsys_summary"))
-    assert list(adv.columns) == ["variant", "dtype", "shape_id", "kernel", "category", "finding", "suggestion"]
-    assert not adv.empty and (adv["finding"].str.len() > 0).all()
-    assert adv.groupby(["dtype", "variant", "category"]).size().max() == 1
 
 
 def test_explain_command(tmp_path):

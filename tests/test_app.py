@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from faprof import dashboard as fd
+from faprof.analysis import runs as fd
 from faprof.errors import FaprofError
 from faprof.store import Bundle
 

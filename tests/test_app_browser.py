@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from faprof import dashboard as fd
+from faprof.analysis import runs as fd
 
 pytestmark = pytest.mark.browser
 

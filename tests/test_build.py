@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from faprof import build, build_report
 from faprof.errors import FaprofError
+from faprof.variants import build
+from faprof.variants import ptxas as build_report
 
 DATA = Path(__file__).parent / "data"
 REPORT_ARCHS = ("sm_80", "sm_89", "sm_90")
@@ -296,7 +297,7 @@ def test_parse_kernel_name(text, name, targs, ints, D):
 # ------------------------------------------------------------------- registry entries
 def test_cuda_core_variants_are_registered():
     from faprof import variants
-    from faprof.problem import AttentionProblem
+    from faprof.model.problem import AttentionProblem
 
     names = [v.name for v in variants.all_variants()]
     assert {"naive", "fa1", "fa2"} <= set(names)

@@ -10,7 +10,8 @@ import shutil
 
 import pytest
 
-from faprof import build, build_report
+from faprof.variants import build
+from faprof.variants import ptxas as build_report
 
 REPORT_ARCHS = ("sm_80", "sm_89", "sm_90")
 FILES = ("fa2_bwd.cu", "fa2_mma_bwd.cu")
@@ -73,7 +74,7 @@ def test_fa2_mma_bwd_instantiations(report):
 
 def test_backward_directions_are_registered():
     from faprof import variants
-    from faprof.problem import AttentionProblem
+    from faprof.model.problem import AttentionProblem
 
     for name in ("fa2", "fa2_mma"):
         v = variants.get(name)
@@ -96,7 +97,7 @@ def test_forward_stays_the_plain_op(monkeypatch):
     """Without a gradient to track, a variant's fn calls the forward op directly (no autograd
     Function); with one, the autograd Function."""
     torch = pytest.importorskip("torch")
-    from faprof import kernel_bwd
+    from faprof.variants import backward as kernel_bwd
 
     calls = []
 

@@ -20,9 +20,10 @@ import math
 
 import pytest
 
-from faprof import correctness, variants
-from faprof.problem import AttentionProblem
-from faprof.scenarios import DEFAULT_TOLERANCE
+from faprof import variants
+from faprof.measure import correctness
+from faprof.model.problem import AttentionProblem
+from faprof.model.scenarios import DEFAULT_TOLERANCE
 
 torch = pytest.importorskip("torch")
 
@@ -126,7 +127,7 @@ def test_big_problem_against_fp32_gpu_reference(causal):
 
 # ----------------------------------------------------------------------------- behaviour
 def _grads(kernel: str, deterministic: bool, q, k, v, dout, causal: bool, single_buffer: bool = False):
-    from faprof import kernel_bwd
+    from faprof.variants import backward as kernel_bwd
 
     scale = 1.0 / math.sqrt(q.shape[-1])
     fwd = getattr(torch.ops.faprof, f"{kernel}_fwd")
@@ -176,7 +177,7 @@ def test_single_and_double_buffered_atomic_paths_agree(ops, dtype, D, causal):
 
 
 def test_bad_inputs_raise_clear_errors(ops):
-    from faprof import kernel_bwd
+    from faprof.variants import backward as kernel_bwd
 
     q = torch.randn(1, 2, 64, 256, device="cuda", dtype=torch.float16)
     lse = torch.zeros(1, 2, 64, device="cuda")

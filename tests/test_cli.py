@@ -236,7 +236,7 @@ def test_nsight_notices_are_repeated_under_the_table(smoke_run, tmp_path, monkey
 
 
 def test_build_table_is_readable_and_ptxas_results_are_cached(tmp_path, monkeypatch):
-    from faprof import build
+    from faprof.variants import build
 
     if build.find_cuda_home() is None and shutil.which("nvcc") is None:
         pytest.skip("nvcc not found")

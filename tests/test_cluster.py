@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from faprof import cluster, runner
+from faprof import run as runner
 from faprof.errors import FaprofError
+from faprof.run import cluster
 
 distributed = pytest.importorskip("distributed")
 
@@ -28,7 +29,7 @@ def _rows(b) -> list[tuple[str, str, str]]:
 def test_smoke_on_the_cluster_gives_the_local_rows(dask_cluster, tmp_path):
     local = runner.profile("smoke", runner.ProfileOptions(out_dir=tmp_path / "local", ceilings=False))
     opts = runner.ProfileOptions(out_dir=tmp_path / "cluster", ceilings=False, cluster=dask_cluster.scheduler_address)
-    remote = cluster.profile("smoke", opts, progress=lambda *a: None)
+    remote = runner.profile("smoke", opts, progress=lambda *a: None)
     assert _rows(remote) == _rows(local)
     m = remote.manifest()
     assert m["status"] == "complete" and m["settings"]["cluster"] == dask_cluster.scheduler_address
@@ -47,7 +48,7 @@ def test_unreachable_scheduler_is_one_line_and_no_bundle(tmp_path, monkeypatch):
         port = s.getsockname()[1]
     opts = runner.ProfileOptions(out_dir=tmp_path / "runs", ceilings=False, cluster=f"tcp://127.0.0.1:{port}")
     with pytest.raises(FaprofError, match="cannot reach the Dask scheduler"):
-        cluster.profile("smoke", opts, progress=lambda *a: None)
+        runner.profile("smoke", opts, progress=lambda *a: None)
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
@@ -57,7 +58,7 @@ def test_version_mismatch_is_refused_before_a_bundle(dask_cluster, tmp_path, mon
     monkeypatch.setattr(cluster, "versions", lambda: {**real, "git_sha": "0" * 40, "faprof": "0.0.0-other"})
     opts = runner.ProfileOptions(out_dir=tmp_path / "runs", ceilings=False, cluster=dask_cluster.scheduler_address)
     with pytest.raises(FaprofError, match="runs another faprof: faprof"):
-        cluster.profile("smoke", opts, progress=lambda *a: None)
+        runner.profile("smoke", opts, progress=lambda *a: None)
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 

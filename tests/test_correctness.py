@@ -13,9 +13,9 @@ import math
 import pytest
 import torch
 
-from faprof import correctness, harness
-from faprof.problem import AttentionProblem
-from faprof.scenarios import DEFAULT_TOLERANCE, TimingSettings
+from faprof.measure import correctness, harness
+from faprof.model.problem import AttentionProblem
+from faprof.model.scenarios import DEFAULT_TOLERANCE, TimingSettings
 from faprof.variants import Variant
 
 TILE = 64

@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 from click.testing import CliRunner
 
-from faprof import dashboard
+from faprof.analysis import runs as dashboard
 from faprof.cli import main
-from faprof.report import compare_runs, gpu_models
+from faprof.report.writer import compare_runs, gpu_models
 from faprof.store import Bundle, load_many
 
 DATA = Path(__file__).parent / "data" / "bundles"
@@ -64,7 +64,7 @@ def test_a_bundle_of_two_gpu_models_is_split_per_gpu(tmp_path):
 
 
 def test_speedups_are_per_gpu_model(tmp_path):
-    from faprof import analysis
+    from faprof.analysis import core as analysis
 
     b = _two_model_bundle(tmp_path)
     df = b.measurements()

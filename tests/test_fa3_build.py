@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from faprof import build, build_report
-from faprof.problem import AttentionProblem
+from faprof.model.problem import AttentionProblem
+from faprof.variants import build
+from faprof.variants import ptxas as build_report
 
 needs_nvcc = pytest.mark.skipif(
     build.find_cuda_home() is None and shutil.which("nvcc") is None,
@@ -128,7 +129,7 @@ def test_variant_refuses_what_it_cannot_run(monkeypatch):
     import torch
 
     from faprof import variants
-    from faprof.kernel_variants import FA3_ARCH_REASON
+    from faprof.variants.kernels import FA3_ARCH_REASON
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     ok = AttentionProblem(2, 3, 1000, 77, 128, "bf16", causal=True)

@@ -152,8 +152,8 @@ def test_rejects_unsupported_head_dim(ops, kernel):
 @pytest.mark.parametrize("kernel", STEPS)
 def test_refuses_other_archs(ops, kernel):
     from faprof import variants
-    from faprof.kernel_variants import FA3_ARCH_REASON
-    from faprof.problem import AttentionProblem
+    from faprof.model.problem import AttentionProblem
+    from faprof.variants.kernels import FA3_ARCH_REASON
 
     q, k, v = (torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.float16) for _ in range(3))
     with pytest.raises(RuntimeError, match="needs sm_90a"):

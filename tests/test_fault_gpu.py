@@ -7,8 +7,8 @@ worker that ran it is replaced, and the variants after it run in the fresh worke
 
 import pytest
 
-from faprof import runner
-from faprof.scenarios import parse_scenario
+from faprof import run as runner
+from faprof.model.scenarios import parse_scenario
 
 pytestmark = pytest.mark.gpu
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from faprof import gpus
 from faprof.errors import FaprofError
-from faprof.gpus import GPUSpec
+from faprof.model import gpus
+from faprof.model.gpus import GPUSpec
 
 ROUNDING_TFLOPS = 0.1
 """Datasheets print one decimal, so halving a rate can be off by up to 0.05 each side."""

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from faprof import correctness, cupti_timer, harness, variants
-from faprof.problem import AttentionProblem
-from faprof.scenarios import DEFAULT_TOLERANCE, TimingSettings
+from faprof import variants
+from faprof.measure import correctness, cupti_timer, harness
+from faprof.model.problem import AttentionProblem
+from faprof.model.scenarios import DEFAULT_TOLERANCE, TimingSettings
 
 pytestmark = pytest.mark.gpu
 
@@ -16,7 +17,7 @@ QUICK = TimingSettings(warmup_ms=5, budget_s=0.3, min_repeats=10, max_repeats=20
 def _measure(name: str, problem: AttentionProblem, settings: TimingSettings = QUICK, monitor=None):
     import torch
 
-    from faprof import build
+    from faprof.variants import build
 
     v = variants.get(name)
     if v.needs_extension:
@@ -42,7 +43,7 @@ def test_cupti_times_kernels_and_events_read_higher_on_tiny_calls():
     if not ok:
         pytest.fail(f"CUPTI timing unavailable on the GPU machine: {why}")
     p = AttentionProblem(B=1, H=1, Sq=128, Sk=128, D=64, dtype="fp16", causal=True)
-    from faprof.gpu_monitor import Monitor
+    from faprof.measure.gpu_monitor import Monitor
 
     row = _measure("sdpa_flash", p, monitor=Monitor.open())
     assert row["timer"] == "cupti", row["timer_note"]

@@ -24,9 +24,10 @@ import pandas as pd
 import pytest
 
 from faprof.errors import FaprofError
-from faprof.nsight import metrics as cat
-from faprof.nsight import ncu, ncu_find
-from faprof.scenarios import load_scenario, parse_scenario
+from faprof.model.scenarios import load_scenario, parse_scenario
+from faprof.nsight import ncu
+from faprof.nsight.ncu import find as ncu_find
+from faprof.nsight.ncu import tables as cat
 
 DATA = Path(__file__).parent / "data" / "ncu"
 PY = sys.executable
@@ -589,7 +590,7 @@ def test_summary_values_are_sane(reports, name):
 
 
 def test_faprof_kernels_compare_with_the_analytic_flops(reports):
-    from faprof.problem import AttentionProblem
+    from faprof.model.problem import AttentionProblem
 
     df, plan = _report(reports, "fa_basic")
     s = cat.summarize(df, plan)

@@ -22,12 +22,15 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from faprof import runner
+from faprof import run as runner
 from faprof.cli import main as cli_main
 from faprof.errors import FaprofError
-from faprof.nsight import metrics as cat
-from faprof.nsight import ncu, ncu_find, ncu_plan, ncu_run
-from faprof.scenarios import load_scenario
+from faprof.model.scenarios import load_scenario
+from faprof.nsight import ncu
+from faprof.nsight.ncu import find as ncu_find
+from faprof.nsight.ncu import plan as ncu_plan
+from faprof.nsight.ncu import run as ncu_run
+from faprof.nsight.ncu import tables as cat
 from faprof.store import Bundle
 
 DATA = Path(__file__).parent / "data" / "ncu"

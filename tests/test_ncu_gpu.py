@@ -21,9 +21,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from faprof import runner  # noqa: E402
-from faprof.nsight import metrics as cat  # noqa: E402
+from faprof import run as runner  # noqa: E402
 from faprof.nsight import ncu  # noqa: E402
+from faprof.nsight.ncu import tables as cat  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
@@ -150,7 +150,7 @@ def test_backward_kernels_launched_by_autograd_are_profiled(tmp_path):
     ranges; the target's start/end ranges still put them in ncu_summary under their (variant,
     shape): fa2's bwd call is its preprocess, dK/dV (atomic dQ) and dQ convert kernels, its fwd_bwd
     call the forward kernel first, then those three."""
-    from faprof.scenarios import parse_scenario
+    from faprof.model.scenarios import parse_scenario
 
     scen = parse_scenario({
         "name": "bwd_ncu", "baseline": "fa2", "variants": ["fa2"],

@@ -16,10 +16,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from faprof import plan as run_plan
 from faprof.errors import FaprofError
-from faprof.nsight import ncu, ncu_plan
-from faprof.scenarios import load_scenario
+from faprof.model import plan as run_plan
+from faprof.model.scenarios import load_scenario
+from faprof.nsight import ncu
+from faprof.nsight.ncu import plan as ncu_plan
 
 ROOT = Path(__file__).parent.parent
 
@@ -28,12 +29,6 @@ ROOT = Path(__file__).parent.parent
 def l4():
     s = load_scenario("l4_causal")
     return s, run_plan.plan(s, None)
-
-
-def test_runner_reexports_the_plan():
-    from faprof import runner
-
-    assert runner.plan is run_plan.plan
 
 
 def test_default_targets_are_kernels_and_fused_sdpa(l4):
@@ -244,6 +239,6 @@ def test_faprof_set_command_line():
 
 
 def test_scenario_files_may_ask_for_the_faprof_set():
-    from faprof.scenarios import NCU_SETS
+    from faprof.model.scenarios import NCU_SETS
 
     assert "faprof" in NCU_SETS and set(ncu.NCU_SETS) < set(NCU_SETS)

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from faprof.errors import FaprofError
-from faprof.nsight import metrics as cat
-from faprof.nsight import ncu, ncu_read
+from faprof.nsight import ncu
+from faprof.nsight.ncu import read as ncu_read
+from faprof.nsight.ncu import tables as cat
 
 DATA = Path(__file__).parent / "data" / "ncu"
 FIXTURES = ("tiny_full", "tiny_basic", "fa_basic", "fa_full")

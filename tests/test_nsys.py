@@ -271,8 +271,8 @@ def bundle(tmp_path):
 
 def _collect(bundle, monkeypatch, fake: Path | None, importer=(True, "QdstrmImporter"), cuda_ok=True,
              variants=SMOKE_VARIANTS):
-    from faprof.runner import ProfileOptions
-    from faprof.scenarios import load_scenario
+    from faprof.model.scenarios import load_scenario
+    from faprof.run.options import ProfileOptions
 
     monkeypatch.setattr(nsys, "find_nsys", lambda: fake)
     monkeypatch.setattr(nsys, "check_importer", lambda _n: importer)
@@ -324,7 +324,7 @@ print({log_text!r})
     info = bundle.manifest()["nsys"]
     raw = bundle.path / "raw"
     assert info["status"] == "complete" and info["rc"] == 0 and info["stopped"] == ""
-    from faprof.scenarios import load_scenario
+    from faprof.model.scenarios import load_scenario
 
     assert info["command"] == nsys.nsys_command(fake, raw / "nsys", load_scenario("smoke").path,
                                                 SMOKE_VARIANTS, nsys.DEFAULT_ITERS, raw / "nsys_plan.json")

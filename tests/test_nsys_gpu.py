@@ -41,7 +41,7 @@ def _need_gpu_and_nsys() -> None:
 
 
 def _profile(tmp_path, variants: list[str]):
-    from faprof import runner
+    from faprof import run as runner
 
     options = runner.ProfileOptions(variants=variants, nsys=True, out_dir=tmp_path, ceilings=False,
                                     settings_overrides={"budget_s": 0.05})

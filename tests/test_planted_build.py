@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from faprof import build, build_report, variants
+from faprof import variants
+from faprof.variants import build
+from faprof.variants import ptxas as build_report
 
 PLANTED = Path(__file__).parent / "planted"
 ARCHS = ("sm_80", "sm_89", "sm_90")
@@ -61,7 +63,7 @@ def test_planted_variants_are_hidden_and_registered_only_on_request():
     planted = [v for v in variants.all_variants(include_hidden=True) if v.name.startswith("planted_")]
     assert len(planted) == 8 and all(v.hidden and v.dtypes == ("fp16",) for v in planted)
     assert not any(v.name.startswith("planted_") for v in variants.all_variants())
-    from faprof.scenarios import load_scenario
+    from faprof.model.scenarios import load_scenario
 
     s = load_scenario(str(PLANTED / "planted.toml"))
     assert sorted(s.variants) == sorted(v.name for v in planted)

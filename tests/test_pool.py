@@ -20,8 +20,9 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from faprof import fanout, pool, runner
+from faprof import run as runner
 from faprof.errors import FaprofError
+from faprof.run import fanout, pool
 from faprof.store import Bundle
 
 DATA = Path(__file__).parent / "data" / "bundles"
@@ -191,23 +192,11 @@ def test_a_task_lost_with_its_worker_is_retried_once_on_another_gpu():
     assert q.in_flight == 0 and len(q) == 0
 
 
-@pytest.fixture
-def registry_restored():
-    """The test's plugin registers variants in this process's registry: take them out afterwards, or
-    every later `variants = ["all"]` scenario in the session runs them."""
-    from faprof import variants
-
-    before = dict(variants._REGISTRY)
-    yield
-    variants._REGISTRY.clear()
-    variants._REGISTRY.update(before)
-
-
-def test_two_workers_contain_a_crash_and_a_hang(tmp_path, registry_restored):
+def test_two_workers_contain_a_crash_and_a_hang(tmp_path):
     """End to end with two pinned workers: a variant that kills its worker is retried once on the other
     one and then `failed` with both reasons; a hang is `failed` after the timeout, not retried."""
     from faprof import variants
-    from faprof.scenarios import parse_scenario
+    from faprof.model.scenarios import parse_scenario
 
     plugin = tmp_path / "bad_variants.py"
     plugin.write_text(textwrap.dedent("""

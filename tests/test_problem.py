@@ -3,7 +3,7 @@
 import pytest
 
 from faprof.errors import FaprofError
-from faprof.problem import AttentionProblem
+from faprof.model.problem import AttentionProblem
 
 
 def test_forward_flops_match_flashattention_convention():

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from faprof import report, report_fmt
 from faprof.errors import FaprofError
+from faprof.report import fmt as report_fmt
+from faprof.report import writer as report
 from faprof.store import Bundle
 
 ROOT = Path(__file__).resolve().parent.parent

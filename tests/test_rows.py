@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from faprof.runner import ROW_COLUMNS
+from faprof.model.schema import ROW_COLUMNS
 from faprof.store import Bundle
 
 

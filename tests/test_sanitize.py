@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from faprof import build, sanitize
 from faprof.cli import main
 from faprof.errors import FaprofError
+from faprof.run import sanitize
+from faprof.variants import build
 
 P = "========= "  # the documented prefix of every compute-sanitizer line
 
@@ -169,7 +170,7 @@ def test_recorded_h100_outputs_parse():
 
 
 def test_report_of_a_recorded_sanitize_bundle(tmp_path):
-    from faprof.report import write_reports
+    from faprof.report.writer import write_reports
     from faprof.store import Bundle
 
     root = Path(__file__).resolve().parent.parent / "examples" / "runs"

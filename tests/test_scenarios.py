@@ -5,7 +5,7 @@ import textwrap
 import pytest
 
 from faprof.errors import FaprofError
-from faprof.scenarios import list_scenarios, load_scenario
+from faprof.model.scenarios import list_scenarios, load_scenario
 
 SHIPPED = ["l4_causal", "rtx3090_tensorcore", "l20_fwd_bwd", "rtx3060_latency", "rtx4070_cpu_baseline", "smoke"]
 

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from faprof import build, user_kernel, variants
+from faprof import variants
 from faprof.cli import main
 from faprof.errors import FaprofError
 from faprof.store import find_bundles
+from faprof.variants import build, user_kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "kernels"
@@ -27,16 +28,11 @@ needs_nvcc = pytest.mark.skipif(
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    """A fresh build cache and sm_80 as the target (no GPU here); registry entries removed afterwards."""
+    """A fresh build cache and sm_80 as the target (no GPU here); registry entries are removed
+    afterwards by conftest's autouse fixture."""
     monkeypatch.setenv("FAPROF_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("FAPROF_CUDA_ARCH", "sm_80")
-    names_before = {v.name for v in variants.all_variants(include_hidden=True)}
-    specs_before = dict(variants._USER_SPECS)
-    yield tmp_path / "cache"
-    for name in [n for n in variants._REGISTRY if n not in names_before]:
-        del variants._REGISTRY[name]
-    variants._USER_SPECS.clear()
-    variants._USER_SPECS.update(specs_before)
+    return tmp_path / "cache"
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:
@@ -119,7 +115,7 @@ def test_build_is_cached(cache):
 
 @needs_nvcc
 def test_kernel_registers_with_declared_support(cache):
-    from faprof.problem import AttentionProblem
+    from faprof.model.problem import AttentionProblem
 
     names = variants.load_user_variants(f"ex_simple={EXAMPLES / 'simple_attn.cu'}:simple_attn")
     assert names == ["ex_simple"]
@@ -290,8 +286,8 @@ extern "C" FAPROF_LAUNCHER(user_fault) {
 def test_a_faulting_user_kernel_is_one_failed_row(tmp_path, monkeypatch):
     """A user .cu kernel that corrupts the CUDA context is contained like faprof's own: one failed
     row, the worker replaced, the variants after it run."""
-    from faprof import runner
-    from faprof.scenarios import parse_scenario
+    from faprof import run as runner
+    from faprof.model.scenarios import parse_scenario
 
     monkeypatch.setenv("FAPROF_CACHE", str(tmp_path / "cache"))
     src = _write(tmp_path, "user_fault.cu", FAULT_CU)

@@ -2,7 +2,8 @@
 
 import textwrap
 
-from faprof.worker import TaskError, Worker, WorkerDied, is_fatal
+from faprof.run.tasks import is_fatal
+from faprof.run.worker import TaskError, Worker, WorkerDied
 
 
 def test_dying_worker_is_reported_and_replaced():
@@ -50,13 +51,15 @@ def test_fatal_cuda_messages_are_recognised():
 
 def test_profile_run_survives_variants_that_kill_or_hang_the_worker(tmp_path):
     """End to end: user variants that os._exit and hang are 'failed'; the variants after them still run."""
-    from faprof import runner, variants
-    from faprof.scenarios import parse_scenario
+    from faprof import run as runner
+    from faprof import variants
+    from faprof.model.scenarios import parse_scenario
 
     plugin = tmp_path / "bad_variants.py"
     plugin.write_text(textwrap.dedent("""
         import os, time
-        from faprof.variants import user_variant, _standard_attention
+        from faprof.variants import user_variant
+        from faprof.variants.torch_variants import standard_attention as _standard_attention
 
         def dies(q, k, v, causal, scale, out=None):
             os._exit(7)          # as a crashing kernel takes its process down

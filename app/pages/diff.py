@@ -8,7 +8,7 @@ import faprof_ui as ui
 import plotly.graph_objects as go
 import streamlit as st
 
-from faprof import dashboard as fd
+from faprof.analysis import runs as fd
 
 ctx = ui.context()
 df = ctx.measurements

@@ -8,7 +8,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from faprof import dashboard as fd
+from faprof.analysis import runs as fd
 
 ctx = ui.context()
 summary = ctx.filter_table(ctx.runs.table("ncu_summary"))

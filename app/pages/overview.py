@@ -9,8 +9,8 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from faprof import analysis
-from faprof import dashboard as fd
+from faprof.analysis import runs as fd
+from faprof.model import schema
 
 ctx = ui.context()
 runs = ctx.runs.runs
@@ -39,18 +39,18 @@ if bad:
                "see the Variants page for their reasons.", icon=":material/warning:")
 
 st.subheader("Runs")
-cols = ["gpu", "scenario", "created", "status", "rows", *analysis.STATUSES, "nsight", "faprof", "git_sha", "torch",
+cols = ["gpu", "scenario", "created", "status", "rows", *schema.STATUSES, "nsight", "faprof", "git_sha", "torch",
         "cuda", "driver", "origin", "run_id", "path"]
 ui.table(runs[[c for c in cols if c in runs]], "runs",
          caption="One row per bundle; the counts are rows per status. `nsight`: Nsight tables the bundle holds.")
 
 st.subheader("Rows per status")
-long = runs.melt(id_vars=["run_id", "gpu", "scenario", "created"], value_vars=list(analysis.STATUSES),
+long = runs.melt(id_vars=["run_id", "gpu", "scenario", "created"], value_vars=list(schema.STATUSES),
                  var_name="status", value_name="count")
 long = long[long["count"] > 0]
 long["run"] = long["gpu"] + " · " + long["scenario"] + " · " + long["created"].str.slice(0, 16)
 fig = px.bar(long, y="run", x="count", color="status", orientation="h",
-             color_discrete_map=ui.STATUS_COLORS, category_orders={"status": list(analysis.STATUSES)},
+             color_discrete_map=ui.STATUS_COLORS, category_orders={"status": list(schema.STATUSES)},
              labels={"count": "rows (variant x problem)", "run": ""}, hover_data=["run_id"])
 fig.update_yaxes(automargin=True, categoryorder="array",  # newest at the top, as in the table
                  categoryarray=list(dict.fromkeys(runs["gpu"] + " · " + runs["scenario"] + " · "

@@ -17,6 +17,8 @@ from typing import Any
 
 import pandas as pd
 
+from faprof.nsight.ncu import tables as catalogue
+
 #: Tables diagnose() reads, by bundle file stem.
 TABLES = ("measurements", "ncu_summary", "ncu_metrics", "stalls", "roofline", "nsys_summary", "nsys_kernels",
           "ncu_rules")
@@ -95,7 +97,6 @@ class Launch:
 
     def metric(self, key: str) -> float:
         """A metric by catalogue concept key or METRICS key; NaN when the report lacks it."""
-        from faprof.nsight import metrics as catalogue
 
         names: tuple[str, ...] = METRICS.get(key, ())
         if not names and key in catalogue.CATALOGUE:

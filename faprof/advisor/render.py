@@ -7,6 +7,8 @@ from typing import Any
 
 import pandas as pd
 
+from faprof.advisor.diagnose import summarize
+
 
 def _gain(x: Any) -> str:
     try:
@@ -46,7 +48,6 @@ def render_markdown(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per
                              f"{_gain(r['estimated_gain_pct'])} | {_md(r['evidence'])} | {_md(r['fix'])} |")
             parts.append("")
         return "\n".join(parts) + "\n"
-    from faprof.advisor.diagnose import summarize
 
     s = summary if summary is not None else summarize(diag)
     for dtype, g in s.groupby(s["dtype"].fillna(""), sort=False):
@@ -89,7 +90,6 @@ def render_text(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per_sha
                 para("fix", r["fix"])
             out.append("")
         return "\n".join(out) + "\n"
-    from faprof.advisor.diagnose import summarize
 
     s = summary if summary is not None else summarize(diag)
     for (dt, v), g in s.groupby([s["dtype"].fillna(""), "variant"], sort=False):
@@ -118,7 +118,6 @@ def rich_table(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per_shap
             t.add_row(f"{r['variant']}\n{r['shape_id']}", str(r["rank"]), cause, _gain(r["estimated_gain_pct"]),
                       str(r["evidence"]), str(r["fix"]))
         return t
-    from faprof.advisor.diagnose import summarize
 
     s = summary if summary is not None else summarize(diag)
     for c in ("variant", "cause", "primary on", "max gain", "evidence (largest)", "fix"):

@@ -17,6 +17,7 @@ from faprof.advisor.evidence import Call, Launch, nansum, ok
 from faprof.advisor.evidence import _num as _numf
 from faprof.advisor.findings import LIMITER_ADVICE, STALL_ADVICE, Finding, big, num, pct
 from faprof.advisor.thresholds import value as T
+from faprof.model import gpus
 
 
 @dataclass
@@ -160,7 +161,6 @@ def _tensor_over_fma(lz: Launch, ctx: Context, dtype: str) -> tuple[float, str]:
         return tensor / (2 * ffma), "ncu peak_sustained"
     name = ctx.env.get("gpu_name")
     if name:
-        from faprof import gpus
 
         spec = gpus.lookup(name)
         if spec is not None:

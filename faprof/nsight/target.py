@@ -29,6 +29,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from faprof import variants
+from faprof.measure import harness
+from faprof.model.plan import plan
+from faprof.model.scenarios import load_scenario
+from faprof.variants import build
+
 WARMUP_RANGE = "faprof_warmup"
 WARMUP_CALLS = 3
 
@@ -67,9 +73,6 @@ def run(scenario_spec: str, tool: str, variant_names: list[str] | None, iters: i
         shapes: list[str] | None = None, user_variants: list[str] | None = None) -> int:
     import torch
 
-    from faprof import harness, variants
-    from faprof.plan import plan
-    from faprof.scenarios import load_scenario
 
     for spec in user_variants or []:
         variants.load_user_variants(spec)
@@ -82,7 +85,6 @@ def run(scenario_spec: str, tool: str, variant_names: list[str] | None, iters: i
         pairs = [(p, v) for p, v in pairs if p.shape_id in set(shapes)]
     entries: list[dict[str, Any]] = []
     if any(v.needs_extension for _, v in pairs):
-        from faprof import build
 
         build.load()
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from faprof.errors import FaprofError
-from faprof.problem import AttentionProblem
+from faprof.model.problem import AttentionProblem
 from faprof.variants import Variant, register
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
@@ -69,7 +69,7 @@ def load_extension() -> None:
         import torch
         from torch.utils import cpp_extension
 
-        from faprof import build
+        from faprof.variants import build
 
         arch = build.target_arch()
         flags = build.extension_nvcc_flags(arch)

@@ -1,0 +1,408 @@
+"""Correctness before timing: inputs, the reference, and the rules a variant's output must meet.
+
+- Inputs are fresh `torch.randn` draws for every (problem, run), seeded from the OS and the seed
+  recorded; never zeros, which hide unwritten outputs and run faster than real data.
+- Outputs are poisoned with NaN before the checked call (kernels get a NaN-filled `out`; torch
+  baselines get NaN-filled memory recycled through the caching allocator), so an element the
+  variant forgot to write fails the check.
+- The reference is float64 attention on the CPU when that takes seconds, otherwise fp32 attention
+  on the GPU computed one (b, h) slice at a time, always at full fp32 precision (TF32 off, matmul
+  precision 'highest'), whatever the user's code set.
+- Two rules, both must hold, for every output (O; dQ, dK, dV for backward problems; LSE where a
+  variant returns it):
+  1. per element: |out - ref| <= atol + rtol * |ref| (the dtype's `Tolerance`);
+  2. FlashAttention's rule: max |out - ref| <= factor * max |base - ref| + eps, where `base` is
+     the same attention computed by PyTorch in the problem's dtype (explicit QKᵀ, softmax, PV on
+     the same device). A kernel may be as inexact as PyTorch in that dtype, a few times over, but a
+     local bug (a masked key leaking at a tile edge, a skipped K/V tile) shows as an error many
+     times PyTorch's. Where the reference itself is computed in the problem's dtype (fp32 problems
+     checked on the GPU) the rule has no separate baseline and only rule 1 applies.
+- One output of the timed calls is compared with the checked one: bitwise for directions a
+  variant declares deterministic, else within the same rules (a race in the timed calls fails).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from faprof.model.problem import AttentionProblem, torch_dtype
+from faprof.model.scenarios import Tolerance
+from faprof.variants.torch_variants import masked_scores as _scores
+from faprof.variants.torch_variants import standard_attention as _standard_attention
+
+#: Problems whose float64 forward (+ backward) costs more than this are checked against an fp32
+#: GPU reference instead of the CPU: 2e10 FLOP is a few seconds on a small host in float64.
+CPU_REFERENCE_MAX_FLOPS = 2.0e10
+
+#: Number of output elements kept per row, as in report 000's "first 10 elements" table.
+SAMPLE_ELEMENTS = 10
+
+
+# ---------------------------------------------------------------------------- inputs
+@dataclass
+class Inputs:
+    q: Any
+    k: Any
+    v: Any
+    dout: Any
+    seed: int
+
+
+def make_inputs(problem: AttentionProblem, device: str, seed: int | None = None) -> Inputs:
+    """Fresh random Q, K, V (and an upstream gradient dO) for `problem`, on `device`."""
+    import torch
+
+    if seed is None:
+        seed = int.from_bytes(os.urandom(4), "little")
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    dt = torch_dtype(problem.dtype)
+    shape_q = (problem.B, problem.H, problem.Sq, problem.D)
+    shape_k = (problem.B, problem.H, problem.Sk, problem.D)
+
+    def draw(shape):
+        # Drawn in fp32 on the CPU (reproducible from the seed on any device), then cast.
+        return torch.randn(shape, generator=g, dtype=torch.float32).to(device=device, dtype=dt)
+
+    return Inputs(q=draw(shape_q), k=draw(shape_k), v=draw(shape_k), dout=draw(shape_q), seed=seed)
+
+
+# ------------------------------------------------------------------------- reference
+@contextmanager
+def full_fp32_precision() -> Iterator[None]:
+    """fp32 matmuls at full precision inside (TF32 off), restored afterwards: a user module that
+    set `torch.set_float32_matmul_precision('high')` must not degrade the reference."""
+    import torch
+
+    old_prec = torch.get_float32_matmul_precision()
+    old_mm = torch.backends.cuda.matmul.allow_tf32
+    old_cudnn = torch.backends.cudnn.allow_tf32
+    try:
+        torch.set_float32_matmul_precision("highest")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        yield
+    finally:
+        torch.set_float32_matmul_precision(old_prec)
+        torch.backends.cuda.matmul.allow_tf32 = old_mm
+        torch.backends.cudnn.allow_tf32 = old_cudnn
+
+
+@dataclass
+class Reference:
+    out: Any
+    grads: tuple | None
+    kind: str
+    """'cpu_ref fp64' or 'gpu fp32'."""
+    baseline_err: dict[str, float] = field(default_factory=dict)
+    """max |base - ref| per output ('out', 'dq', 'dk', 'dv', 'lse') of PyTorch in the problem's dtype."""
+    lse_fn: Callable[[], tuple[Any, float | None]] | None = None
+    """Computes (reference LSE [B, H, Sq], PyTorch's LSE error in the dtype) on demand: only
+    variants that return an LSE need it, and it costs another pass over the scores."""
+    _lse: Any = None
+
+    @property
+    def lse(self) -> Any:
+        if self._lse is None and self.lse_fn is not None:
+            self._lse, err = self.lse_fn()
+            if err is not None:
+                self.baseline_err["lse"] = err
+        return self._lse
+
+
+def needs_grads(problem: AttentionProblem) -> bool:
+    return problem.direction in ("bwd", "fwd_bwd")
+
+
+def _lse_pass(problem: AttentionProblem, inputs: Inputs, dev, dt):
+    """Natural-log LSE of the scaled, masked scores per query row, [B, H, Sq], in fp32 or fp64."""
+    import torch
+
+    acc = torch.float64 if dt == torch.float64 else torch.float32
+    on_cpu = str(dev) == "cpu"
+    slices = [(slice(None), slice(None))] if on_cpu else [(b, h) for b in range(problem.B) for h in range(problem.H)]
+    parts = []
+    with torch.no_grad():
+        for sl in slices:
+            q, k = (t[sl].detach().to(dev, dt) for t in (inputs.q, inputs.k))
+            parts.append(torch.logsumexp(_scores(q, k, problem.causal, problem.softmax_scale).to(acc), dim=-1))
+    return parts[0] if on_cpu else torch.stack(parts).reshape(problem.B, problem.H, problem.Sq)
+
+
+def _attention_pass(problem: AttentionProblem, inputs: Inputs, dev, dt) -> tuple[Any, tuple | None]:
+    """(out, grads) of explicit attention on `dev` in `dt`, one (b, h) slice at a time off the CPU."""
+    import torch
+
+
+    scale = problem.softmax_scale
+    B, H = problem.B, problem.H
+    on_cpu = str(dev) == "cpu"
+    slices = [(slice(None), slice(None))] if on_cpu else [(b, h) for b in range(B) for h in range(H)]
+    outs, gq, gk, gv = [], [], [], []
+    for sl in slices:
+        q, k, v = (t[sl].detach().to(dev, dt) for t in (inputs.q, inputs.k, inputs.v))
+        if needs_grads(problem):
+            for t in (q, k, v):
+                t.requires_grad_(True)
+            with torch.enable_grad():
+                o = _standard_attention(q, k, v, problem.causal, scale)
+                dq, dk, dv = torch.autograd.grad(o, (q, k, v), inputs.dout[sl].to(dev, dt))
+            gq.append(dq)
+            gk.append(dk)
+            gv.append(dv)
+            o = o.detach()
+        else:
+            with torch.no_grad():
+                o = _standard_attention(q, k, v, problem.causal, scale)
+        outs.append(o)
+    if on_cpu:
+        return outs[0], ((gq[0], gk[0], gv[0]) if gq else None)
+
+    def stack(parts):
+        return torch.stack(parts).reshape(B, H, *parts[0].shape)
+
+    grads = (stack(gq), stack(gk), stack(gv)) if gq else None
+    return stack(outs), grads
+
+
+def compute_reference(problem: AttentionProblem, inputs: Inputs, cuda_ok: bool, baseline: bool = True) -> Reference:
+    """The oracle for `problem` on `inputs`: float64 on the CPU when affordable, else fp32 on the GPU,
+    plus the error PyTorch makes in the problem's dtype (rule 2's baseline)."""
+    import torch
+
+    factor = 3.5 if needs_grads(problem) else 1.0
+    use_cpu = problem.fwd_flops() * factor <= CPU_REFERENCE_MAX_FLOPS or not cuda_ok
+    if use_cpu:
+        dev, dt, kind = "cpu", torch.float64, "cpu_ref fp64"
+    else:
+        dev, dt, kind = inputs.q.device, torch.float32, "gpu fp32"
+    pdt = torch_dtype(problem.dtype)
+    with_baseline = baseline and pdt != dt
+    bdev = inputs.q.device if cuda_ok else "cpu"
+
+    def lse_fn() -> tuple[Any, float | None]:
+        with full_fp32_precision():
+            lse = _lse_pass(problem, inputs, dev, dt)
+            err = _max_abs(_lse_pass(problem, inputs, bdev, pdt), lse) if with_baseline else None
+        return lse, err
+
+    with full_fp32_precision():
+        out, grads = _attention_pass(problem, inputs, dev, dt)
+        ref = Reference(out=out, grads=grads, kind=kind, lse_fn=lse_fn)
+        if with_baseline:
+            bout, bgrads = _attention_pass(problem, inputs, bdev, pdt)
+            ref.baseline_err["out"] = _max_abs(bout, out)
+            if grads is not None and bgrads is not None:
+                for name, b, r in zip(("dq", "dk", "dv"), bgrads, grads, strict=True):
+                    ref.baseline_err[name] = _max_abs(b, r)
+    return ref
+
+
+def _max_abs(a, ref) -> float:
+    import torch
+
+    d = a.detach().to(ref.device, ref.dtype) - ref
+    d = torch.nan_to_num(d, nan=float("inf"))
+    return float(d.abs().max()) if d.numel() else 0.0
+
+
+# ---------------------------------------------------------------------------- rules
+def compare(result, ref, tol: Tolerance, baseline_err: float | None) -> dict[str, Any]:
+    """Check one output against its reference under both rules.
+
+    Returns max_abs, rel (norm-wise), ref_max, bad_elems (elements over atol + rtol|ref|),
+    worst_elem (its flat index, or -1), baseline_err, bound (rule 2's bound or nan), ok.
+    NaN or inf anywhere in the result, or a wrong shape, is never a pass.
+    """
+    import torch
+
+    out: dict[str, Any] = {"max_abs": float("nan"), "rel": float("nan"), "ref_max": float(ref.abs().max()) if ref.numel() else 0.0,
+                           "bad_elems": -1, "worst_elem": -1, "baseline_err": baseline_err, "bound": float("nan"), "ok": False}
+    if tuple(result.shape) != tuple(ref.shape):  # never let broadcasting hide a wrong shape
+        out["reason"] = f"shape {tuple(result.shape)} != {tuple(ref.shape)}"
+        return out
+    r = result.detach().to(ref.device, ref.dtype)
+    if not torch.isfinite(r).all():
+        out["bad_elems"] = int((~torch.isfinite(r)).sum())
+        out["reason"] = f"{out['bad_elems']} non-finite elements (unwritten output?)"
+        return out
+    diff = (r - ref).abs()
+    ref_norm = float(torch.linalg.vector_norm(ref))
+    dnorm = float(torch.linalg.vector_norm(diff))
+    out["rel"] = dnorm / ref_norm if ref_norm > 0 else dnorm
+    out["max_abs"] = float(diff.max()) if diff.numel() else 0.0
+    excess = diff - (tol.atol + tol.rtol * ref.abs())
+    bad = excess > 0
+    out["bad_elems"] = int(bad.sum())
+    out["worst_elem"] = int(excess.reshape(-1).argmax()) if out["bad_elems"] else -1
+    ok = out["bad_elems"] == 0
+    if baseline_err is not None and math.isfinite(baseline_err):
+        out["bound"] = tol.factor * baseline_err + tol.eps
+        ok = ok and out["max_abs"] <= out["bound"]
+    out["ok"] = ok
+    if not ok:
+        parts = []
+        if out["bad_elems"]:
+            parts.append(f"{out['bad_elems']} elements over atol+rtol*|ref| (first worst at flat index {out['worst_elem']})")
+        if math.isfinite(out["bound"]) and out["max_abs"] > out["bound"]:
+            parts.append(f"max error {out['max_abs']:.3g} > {tol.factor:g} x PyTorch's {baseline_err:.3g} + {tol.eps:g}")
+        out["reason"] = "; ".join(parts)
+    return out
+
+
+def _outputs(problem: AttentionProblem, result) -> tuple[list[str], list[Any]]:
+    """Names and tensors of a call's outputs: fwd -> out (and lse if the variant returns (out, lse));
+    bwd/fwd_bwd -> out, dq, dk, dv."""
+    if problem.direction != "fwd":
+        return ["out", "dq", "dk", "dv"], list(result)[:4]
+    if isinstance(result, tuple | list):
+        if len(result) >= 2 and result[1] is not None:
+            return ["out", "lse"], [result[0], result[1]]
+        return ["out"], [result[0]]
+    return ["out"], [result]
+
+
+def check_outputs(problem: AttentionProblem, result, ref: Reference, tol: Tolerance) -> dict[str, Any]:
+    """Both rules on every output of one call; the summary fields of a row."""
+    names, results = _outputs(problem, result)
+    refs = {"out": ref.out}
+    if "lse" in names:
+        refs["lse"] = ref.lse
+    if ref.grads is not None:
+        refs.update(dq=ref.grads[0], dk=ref.grads[1], dv=ref.grads[2])
+    per: dict[str, dict[str, Any]] = {}
+    worst_abs, worst_rel, ok, reasons = 0.0, 0.0, True, []
+    for name, r in zip(names, results, strict=True):
+        rf = refs.get(name)
+        if rf is None:
+            continue
+        if name == "lse":
+            r = r.reshape(rf.shape) if r.numel() == rf.numel() else r
+        c = compare(r, rf, tol, ref.baseline_err.get(name))
+        per[name] = {k: v for k, v in c.items() if k != "worst_elem"}
+        ok = ok and c["ok"]
+        if not c["ok"]:
+            reasons.append(f"{name}: {c.get('reason', 'differs')}")
+        for key, cur in (("max_abs", worst_abs), ("rel", worst_rel)):
+            val = c[key]
+            new = val if (math.isnan(val) or math.isnan(cur)) else max(cur, val)
+            if key == "max_abs":
+                worst_abs = new
+            else:
+                worst_rel = new
+    return {"correct": ok, "max_abs_err": worst_abs, "rel_err": worst_rel, "errors": per,
+            "check_reason": "; ".join(reasons), "lse_checked": "lse" in per}
+
+
+# -------------------------------------------------------------------------- running
+def prepare(problem: AttentionProblem, inputs: Inputs, device: str, variant_name: str):
+    """Inputs on the variant's device and dtype (cpu_ref runs in float64), with grads if needed."""
+    import torch
+
+    dt = torch.float64 if variant_name == "cpu_ref" else torch_dtype(problem.dtype)
+    # clone(): each variant gets its own copies, so one that writes into its inputs cannot change
+    # what later variants on this problem see.
+    ts = [t.detach().to(device=device, dtype=dt).contiguous().clone() for t in (inputs.q, inputs.k, inputs.v)]
+    dout = inputs.dout.detach().to(device=device, dtype=dt)
+    if needs_grads(problem):
+        for t in ts:
+            t.requires_grad_(True)
+    return ts, dout
+
+
+def poison_allocator(nbytes: int, device: str) -> None:
+    """Fill `nbytes` of freed CUDA caching-allocator memory with NaN, so a torch op that allocates
+    its output there and fails to write part of it shows NaN instead of stale valid values."""
+    import torch
+
+    if device != "cuda" or nbytes <= 0:
+        return
+    junk = torch.full((nbytes // 4 + 1,), float("nan"), dtype=torch.float32, device=device)
+    del junk
+
+
+def make_call(variant, problem: AttentionProblem, ts, dout, out=None) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """(checked_call, timed_call) for the variant and direction.
+
+    fwd: the forward. bwd: gradients for `dout` with the forward done once, outside the timing
+    (retain_graph so the backward can be replayed). fwd_bwd: forward then backward.
+    """
+    import torch
+
+    q, k, v = ts
+    causal, scale = problem.causal, problem.softmax_scale
+    if problem.direction == "fwd":
+        def fwd():
+            with torch.no_grad():
+                return variant.fn(q, k, v, causal, scale, out)
+        return fwd, fwd
+    if problem.direction == "bwd":
+        with torch.enable_grad():
+            o = variant.fn(q, k, v, causal, scale)
+
+        def bwd():
+            with torch.enable_grad():
+                return (o.detach(), *torch.autograd.grad(o, (q, k, v), dout, retain_graph=True))
+        return bwd, bwd
+
+    def fwd_bwd():
+        with torch.enable_grad():
+            o = variant.fn(q, k, v, causal, scale)
+            return (o.detach(), *torch.autograd.grad(o, (q, k, v), dout))
+    return fwd_bwd, fwd_bwd
+
+
+def snapshot(problem: AttentionProblem, result) -> list[Any]:
+    """Copies of a call's output tensors (the timed loop reuses `out` buffers)."""
+    _, results = _outputs(problem, result)
+    return [r.detach().clone() for r in results]
+
+
+def check_correctness(variant, problem, inputs, ref: Reference, device: str, tol: Tolerance) -> dict[str, Any]:
+    """Run the variant once on poisoned outputs and check it against the reference."""
+    import torch
+
+    ts, dout = prepare(problem, inputs, device, variant.name)
+    out = None
+    if variant.kind in ("cuda", "user") and problem.direction == "fwd":
+        out = torch.full_like(ts[0], float("nan"))
+    else:
+        poison_allocator(4 * problem.B * problem.H * max(problem.Sq, problem.Sk) * problem.D * 4, device)
+    checked, _ = make_call(variant, problem, ts, dout, out)
+    result = checked()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    res = check_outputs(problem, result, ref, tol)
+    outs = snapshot(problem, result)
+    res["out_sample"] = outs[0].reshape(-1)[:SAMPLE_ELEMENTS].to("cpu", torch.float64).tolist()
+    res["ref_sample"] = ref.out.detach().reshape(-1)[:SAMPLE_ELEMENTS].to("cpu", torch.float64).tolist()
+    res["checked_outputs"] = outs
+    return res
+
+
+def check_repeat(variant, problem: AttentionProblem, checked: list[Any], timed_result, ref: Reference | None,
+                 tol: Tolerance) -> dict[str, Any]:
+    """Compare a timed call's outputs with the checked call's: bitwise where the variant declares
+    the direction deterministic, else against the reference under the same rules."""
+    import torch
+
+    timed = snapshot(problem, timed_result)
+    same = len(timed) == len(checked) and all(
+        a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b)) for a, b in zip(timed, checked, strict=False))
+    out: dict[str, Any] = {"repeatable": same, "repeat_ok": True, "repeat_reason": ""}
+    if same:
+        return out
+    deterministic = problem.direction in getattr(variant, "deterministic", ("fwd",))
+    if ref is not None:
+        res = check_outputs(problem, tuple(timed) if len(timed) > 1 else timed[0], ref, tol)
+        if not res["correct"]:
+            out.update(repeat_ok=False, repeat_reason=f"a timed call's output fails the check ({res['check_reason']})")
+            return out
+    if deterministic:
+        out.update(repeat_ok=False, repeat_reason="a timed call's output differs bitwise from the checked call's "
+                   "(the variant declares this direction deterministic: a race?)")
+    return out

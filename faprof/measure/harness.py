@@ -1,0 +1,389 @@
+"""The measuring harness: correctness against a reference first (faprof.correctness), then timing.
+
+GPU time per call (the `median_ms` of every GPU row) is the sum of the call's kernel durations
+from CUPTI activity records (faprof.cupti_timer), kernels attributed to calls by correlation id;
+the first-start to last-end span is kept beside it (`span_ms`). CUDA events around each call are
+kept as call latency (`event_ms`), and are the fallback timer where CUPTI cannot be used (the row's
+`timer` and `timer_note` say which and why). Around the timed calls:
+
+- Warm-up: at least 3 calls and `warmup_ms` of wall time.
+- Before every repeat, outside the timed region: a flush that leaves the L2 clean (write a buffer
+  of 2x the L2 size, then read a second 2x buffer, so no line of the call's data and no dirty line
+  is left for the call to write back), then a GPU-side spin (`torch.cuda._sleep`) longer than the
+  host needs to enqueue the call, so the GPU is busy when the start event records and the call's
+  kernels run back to back as they would in a busy program.
+- Repeats go on until the 95% CI of the median (distribution-free, faprof.stats) is within
+  `target_rel_ci` of the median (at least `min_repeats`, `min_repeats_short` for calls under
+  `short_call_ms`), or the budget runs out. All samples are kept. CPU variants stop on
+  `target_rel_ci_host` (2%): host-clock times of a CPU call vary by more than 0.5% run to run.
+- Per row: SM clock during the timed calls (GPU cycles of a spin per µs, calibrated right after
+  them), temperature, and NVML throttle reasons before, between batches and after (faprof.gpu_monitor);
+  rows timed while a slowdown reason was active are flagged `throttled`.
+- Also measured: host-clock end-to-end latency (call + synchronize), the host's enqueue cost, a
+  CUDA-graph replay figure for short calls, and the peak memory of one call. CPU variants use the
+  host clock.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from faprof.measure import correctness, stats
+from faprof.measure.correctness import (  # noqa: F401  (re-exported: the Nsight target and tests use these names)
+    CPU_REFERENCE_MAX_FLOPS,
+    Inputs,
+    Reference,
+    compute_reference,
+    make_call,
+    make_inputs,
+    needs_grads,
+)
+from faprof.measure.correctness import prepare as _prepare  # noqa: F401
+from faprof.measure.cupti_timer import CuptiUnavailable, KernelTimer
+from faprof.model.problem import AttentionProblem
+from faprof.model.scenarios import DEFAULT_TOLERANCE, TimingSettings, Tolerance
+
+#: Calls shorter than this are launch-bound enough that a CUDA-graph replay figure is worth
+#: reporting next to the kernel time (launch overhead is a few microseconds per kernel).
+GRAPH_WORTHY_MS = 1.0
+
+#: Host-clock CPU calls slower than this get only 3 timed repeats minimum (each is seconds).
+SLOW_CPU_CALL_S = 0.5
+
+#: A batch's CUPTI records must cover at least this share of its calls, else the row falls back
+#: to CUDA events (a call that launched no kernel has no GPU time to report).
+CUPTI_MIN_COVERAGE = 0.9
+
+
+class L2Flusher:
+    """Leaves the L2 holding none of the timed call's data and no dirty lines.
+
+    Writing a 2x-L2 buffer evicts the call's lines but leaves the L2 full of dirty lines whose
+    write-back the next kernel pays for (seen on the H100: a 16 MB read+write kernel took 13.5 µs
+    after a write-only flush, 9.8 µs after this one, against a ~9.6 µs DRAM floor). Reading a second
+    2x-L2 buffer after the write forces those write-backs here, outside the timed region, and
+    leaves clean lines of a buffer the call never touches.
+    """
+
+    def __init__(self, l2_bytes: int, device: str = "cuda"):
+        import torch
+
+        n = max(2 * l2_bytes, 1 << 20) // 4
+        self.write_buf = torch.empty(n, dtype=torch.float32, device=device)
+        self.read_buf = torch.ones(n, dtype=torch.float32, device=device)
+        self.sink = torch.empty((), dtype=torch.float32, device=device)
+
+    def __call__(self) -> None:
+        import torch
+
+        self.write_buf.fill_(1.0)
+        torch.sum(self.read_buf, dim=0, dtype=torch.float32, out=self.sink)
+
+
+#: The GPU must already be busy when the start event is recorded, or the event pair also times
+#: the host's launch overhead (seen on the H100: sdpa_flash at B=1 H=1 S=128 read 0.116 ms by plain
+#: events and 0.019 ms by graph replay). Before each timed call the harness enqueues a spin of
+#: LEAD_FACTOR x the call's host enqueue time (plus LEAD_MIN_US), so the CPU is ahead of the GPU.
+LEAD_FACTOR = 2.0
+LEAD_MIN_US = 20.0
+
+_CYCLES_PER_US: float | None = None
+
+
+def _spin_rate(cycles: int) -> float:
+    """GPU cycles per microsecond of a `torch.cuda._sleep(cycles)`, timed with events (= SM MHz)."""
+    import torch
+
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    torch.cuda._sleep(cycles)
+    b.record()
+    torch.cuda.synchronize()
+    return cycles / (a.elapsed_time(b) * 1e3)
+
+
+def cycles_per_us() -> float:
+    """Calibrate torch.cuda._sleep once per process: GPU clock cycles per microsecond."""
+    global _CYCLES_PER_US
+    if _CYCLES_PER_US is None:
+        import torch
+
+        torch.cuda._sleep(2_000_000)  # warm
+        torch.cuda.synchronize()
+        _CYCLES_PER_US = _spin_rate(2_000_000)
+    return _CYCLES_PER_US
+
+
+def sm_clock_mhz() -> float:
+    """The SM clock now, from a ~2 ms spin (events add ~µs to 2 ms: well under 1%)."""
+    return _spin_rate(int(cycles_per_us() * 2000))
+
+
+def host_enqueue_ms(fn: Callable[[], Any], calls: int = 5) -> float:
+    """Median host time to *enqueue* one call (no synchronize): the launch cost the CPU pays."""
+    import torch
+
+    xs = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(cycles_per_us() * 2000))  # keep the GPU busy so enqueue never blocks on it
+        t = time.perf_counter()
+        fn()
+        xs.append((time.perf_counter() - t) * 1e3)
+        torch.cuda.synchronize()
+    return statistics.median(xs)
+
+
+def _open_timer(settings: TimingSettings) -> tuple[Any, str]:
+    """(KernelTimer or None, note): CUPTI unless the settings say events or CUPTI is unavailable."""
+    if settings.timer == "events":
+        return None, "CUDA events requested (timing.timer = 'events')"
+
+    try:
+        return KernelTimer.open(), ""
+    except CuptiUnavailable as e:
+        return None, f"CUPTI unavailable: {e}"
+
+
+def time_cuda(fn: Callable[[], Any], settings: TimingSettings, flusher: L2Flusher | None,
+              monitor: Any = None) -> dict[str, Any]:
+    """Kernel time (CUPTI) and call latency (events) of `fn` with warm-up, clean-L2 flush, a
+    GPU-side lead and adaptive repeats on the median's CI. Times in ms."""
+    import torch
+
+    t0 = time.perf_counter()
+    calls = 0
+    while calls < 3 or (time.perf_counter() - t0) * 1e3 < settings.warmup_ms:
+        fn()
+        calls += 1
+        torch.cuda.synchronize()
+        if calls >= 10_000:
+            break
+    enqueue_ms = host_enqueue_ms(fn)
+    lead_cycles = int(cycles_per_us() * (LEAD_MIN_US + LEAD_FACTOR * enqueue_ms * 1e3))
+    timer, note = _open_timer(settings)
+    kernel: list[float] = []
+    span: list[float] = []
+    nkern: list[int] = []
+    event: list[float] = []
+    last = None
+    batch = 10
+    start_wall = time.perf_counter()
+    stop_reason = "max_repeats"
+    try:
+        while len(event) < settings.max_repeats:
+            batch = min(batch, settings.max_repeats - len(event))
+            evs = []
+            ids = timer.new_ids(batch) if timer is not None else [0] * batch
+            for cid in ids:
+                if flusher is not None:
+                    flusher()
+                torch.cuda._sleep(lead_cycles)
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                if timer is not None:
+                    with timer.call(cid):
+                        last = fn()
+                else:
+                    last = fn()
+                e.record()
+                evs.append((s, e))
+            torch.cuda.synchronize()
+            event.extend(s.elapsed_time(e) for s, e in evs)
+            if timer is not None:
+                got = timer.collect(expect=ids)
+                seen = [got[i] for i in ids if i in got]
+                if len(seen) < CUPTI_MIN_COVERAGE * len(ids):
+                    note = (f"CUPTI recorded kernels for {len(seen)} of {len(ids)} calls "
+                            f"(records: {timer.last_counts}); CUDA events used")
+                    timer.close()
+                    timer = None
+                    kernel, span, nkern = [], [], []
+                else:
+                    kernel.extend(c.sum_ns / 1e6 for c in seen)
+                    span.extend(c.span_ns / 1e6 for c in seen)
+                    nkern.extend(c.kernels for c in seen)
+            if monitor is not None:
+                monitor.read()
+            primary = kernel if timer is not None else event
+            st = stats.summarize(primary)
+            enough = stats.enough_samples(st["n"], st["median"], settings.min_repeats, settings.min_repeats_short,
+                                          settings.short_call_ms)
+            if enough and st["rel_ci"] <= settings.target_rel_ci:
+                stop_reason = "converged"
+                break
+            if time.perf_counter() - start_wall > settings.budget_s and enough:
+                stop_reason = "budget"
+                break
+            batch = min(100, batch * 2)
+    finally:
+        if timer is not None:
+            timer.close()
+    clock = sm_clock_mhz()
+    used = "cupti" if timer is not None else "cuda_event"
+    primary = kernel if used == "cupti" else event
+    return {"samples": primary, "stats": stats.summarize(primary), "stop": stop_reason, "timer": used,
+            "timer_note": note, "host_enqueue_ms": enqueue_ms, "event_ms": statistics.median(event),
+            "span_ms": statistics.median(span) if span else None,
+            "kernels_per_call": statistics.median(nkern) if nkern else None,
+            "sm_clock_mhz": clock, "last_result": last}
+
+
+def time_host(fn: Callable[[], Any], settings: TimingSettings, sync: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Host-clock timing (CPU variants): the same statistics with time.perf_counter."""
+    def once() -> tuple[float, Any]:
+        t = time.perf_counter()
+        r = fn()
+        if sync:
+            sync()
+        return (time.perf_counter() - t) * 1e3, r
+
+    first, last = once()  # warm-up, and a measure of how slow a call is
+    min_rep = settings.min_repeats if first / 1e3 < SLOW_CPU_CALL_S else 3
+    samples: list[float] = []
+    start = time.perf_counter()
+    stop = "max_repeats"
+    check_at = min_rep
+    while len(samples) < settings.max_repeats:
+        ms, last = once()
+        samples.append(ms)
+        if len(samples) >= check_at:
+            # the stop rule's statistics cost ~1 ms (scipy's quantile test): evaluate them as the
+            # sample grows by a tenth, not after every sub-millisecond CPU call
+            check_at = len(samples) + max(1, len(samples) // 10)
+            st = stats.summarize(samples)
+            if st["rel_ci"] <= settings.target_rel_ci_host:
+                stop = "converged"
+                break
+            if time.perf_counter() - start > settings.budget_s:
+                stop = "budget"
+                break
+    return {"samples": samples, "stats": stats.summarize(samples), "stop": stop, "timer": "host", "timer_note": "",
+            "last_result": last}
+
+
+def time_e2e(fn: Callable[[], Any], repeats: int) -> float:
+    """Median host-clock latency of call + synchronize (what a user's Python code waits for)."""
+    import torch
+
+    xs = []
+    for _ in range(max(1, repeats)):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        xs.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(xs)
+
+
+def time_graph(fn: Callable[[], Any], replays: int = 20) -> float | None:
+    """Median per-call time of a CUDA-graph replay of `fn` (launch overhead removed), or None when
+    the call cannot be captured (some backends sync or allocate in ways graphs refuse)."""
+    import torch
+
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        g.replay()
+        torch.cuda.synchronize()
+        xs = []
+        lead = int(cycles_per_us() * (LEAD_MIN_US + 30.0))
+        for _ in range(replays):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(lead)
+            a.record()
+            g.replay()
+            b.record()
+            torch.cuda.synchronize()
+            xs.append(a.elapsed_time(b))
+        del g
+        return statistics.median(xs)
+    except Exception:
+        torch.cuda.synchronize()
+        return None
+
+
+def peak_memory(fn: Callable[[], Any]) -> tuple[int, int]:
+    """(peak bytes allocated during one call, bytes above what was allocated before it)."""
+    import torch
+
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    r = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    del r
+    return int(peak), int(peak - before)
+
+
+def measure(variant, problem: AttentionProblem, inputs: Inputs, ref: Reference | None, device: str,
+            settings: TimingSettings, tol: Tolerance | None = None, l2_bytes: int = 0,
+            flusher: L2Flusher | None = None, do_timing: bool = True, monitor: Any = None) -> dict[str, Any]:
+    """Check then time one variant on one problem. Returns the measurement fields of a row.
+
+    Raises whatever the variant raises; the caller turns that into status 'failed' or 'unsupported'.
+    """
+    import torch
+
+    tol = tol or DEFAULT_TOLERANCE[problem.dtype]
+    row: dict[str, Any] = {"device": device, "seed": inputs.seed}
+    checked_outputs = None
+    if ref is not None:
+        chk = correctness.check_correctness(variant, problem, inputs, ref, device, tol)
+        checked_outputs = chk.pop("checked_outputs")
+        row.update(
+            correct=chk["correct"], max_abs_err=chk["max_abs_err"], rel_err=chk["rel_err"],
+            errors=chk["errors"], out_sample=chk["out_sample"], ref_sample=chk["ref_sample"],
+            reference=ref.kind, rtol=tol.rtol, atol=tol.atol, tol_factor=tol.factor, tol_eps=tol.eps,
+            check_reason=chk["check_reason"], lse_checked=chk["lse_checked"],
+            baseline_max_err=ref.baseline_err.get("out"),
+        )
+    if not do_timing:
+        return row
+    ts, dout = correctness.prepare(problem, inputs, device, variant.name)
+    out = torch.empty_like(ts[0]) if variant.kind in ("cuda", "user") and problem.direction == "fwd" else None
+    _, timed = make_call(variant, problem, ts, dout, out)
+    if device == "cuda":
+        if flusher is None and settings.flush_l2 and l2_bytes:
+            flusher = L2Flusher(l2_bytes)
+        if monitor is not None:
+            monitor.read()
+        res = time_cuda(timed, settings, flusher if settings.flush_l2 else None, monitor)
+        row["e2e_ms"] = time_e2e(timed, settings.e2e_repeats)
+        for k in ("host_enqueue_ms", "event_ms", "span_ms", "kernels_per_call", "sm_clock_mhz"):
+            row[k] = res[k]
+        st = res["stats"]
+        if settings.graph and st["median"] < GRAPH_WORTHY_MS and problem.direction == "fwd":
+            row["graph_ms"] = time_graph(timed)
+        row["peak_mem_bytes"], row["extra_mem_bytes"] = peak_memory(timed)
+        if monitor is not None:
+            monitor.read()
+            row.update(monitor.summary())
+    else:
+        res = time_host(timed, settings)
+        st = res["stats"]
+        row["e2e_ms"] = st["median"]
+    if checked_outputs is not None and res.get("last_result") is not None:
+        rep = correctness.check_repeat(variant, problem, checked_outputs, res["last_result"], ref, tol)
+        row.update(repeatable=rep["repeatable"])
+        if not rep["repeat_ok"]:
+            row["correct"] = False
+            row["check_reason"] = "; ".join(x for x in (row.get("check_reason"), rep["repeat_reason"]) if x)
+    row.update(
+        timer=res["timer"], timer_note=res["timer_note"], stop=res["stop"], samples_ms=res["samples"], n=st["n"],
+        median_ms=st["median"], ci95_low_ms=st["ci95_low"], ci95_high_ms=st["ci95_high"], rel_ci=st["rel_ci"],
+        q1_ms=st["q1"], q3_ms=st["q3"], iqr_ms=st["iqr"], outliers=st["outliers"],
+        mean_ms=st["mean"], std_ms=st["std"], rel_sem=st["rel_sem"], min_ms=st["min"],
+    )
+    return row

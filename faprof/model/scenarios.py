@@ -1,0 +1,479 @@
+"""Scenario files: load and validate a TOML file into a Scenario (problems x variants x settings).
+
+A scenario is a grid of attention problems, the variants to run on them, the baseline to
+compare against, what to collect, timing settings, tolerances, and the figures the seed report
+it reproduces published (quoted as facts from that report, never as measurements).
+
+Layout of a file (every key is checked; unknown keys are errors, so typos do not pass silently):
+
+    name = "l4_causal"
+    description = "..."
+    source = "Title, GPU, date"             # the report it reproduces, cited by title (optional)
+    baseline = "sdpa_flash"                 # speedups are over this variant
+    variants = ["all"]                      # or a list of names
+
+    [defaults]                              # applies to every problem of every group
+    dtype = "fp16"; D = 64; causal = true; direction = "fwd"
+
+    [[groups]]                              # one or more; a file without groups may put
+    name = "forward"                        # `problems` / `grid` at the top level
+    problems = [{B = 1, H = 1, S = 128}, ...]   # S sets Sq = Sk; or give Sq and Sk
+    grid = {B = [1, 2], S = [128, 256]}     # cross product, merged with the defaults
+    defaults = {direction = "bwd"}           # per-group overrides
+    baseline = "sdpa_efficient"             # optional: this group's baseline
+
+    [collect]   timing = true, ncu = "none"|"basic"|"detailed"|"full", nsys = false
+    [timing]    warmup_ms, budget_s, min_repeats, min_repeats_short, short_call_ms, max_repeats,
+                target_rel_ci, target_rel_ci_host, timer = "auto"|"cupti"|"events", flush_l2, graph,
+                e2e_repeats
+    [tolerance] fp16 = {rtol = .., atol = .., factor = .., eps = ..}
+    [[published]]  gpu, what, subject, value, unit, shape = {...}, maps_to, section, note
+"""
+
+from __future__ import annotations
+
+import itertools
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from faprof import resources
+from faprof.errors import FaprofError
+from faprof.model import variant as registry
+from faprof.model.problem import DIRECTIONS, DTYPE_BYTES, AttentionProblem
+
+#: Where the shipped scenario files live: scenarios/ at the repository root.
+SCENARIO_DIR = resources.scenarios_dir()
+
+NCU_SETS = ("none", "faprof", "basic", "detailed", "full")
+
+_TOP_KEYS = {
+    "name", "description", "source", "baseline", "variants", "defaults", "groups", "problems", "grid",
+    "collect", "timing", "tolerance", "published", "notes",
+}
+_PROBLEM_KEYS = {"B", "H", "S", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale"}
+_GROUP_KEYS = {"name", "description", "problems", "grid", "defaults", "baseline"}
+_COLLECT_KEYS = {"timing", "ncu", "nsys", "ncu_metrics"}
+_PUBLISHED_KEYS = {"gpu", "what", "subject", "value", "unit", "shape", "maps_to", "section", "note", "stat"}
+
+
+#: Values of `[timing] timer`.
+TIMERS = ("auto", "cupti", "events")
+
+
+def upgrade_timing(t: dict[str, Any]) -> dict[str, Any]:
+    """Timing settings written by an older faprof: `target_rel_sem` (a stop rule on the mean's
+    standard error) became `target_rel_ci` (on the median's CI); the value carries over."""
+    t = dict(t)
+    if "target_rel_sem" in t:
+        v = t.pop("target_rel_sem")
+        t.setdefault("target_rel_ci", v)
+    return t
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    """How the harness times a variant."""
+
+    warmup_ms: float = 50.0
+    """Run the variant for at least this long (and 3 calls) before timing."""
+    budget_s: float = 2.0
+    """Time budget per (variant, problem) for the timed repeats."""
+    min_repeats: int = 10
+    """Never fewer timed repeats than this (the CPU path lowers it to 3 for slow calls)."""
+    min_repeats_short: int = 30
+    """Calls shorter than `short_call_ms` get at least this many repeats (they are cheap and noisy)."""
+    short_call_ms: float = 0.1
+    """What counts as a short call for `min_repeats_short`."""
+    max_repeats: int = 2000
+    """Stop after this many repeats even if the median's CI is still wider than the target."""
+    target_rel_ci: float = 0.005
+    """Stop when the 95% CI of the median (distribution-free) is within this fraction of the median."""
+    target_rel_ci_host: float = 0.02
+    """The same stop rule for CPU variants (host clock): a CPU call's time moves by more than 0.5% from
+    one run to the next (frequency scaling, thread scheduling), so a tighter CI only spends the budget."""
+    timer: str = "auto"
+    """GPU time source: 'auto' (CUPTI kernel records when cupti-python works here, else CUDA events),
+    'cupti' (the same; a row says why when it had to fall back), or 'events' (CUDA events only)."""
+    flush_l2: bool = True
+    """Before every repeat, write a buffer of 2x the L2 size and then read another one, so each repeat
+    starts with an L2 that holds none of the call's data and no dirty lines."""
+    graph: bool = True
+    """Also time a CUDA-graph replay (launch overhead removed) for launch-bound calls."""
+    e2e_repeats: int = 20
+    """Repeats of the host-clock end-to-end latency (call + synchronize)."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """What a variant's output must meet against the reference (see faprof.correctness)."""
+
+    rtol: float
+    """Per element: |out - ref| <= atol + rtol * |ref|."""
+    atol: float
+    """Per element: the absolute part of the bound above."""
+    factor: float = 3.0
+    """FlashAttention's rule: max |out - ref| <= factor * (PyTorch's max error in this dtype) + eps."""
+    eps: float = 0.0
+    """The absolute slack of FlashAttention's rule (about the dtype's rounding step at 1)."""
+
+
+#: Default tolerances per dtype, against a float64 (or fp32 GPU) reference.
+#: Per element, fp16's 2^-11 rounding of O and P puts honest kernels' errors near 1e-3 at |ref| ~ 1
+#: (measured on the H100: 1.0e-3 to 1.8e-3 max over l4_causal's fp16 rows, torch_standard
+#: the largest), bf16's 2^-8 step near 8e-3, fp32 CUDA-core kernels near 1.5e-6. The per-element
+#: bounds sit a few times above those; FlashAttention's rule (factor x PyTorch's own error in the
+#: dtype + eps, eps = twice the dtype's rounding step near 0.3, as in FlashAttention's tests)
+#: is the sharp one: a key leaking through the causal mask at a tile edge or a skipped K/V tile
+#: costs 5-20x PyTorch's error and fails it.
+DEFAULT_TOLERANCE: dict[str, Tolerance] = {
+    "fp64": Tolerance(rtol=1e-10, atol=1e-10, factor=3.0, eps=1e-12),
+    "fp32": Tolerance(rtol=2e-5, atol=2e-5, factor=3.0, eps=1e-6),
+    "fp16": Tolerance(rtol=4e-3, atol=4e-3, factor=3.0, eps=5e-4),
+    "bf16": Tolerance(rtol=2e-2, atol=2e-2, factor=3.0, eps=4e-3),
+}
+
+
+@dataclass(frozen=True)
+class Published:
+    """A figure a seed report published, quoted as a fact from that report (not measured by faprof)."""
+
+    gpu: str
+    what: str
+    """What was measured: 'latency', 'throughput', 'speedup', 'peak_memory', ..."""
+    subject: str
+    """Whose figure it is, in the report's words: 'custom FA2 kernel', 'PyTorch SDPA'."""
+    value: float
+    unit: str
+    shape: dict[str, Any] = field(default_factory=dict)
+    maps_to: str = ""
+    """The faprof variant that corresponds to the subject, if any (for side-by-side views)."""
+    section: str = ""
+    note: str = ""
+    stat: str = ""
+    """The statistic, when the report says: 'mean', 'median', '± std'..."""
+
+
+@dataclass
+class ProblemGroup:
+    name: str
+    problems: list[AttentionProblem]
+    description: str = ""
+    baseline: str | None = None
+    """This group's baseline when it differs from the scenario's (e.g. fp32 rows, where the
+    scenario's fp16-only baseline cannot run)."""
+
+
+@dataclass
+class Scenario:
+    """A validated scenario: what to run and how."""
+
+    name: str
+    path: Path | None
+    description: str
+    baseline: str
+    variants: list[str]
+    groups: list[ProblemGroup]
+    collect: dict[str, Any]
+    timing: TimingSettings
+    tolerance: dict[str, Tolerance]
+    published: list[Published]
+    source: str = ""
+    notes: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def problems(self) -> list[AttentionProblem]:
+        """Every problem, in file order, without duplicates."""
+        seen: dict[str, AttentionProblem] = {}
+        for g in self.groups:
+            for p in g.problems:
+                seen.setdefault(p.shape_id, p)
+        return list(seen.values())
+
+    def group_baselines(self) -> dict[str, str]:
+        """Groups whose baseline differs from the scenario's: {group name: variant}."""
+        return {g.name: g.baseline for g in self.groups if g.baseline and g.baseline != self.baseline}
+
+    def group_of(self, shape_id: str) -> str:
+        for g in self.groups:
+            if any(p.shape_id == shape_id for p in g.problems):
+                return g.name
+        return ""
+
+
+class _Ctx:
+    """Carries the file name into every validation error."""
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def fail(self, key: str, expected: str, got: Any = None) -> FaprofError:
+        got_s = "" if got is None else f", got {got!r}"
+        return FaprofError(f"{self.where}: key '{key}': expected {expected}{got_s}")
+
+
+def _expect(ctx: _Ctx, key: str, value: Any, types: tuple[type, ...], expected: str) -> Any:
+    if isinstance(value, bool) and bool not in types:
+        raise ctx.fail(key, expected, value)
+    if not isinstance(value, types):
+        raise ctx.fail(key, expected, value)
+    return value
+
+
+def _check_keys(ctx: _Ctx, prefix: str, table: dict, allowed: set[str]) -> None:
+    for k in table:
+        if k not in allowed:
+            raise ctx.fail(f"{prefix}{k}", f"one of {sorted(allowed)} (unknown key)")
+
+
+def _problem(ctx: _Ctx, key: str, spec: dict[str, Any]) -> AttentionProblem:
+    _check_keys(ctx, f"{key}.", spec, _PROBLEM_KEYS)
+    for k in ("B", "H", "D"):
+        if k not in spec:
+            raise ctx.fail(f"{key}.{k}", "a positive integer (set it in the problem or in [defaults])")
+    if "S" in spec:
+        if "Sq" in spec or "Sk" in spec:
+            raise ctx.fail(f"{key}.S", "either S, or Sq and Sk, not both")
+        sq = sk = spec["S"]
+    else:
+        if "Sq" not in spec or "Sk" not in spec:
+            raise ctx.fail(f"{key}.S", "S (or both Sq and Sk)")
+        sq, sk = spec["Sq"], spec["Sk"]
+    for k, v in (("B", spec["B"]), ("H", spec["H"]), ("D", spec["D"]), ("S/Sq", sq), ("S/Sk", sk)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ctx.fail(f"{key}.{k}", "a positive integer", v)
+    dtype = spec.get("dtype", "fp16")
+    if dtype not in DTYPE_BYTES:
+        raise ctx.fail(f"{key}.dtype", f"one of {sorted(DTYPE_BYTES)}", dtype)
+    direction = spec.get("direction", "fwd")
+    if direction not in DIRECTIONS:
+        raise ctx.fail(f"{key}.direction", f"one of {list(DIRECTIONS)}", direction)
+    causal = spec.get("causal", False)
+    if not isinstance(causal, bool):
+        raise ctx.fail(f"{key}.causal", "true or false", causal)
+    scale = spec.get("scale")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float) or scale <= 0):
+        raise ctx.fail(f"{key}.scale", "a positive number", scale)
+    return AttentionProblem(
+        B=spec["B"], H=spec["H"], Sq=sq, Sk=sk, D=spec["D"], dtype=dtype, causal=causal,
+        direction=direction, scale=float(scale) if scale is not None else None,
+    )
+
+
+def _group(ctx: _Ctx, key: str, table: dict, defaults: dict) -> ProblemGroup:
+    """One problem group; `key` prefixes its keys in errors ('groups[1]', or '' at the top level)."""
+    top = key == ""
+    key = key or "main"
+
+    def k(sub: str) -> str:
+        return sub if top else f"{key}.{sub}"
+
+    _check_keys(ctx, "" if top else f"{key}.", table, _GROUP_KEYS)
+    gdefaults = dict(defaults)
+    if "defaults" in table:
+        d = _expect(ctx, k("defaults"), table["defaults"], (dict,), "a table of problem fields")
+        _check_keys(ctx, k("defaults."), d, _PROBLEM_KEYS)
+        gdefaults.update(d)
+    problems: list[AttentionProblem] = []
+    if "problems" in table:
+        plist = _expect(ctx, k("problems"), table["problems"], (list,), "a list of problem tables")
+        for i, spec in enumerate(plist):
+            _expect(ctx, k(f"problems[{i}]"), spec, (dict,), "a table like {B = 1, H = 8, S = 128}")
+            problems.append(_problem(ctx, k(f"problems[{i}]"), {**gdefaults, **spec}))
+    if "grid" in table:
+        grid = _expect(ctx, k("grid"), table["grid"], (dict,), "a table of axis = [values]")
+        _check_keys(ctx, k("grid."), grid, _PROBLEM_KEYS)
+        axes = []
+        for axis, values in grid.items():
+            if not isinstance(values, list) or not values:
+                raise ctx.fail(k(f"grid.{axis}"), "a non-empty list of values", values)
+            axes.append([(axis, v) for v in values])
+        for combo in itertools.product(*axes):
+            problems.append(_problem(ctx, k("grid"), {**gdefaults, **dict(combo)}))
+    if not problems:
+        raise ctx.fail(k("problems"), "at least one problem (a `problems` list or a `grid`)")
+    name = table.get("name", key)
+    _expect(ctx, k("name"), name, (str,), "a string")
+    baseline = table.get("baseline")
+    if baseline is not None:
+
+        _expect(ctx, k("baseline"), baseline, (str,), "a variant name")
+        try:
+            registry.get(baseline)
+        except FaprofError as e:
+            raise ctx.fail(k("baseline"), f"a known variant name ({e})", baseline) from None
+    return ProblemGroup(name=name, problems=problems, description=str(table.get("description", "")), baseline=baseline)
+
+
+def parse_scenario(data: dict[str, Any], where: str, path: Path | None = None) -> Scenario:
+    """Validate a scenario given as a dict (the parsed TOML). `where` names it in errors."""
+    ctx = _Ctx(where)
+    _check_keys(ctx, "", data, _TOP_KEYS)
+    if "name" not in data:
+        raise ctx.fail("name", "a string naming the scenario")
+    name = _expect(ctx, "name", data["name"], (str,), "a string")
+    baseline = data.get("baseline")
+    if baseline is None:
+        raise ctx.fail("baseline", "the name of the variant speedups are measured against")
+    _expect(ctx, "baseline", baseline, (str,), "a variant name")
+    variants = data.get("variants", ["all"])
+    if isinstance(variants, str):
+        variants = [variants]
+    if not isinstance(variants, list) or not all(isinstance(v, str) for v in variants) or not variants:
+        raise ctx.fail("variants", "a non-empty list of variant names (or [\"all\"])", variants)
+
+
+    for v in variants:
+        if v != "all":
+            try:
+                registry.get(v)
+            except FaprofError as e:
+                raise ctx.fail("variants", f"known variant names ({e})", v) from None
+    try:
+        registry.get(baseline)
+    except FaprofError as e:
+        raise ctx.fail("baseline", f"a known variant name ({e})", baseline) from None
+
+    defaults = data.get("defaults", {})
+    _expect(ctx, "defaults", defaults, (dict,), "a table of problem fields")
+    _check_keys(ctx, "defaults.", defaults, _PROBLEM_KEYS)
+
+    groups: list[ProblemGroup] = []
+    if "groups" in data:
+        glist = _expect(ctx, "groups", data["groups"], (list,), "an array of tables [[groups]]")
+        for i, g in enumerate(glist):
+            _expect(ctx, f"groups[{i}]", g, (dict,), "a table")
+            groups.append(_group(ctx, f"groups[{i}]", g, defaults))
+    if "problems" in data or "grid" in data:
+        top = {k: data[k] for k in ("problems", "grid") if k in data}
+        groups.insert(0, _group(ctx, "", {"name": "main", **top}, defaults))
+    if not groups:
+        raise ctx.fail("problems", "at least one problem: a `problems` list, a `grid`, or [[groups]]")
+
+    for k in ("description", "source", "notes"):
+        if k in data and not isinstance(data[k], str):
+            raise ctx.fail(k, "a string", data[k])
+    collect = {"timing": True, "ncu": "none", "nsys": False, "ncu_metrics": []}
+    c = data.get("collect", {})
+    _expect(ctx, "collect", c, (dict,), "a table")
+    _check_keys(ctx, "collect.", c, _COLLECT_KEYS)
+    collect.update(c)
+    if collect["ncu"] not in NCU_SETS:
+        raise ctx.fail("collect.ncu", f"one of {list(NCU_SETS)}", collect["ncu"])
+    for k in ("timing", "nsys"):
+        if not isinstance(collect[k], bool):
+            raise ctx.fail(f"collect.{k}", "true or false", collect[k])
+    if not isinstance(collect["ncu_metrics"], list) or not all(isinstance(x, str) for x in collect["ncu_metrics"]):
+        raise ctx.fail("collect.ncu_metrics", "a list of ncu metric names", collect["ncu_metrics"])
+
+    t_raw = data.get("timing", {})
+    _expect(ctx, "timing", t_raw, (dict,), "a table")
+    t = upgrade_timing(t_raw)
+    fields = TimingSettings.__dataclass_fields__
+    _check_keys(ctx, "timing.", t, set(fields))
+    for k, v in t.items():
+        want = type(getattr(TimingSettings(), k))
+        if want is str:
+            if not isinstance(v, str):
+                raise ctx.fail(f"timing.{k}", "a string", v)
+            continue
+        ok = isinstance(v, bool) if want is bool else (isinstance(v, int | float) and not isinstance(v, bool))
+        if not ok or (want is not bool and v < 0):
+            raise ctx.fail(f"timing.{k}", f"a non-negative {want.__name__}", v)
+    for k, v in t.items():
+        if fields[k].type in ("int", int) and not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
+            raise ctx.fail(f"timing.{k}", "a whole number", v)
+    typed: dict[str, Any] = {k: (int(v) if fields[k].type in ("int", int) else v) for k, v in t.items()}
+    timing = TimingSettings(**typed)
+    if timing.min_repeats < 2:
+        raise ctx.fail("timing.min_repeats", "at least 2 (a spread needs two samples)", timing.min_repeats)
+    if timing.max_repeats < timing.min_repeats:
+        raise ctx.fail("timing.max_repeats", f"at least min_repeats ({timing.min_repeats})", timing.max_repeats)
+    if timing.target_rel_ci <= 0:
+        raise ctx.fail("timing.target_rel_ci", "a positive fraction, e.g. 0.005", timing.target_rel_ci)
+    if timing.target_rel_ci_host <= 0:
+        raise ctx.fail("timing.target_rel_ci_host", "a positive fraction, e.g. 0.02", timing.target_rel_ci_host)
+    if timing.timer not in TIMERS:
+        raise ctx.fail("timing.timer", f"one of {list(TIMERS)}", timing.timer)
+
+    tolerance = dict(DEFAULT_TOLERANCE)
+    tol = data.get("tolerance", {})
+    _expect(ctx, "tolerance", tol, (dict,), "a table of dtype = {rtol, atol}")
+    for dt, spec in tol.items():
+        if dt not in DTYPE_BYTES:
+            raise ctx.fail(f"tolerance.{dt}", f"a dtype, one of {sorted(DTYPE_BYTES)}")
+        if not isinstance(spec, dict) or set(spec) - {"rtol", "atol", "factor", "eps"}:
+            raise ctx.fail(f"tolerance.{dt}", "a table {rtol = ..., atol = ..., factor = ..., eps = ...}", spec)
+        for k, v in spec.items():
+            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+                raise ctx.fail(f"tolerance.{dt}.{k}", "a non-negative number", v)
+        base = DEFAULT_TOLERANCE[dt]
+        tolerance[dt] = Tolerance(**{k: float(spec.get(k, getattr(base, k))) for k in ("rtol", "atol", "factor", "eps")})
+
+    published: list[Published] = []
+    plist = data.get("published", [])
+    _expect(ctx, "published", plist, (list,), "an array of tables [[published]]")
+    for i, p in enumerate(plist):
+        key = f"published[{i}]"
+        _expect(ctx, key, p, (dict,), "a table")
+        _check_keys(ctx, f"{key}.", p, _PUBLISHED_KEYS)
+        for req in ("gpu", "what", "subject", "value", "unit"):
+            if req not in p:
+                raise ctx.fail(f"{key}.{req}", "present (gpu, what, subject, value and unit are required)")
+        for k in ("gpu", "what", "subject", "unit", "maps_to", "section", "note", "stat"):
+            if k in p and not isinstance(p[k], str):
+                raise ctx.fail(f"{key}.{k}", "a string", p[k])
+        if isinstance(p["value"], bool) or not isinstance(p["value"], int | float):
+            raise ctx.fail(f"{key}.value", "a number", p["value"])
+        shape = p.get("shape", {})
+        _expect(ctx, f"{key}.shape", shape, (dict,), "a table like {B = 1, H = 8, S = 128}")
+        _check_keys(ctx, f"{key}.shape.", shape, _PROBLEM_KEYS)
+        for k, v in shape.items():
+            ints = k in ("B", "H", "S", "Sq", "Sk", "D")
+            if ints and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ctx.fail(f"{key}.shape.{k}", "a positive integer", v)
+        published.append(Published(
+            gpu=str(p["gpu"]), what=str(p["what"]), subject=str(p["subject"]), value=float(p["value"]),
+            unit=str(p["unit"]), shape=dict(shape), maps_to=str(p.get("maps_to", "")),
+            section=str(p.get("section", "")), note=str(p.get("note", "")), stat=str(p.get("stat", "")),
+        ))
+        if published[-1].maps_to:
+            try:
+                registry.get(published[-1].maps_to)
+            except FaprofError:
+                raise ctx.fail(f"{key}.maps_to", "a known variant name", published[-1].maps_to) from None
+
+    return Scenario(
+        name=name, path=path, description=str(data.get("description", "")), baseline=baseline,
+        variants=variants, groups=groups, collect=collect, timing=timing, tolerance=tolerance,
+        published=published, source=str(data.get("source", "")), notes=str(data.get("notes", "")), raw=data,
+    )
+
+
+def load_scenario(name_or_path: str | Path) -> Scenario:
+    """Load a scenario by name (a file in scenarios/) or by path to a .toml file."""
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or p.exists():
+        path = p
+    else:
+        path = SCENARIO_DIR / f"{name_or_path}.toml"
+        if not path.exists():
+            known = ", ".join(list_scenarios()) or "(none found)"
+            raise FaprofError(f"no scenario named {name_or_path!r}; known scenarios: {known}, or give a path to a .toml file")
+    if not path.exists():
+        raise FaprofError(f"scenario file {path} does not exist")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        # tomllib's message carries "(at line L, column C)".
+        raise FaprofError(f"{path}: TOML syntax error: {e}") from None
+    return parse_scenario(data, str(path), path)
+
+
+def list_scenarios() -> list[str]:
+    """Names of the shipped scenarios."""
+    if not SCENARIO_DIR.is_dir():
+        return []
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))

@@ -1,0 +1,1 @@
+"""The report stage: Markdown/HTML/CSV reports, run comparison and the CI gate."""

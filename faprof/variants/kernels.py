@@ -1,0 +1,398 @@
+"""faprof's own CUDA kernels (kernels/*.cu) as registry variants.
+
+Importing this module only registers the variants; the extension is built the first time one of
+them runs (`faprof.build.load()`, cheap after the first call in a process). Each fn follows the
+registry's signature fn(q, k, v, causal, scale, out=None) -> out, allocates the workspaces its op
+needs (scores, l and m, lse), writes into `out` when given (so the harness can poison it) and
+returns it.
+
+One block per variant: to add one, write its .cu file and launcher, its op in binding.cpp, and a
+Variant below.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from faprof.model.problem import AttentionProblem
+from faprof.model.variant import Variant, register
+from faprof.variants import backward as kernel_bwd
+from faprof.variants import build
+
+#: Head dimensions the fa1 and fa2 CUDA-core kernels are instantiated for (kernels/fa1.cu,
+#: kernels/fa2.cu: kFaprofFa1HeadDims / kFaprofFa2HeadDims in faprof_kernels.h).
+FA1_HEAD_DIMS = (32, 64, 128)
+FA2_HEAD_DIMS = (32, 64, 128)
+
+#: Head dimensions of the tensor-core kernels fa2_wmma and fa2_mma (kFaprofTcHeadDims in
+#: faprof_kernels.h): each has a tile config for these three.
+TC_HEAD_DIMS = (64, 128, 256)
+
+#: The naive kernel materializes fp32 scores B·H·Sq·Sk·4 bytes; past 8 GiB that matrix alone
+#: outgrows most GPUs (and the point of the comparison is made long before).
+NAIVE_MAX_SCORE_BYTES = 8 * 2**30
+
+#: The kernels index rows with 32-bit ints; B·H, Sq, Sk and Sq·D must stay below this.
+INT32_MAX = 2**31 - 1
+
+
+def _ops():
+    """torch.ops.faprof, building/loading the extension first."""
+    import torch
+
+
+    build.load()
+    return torch.ops.faprof
+
+
+def _alloc_out(q, out):
+    import torch
+
+    return torch.empty_like(q, memory_format=torch.contiguous_format) if out is None else out
+
+
+def _int32_check(problem: AttentionProblem) -> str | None:
+    if (
+        problem.B * problem.H > INT32_MAX
+        or problem.Sq * problem.D > INT32_MAX
+        or problem.Sk * problem.D > INT32_MAX
+    ):
+        return "the CUDA-core kernels index with 32-bit ints: B·H and S·D must stay below 2^31"
+    return None
+
+
+def _head_dim_check(variant: str, dims: tuple[int, ...]):
+    def check(problem: AttentionProblem) -> str | None:
+        if problem.D not in dims:
+            return f"D={problem.D} not supported by {variant} (supported: {', '.join(map(str, dims))})"
+        return _int32_check(problem)
+
+    return check
+
+
+def naive_score_bytes(problem: AttentionProblem) -> int:
+    """Bytes of the naive kernel's fp32 score workspace [B, H, Sq, Sk]."""
+    return problem.B * problem.H * problem.Sq * problem.Sk * 4
+
+
+def _naive_check(problem: AttentionProblem) -> str | None:
+    need = naive_score_bytes(problem)
+    if need > NAIVE_MAX_SCORE_BYTES:
+        return (
+            f"naive materializes the fp32 score matrix B·H·Sq·Sk: {need / 2**30:.1f} GiB, over the "
+            f"{NAIVE_MAX_SCORE_BYTES / 2**30:.0f} GiB faprof allows it"
+        )
+    return _int32_check(problem)
+
+
+# ------------------------------------------------------------------------------ naive
+def naive_fwd(q, k, v, causal: bool, scale: float, out=None):
+    """Three kernels: S = scale·QKᵀ to global memory, row softmax in place, O = P·V."""
+    import torch
+
+    ops = _ops()
+    out = _alloc_out(q, out)
+    B, H, Sq, _ = q.shape
+    scores = torch.empty((B, H, Sq, k.shape[2]), dtype=torch.float32, device=q.device)
+    ops.naive_fwd(q, k, v, out, scores, bool(causal), float(scale))
+    return out
+
+
+# -------------------------------------------------------------------------------- fa1
+def fa1_fwd(q, k, v, causal: bool, scale: float, out=None, return_lm: bool = False):
+    """FlashAttention-1 loop order; with return_lm, also the global l and m ([B, H, Sq] fp32)."""
+    import torch
+
+    ops = _ops()
+    out = _alloc_out(q, out)
+    B, H, Sq, _ = q.shape
+    l = torch.empty((B, H, Sq), dtype=torch.float32, device=q.device)  # noqa: E741 (the paper's name)
+    m = torch.empty((B, H, Sq), dtype=torch.float32, device=q.device)
+    ops.fa1_fwd(q, k, v, out, l, m, bool(causal), float(scale))
+    return (out, l, m) if return_lm else out
+
+
+# -------------------------------------------------------------------------------- fa2
+def fa2_fwd(q, k, v, causal: bool, scale: float, out=None, return_lse: bool = False):
+    """FlashAttention-2 partition; with return_lse, also lse = m + log(l) ([B, H, Sq] fp32)."""
+    import torch
+
+    ops = _ops()
+    out = _alloc_out(q, out)
+    B, H, Sq, _ = q.shape
+    lse = torch.empty((B, H, Sq), dtype=torch.float32, device=q.device)
+    ops.fa2_fwd(q, k, v, out, lse, bool(causal), float(scale))
+    return (out, lse) if return_lse else out
+
+
+# ------------------------------------------------------------------- fa2_wmma, fa2_mma
+def _tc_fwd(op_name: str):
+    def fn(q, k, v, causal: bool, scale: float, out=None, return_lse: bool = False):
+        import torch
+
+        ops = _ops()
+        out = _alloc_out(q, out)
+        B, H, Sq, _ = q.shape
+        lse = torch.empty((B, H, Sq), dtype=torch.float32, device=q.device)
+        getattr(ops, op_name)(q, k, v, out, lse, bool(causal), float(scale))
+        return (out, lse) if return_lse else out
+
+    fn.__name__ = op_name
+    fn.__doc__ = f"torch.ops.faprof.{op_name}; with return_lse, also lse = m + log(l) ([B, H, Sq] fp32)."
+    return fn
+
+
+fa2_wmma_fwd = _tc_fwd("fa2_wmma_fwd")
+fa2_mma_fwd = _tc_fwd("fa2_mma_fwd")
+
+
+def _tc_check(variant: str):
+    head_dims = _head_dim_check(variant, TC_HEAD_DIMS)
+
+    def check(problem: AttentionProblem) -> str | None:
+        if problem.softmax_scale <= 0:
+            return f"{variant} needs scale > 0 (its running max is taken on raw scores), got {problem.softmax_scale:g}"
+        if problem.B > 65535 or problem.H > 65535:
+            return f"{variant} launches a (query tiles, H, B) grid: B and H must be at most 65535"
+        return head_dims(problem)
+
+    return check
+
+
+# ------------------------------------------------------------------------------ fault
+def fault_oob(q, k, v, causal: bool, scale: float, out=None):
+    """TEST ONLY: launches a kernel that writes to an unmapped address (illegal memory access).
+
+    The launch itself succeeds; the error surfaces at the next synchronization and leaves the
+    process's CUDA context unusable. Run it only in a process you can throw away.
+    """
+    ops = _ops()
+    out = _alloc_out(q, out)
+    ops.fault_oob(q, out)
+    return out
+
+
+# ------------------------------------------------------------------------------- race
+def _race(atomic: bool):
+    def fn(q, k, v, causal: bool, scale: float, out=None):
+        """TEST ONLY: split-K attention, partial outputs summed with (atomic) or without atomics."""
+        import torch
+
+        ops = _ops()
+        out = _alloc_out(q, out)
+        lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+        ops.race_fwd(q, k, v, out, lse, causal, scale, atomic)
+        return out
+
+    return fn
+
+
+def _register() -> None:
+    common: dict[str, Any] = dict(
+        dtypes=("fp32",), directions=("fwd",), device="cuda", compute="cuda_core", needs_extension=True
+    )
+    register(
+        Variant(
+            "naive",
+            "cuda",
+            "three CUDA-core kernels: scores to global memory, row softmax, P·V (fp32)",
+            naive_fwd,
+            check=_naive_check,
+            source="kernels/naive.cu",
+            tags=("cuda_core", "materializes_scores"),
+            **common,
+        )
+    )
+    register(
+        Variant(
+            "fa1",
+            "cuda",
+            "FlashAttention-1 loop order on CUDA cores: block per (b, h), O/l/m in global memory (fp32)",
+            fa1_fwd,
+            check=_head_dim_check("fa1", FA1_HEAD_DIMS),
+            source="kernels/fa1.cu",
+            tags=("cuda_core", "flash"),
+            **common,
+        )
+    )
+    # fa2 and fa2_mma run forward and backward (faprof/kernel_bwd.py); their backward adds dQ with
+    # atomics, so only the forward is bit-reproducible. The *_det variants add the backward with a
+    # separate dQ kernel, deterministic in every direction.
+    fa2_common = {**common, "directions": kernel_bwd.ALL_DIRECTIONS}
+    register(
+        Variant(
+            "fa2",
+            "cuda",
+            "FlashAttention-2 partition on CUDA cores: grid over query tiles x B·H, O on chip (fp32); "
+            "backward with atomic dQ",
+            kernel_bwd.differentiable("fa2", fa2_fwd),
+            check=_head_dim_check("fa2", FA2_HEAD_DIMS),
+            source="kernels/fa2.cu",  # backward: kernels/fa2_bwd.cu
+            tags=("cuda_core", "flash"),
+            **fa2_common,
+        )
+    )
+    register(
+        Variant(
+            "fa2_det",
+            "cuda",
+            "fa2 with a deterministic backward: dQ from a separate kernel over query tiles, no atomics (fp32)",
+            kernel_bwd.differentiable("fa2", fa2_fwd, deterministic=True),
+            check=_head_dim_check("fa2", FA2_HEAD_DIMS),
+            source="kernels/fa2_bwd.cu",
+            tags=("cuda_core", "flash", "deterministic"),
+            **{**common, "directions": kernel_bwd.GRAD_DIRECTIONS, "deterministic": kernel_bwd.ALL_DIRECTIONS},
+        )
+    )
+    tc: dict[str, Any] = dict(
+        dtypes=("fp16", "bf16"), directions=("fwd",), device="cuda", compute="tensor", needs_extension=True
+    )
+    register(
+        Variant(
+            "fa2_wmma",
+            "cuda",
+            "FlashAttention-2 on tensor cores via nvcuda::wmma 16x16x16, softmax through shared memory (fp16/bf16)",
+            fa2_wmma_fwd,
+            check=_tc_check("fa2_wmma"),
+            source="kernels/fa2_wmma.cu",
+            tags=("tensor_core", "flash", "wmma"),
+            **tc,
+        )
+    )
+    mma_check = kernel_bwd.with_bwd_head_dims("fa2_mma", _tc_check("fa2_mma"), kernel_bwd.MMA_BWD_HEAD_DIMS)
+    register(
+        Variant(
+            "fa2_mma",
+            "cuda",
+            "FlashAttention-2 via mma.sync m16n8k16 + ldmatrix, swizzled smem, cp.async K/V pipeline, P in registers; "
+            "backward with atomic dQ",
+            kernel_bwd.differentiable("fa2_mma", fa2_mma_fwd),
+            check=mma_check,
+            source="kernels/fa2_mma.cu",  # backward: kernels/fa2_mma_bwd.cu
+            tags=("tensor_core", "flash", "mma"),
+            **{**tc, "directions": kernel_bwd.ALL_DIRECTIONS},
+        )
+    )
+    register(
+        Variant(
+            "fa2_mma_det",
+            "cuda",
+            "fa2_mma with a deterministic backward: dQ from a separate mma.sync kernel over query tiles, no atomics",
+            kernel_bwd.differentiable("fa2_mma", fa2_mma_fwd, deterministic=True),
+            check=mma_check,
+            source="kernels/fa2_mma_bwd.cu",
+            tags=("tensor_core", "flash", "mma", "deterministic"),
+            **{**tc, "directions": kernel_bwd.GRAD_DIRECTIONS, "deterministic": kernel_bwd.ALL_DIRECTIONS},
+        )
+    )
+    register(
+        Variant(
+            "_fa2_mma_bwd_1buf",
+            "cuda",
+            "TEST ONLY: fa2_mma with its earlier, single-buffered atomic backward (no Q/dO prefetch, no "
+            "staggered start), kept to measure beside fa2_mma's double-buffered one",
+            kernel_bwd.differentiable("fa2_mma", fa2_mma_fwd, single_buffer=True),
+            check=mma_check,
+            hidden=True,
+            source="kernels/fa2_mma_bwd.cu",
+            tags=("tensor_core", "flash", "mma", "test"),
+            **{**tc, "directions": kernel_bwd.GRAD_DIRECTIONS},
+        )
+    )
+    register(
+        Variant(
+            "_fault_oob",
+            "cuda",
+            "TEST ONLY: a kernel that faults with an out-of-bounds write (illegal memory access)",
+            fault_oob,
+            hidden=True,
+            source="kernels/fault.cu",
+            tags=("test",),
+            **common,
+        )
+    )
+    for name, atomic, what in (("_race_atomic", True, "split-K with atomicAdd: correct"),
+                               ("_race_plain", False, "split-K with plain read-add-write: a data race")):
+        register(
+            Variant(name, "cuda", f"TEST ONLY: {what}", _race(atomic), hidden=True, source="kernels/race.cu",
+                    tags=("test",), deterministic=(),  # fp32 atomics add in any order
+                    **common)
+        )
+
+
+
+
+# ----------------------------------------------------------------------------- fa3_wgmma
+#: Head dimensions of the Hopper wgmma kernels (kFaprofFa3HeadDims in faprof_kernels.h).
+FA3_HEAD_DIMS = (64, 128)
+
+#: Why the fa3 steps do not run on a GPU other than compute capability 9.0.
+FA3_ARCH_REASON = "needs sm_90a (wgmma/TMA): a compute capability 9.0 GPU such as the H100 or H200"
+
+fa3_wgmma_a_fwd = _tc_fwd("fa3_wgmma_a_fwd")
+fa3_wgmma_b_fwd = _tc_fwd("fa3_wgmma_b_fwd")
+fa3_wgmma_c_fwd = _tc_fwd("fa3_wgmma_c_fwd")
+fa3_wgmma_d_fwd = _tc_fwd("fa3_wgmma_d_fwd")
+fa3_wgmma_e_fwd = _tc_fwd("fa3_wgmma_e_fwd")
+
+
+def _fa3_check(variant: str):
+    tc = _tc_check(variant)
+
+    def check(problem: AttentionProblem) -> str | None:
+        if problem.D not in FA3_HEAD_DIMS:
+            return f"D={problem.D} not supported by {variant} (supported: {', '.join(map(str, FA3_HEAD_DIMS))})"
+        reason = tc(problem)
+        if reason:
+            return reason
+        import torch
+
+        # supports() asks only once a GPU is known to be there; other archs are `unsupported`.
+        if torch.cuda.is_available() and tuple(torch.cuda.get_device_capability()) != (9, 0):
+            return FA3_ARCH_REASON
+        return None
+
+    return check
+
+
+def _register_fa3() -> None:
+    steps = (
+        ("fa3_wgmma_a", fa3_wgmma_a_fwd, "Hopper step (a): wgmma SS for QKᵀ and RS for PV (P in registers), "
+         "cp.async K/V double buffer in 128B-swizzled smem, 2 warpgroups x 64 rows (sm_90a)", ()),
+        ("fa3_wgmma_b", fa3_wgmma_b_fwd, "Hopper step (b): step (a) with TMA loads (cp.async.bulk.tensor) and a "
+         "2-stage mbarrier ring for K/V (sm_90a)", ("tma",)),
+        ("fa3_wgmma_c", fa3_wgmma_c_fwd, "Hopper step (c): step (b) warp-specialized: a TMA producer warpgroup "
+         "(setmaxnreg 24) and 2 consumer warpgroups (setmaxnreg 240) meeting at full/empty mbarriers (sm_90a)",
+         ("tma", "warp_specialized")),
+        ("fa3_wgmma_d", fa3_wgmma_d_fwd, "Hopper step (d): step (c) with pingpong: the two consumer warpgroups' "
+         "GEMMs alternate (named barriers), one's softmax under the other's GEMMs (sm_90a)",
+         ("tma", "warp_specialized", "pingpong")),
+        ("fa3_wgmma_e", fa3_wgmma_e_fwd, "Hopper step (e): step (d) with intra-warpgroup overlap: softmax of S_j "
+         "while O += P_{j-1} V_{j-1} runs (sm_90a)", ("tma", "warp_specialized", "pingpong", "overlap")),
+    )
+    for name, fn, what, extra in steps:
+        register(
+            Variant(
+                name,
+                "cuda",
+                what,
+                fn,
+                check=_fa3_check(name),
+                source="kernels/fa3_wgmma_ws.cu" if "warp_specialized" in extra else "kernels/fa3_wgmma.cu",
+                tags=("tensor_core", "flash", "wgmma", "sm90a", *extra),
+                dtypes=("fp16", "bf16"),
+                directions=("fwd",),
+                device="cuda",
+                compute="tensor",
+                needs_extension=True,
+            )
+        )
+
+
+
+
+def register_all() -> None:
+    """Register faprof's kernel variants (a loader of the registry; the extension is built only when
+    one of them runs)."""
+    _register()
+    _register_fa3()
