@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from faprof.advisor import views as advisor_views
 from faprof.analysis import runs as fd
 from faprof.errors import FaprofError
 from faprof.store import Bundle
@@ -545,12 +546,12 @@ def test_nsight_page_diagnosis_is_the_advisors(runs):
     from faprof import advisor
     from faprof.store import Bundle
 
-    summ, diag = fd.diagnosis(runs, H100_NCU)
+    summ, diag = advisor_views.diagnosis(runs, H100_NCU)
     assert not summ.empty and (diag["rank"] >= 1).all()
     path = runs.runs.set_index("run_id").loc[H100_NCU, "path"]
     assert diag.equals(advisor.diagnose(Bundle.open(path)))  # one ranking everywhere
     assert (summ["primary_on"] <= summ["n_shapes"]).all()
-    assert fd.diagnosis(runs, "no-such-run")[0].empty
+    assert advisor_views.diagnosis(runs, "no-such-run")[0].empty
 
 
 def test_error_ratio_is_the_checked_bound(runs):

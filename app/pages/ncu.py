@@ -8,6 +8,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
+from faprof.advisor import views as advisor_views
 from faprof.analysis import runs as fd
 
 ctx = ui.context()
@@ -31,7 +32,7 @@ def of_run(t):
 
 
 st.subheader("Why: the advisor's ranked diagnosis")
-summ_d, diag = fd.diagnosis(ctx.runs, run_id)
+summ_d, diag = advisor_views.diagnosis(ctx.runs, run_id)
 if summ_d.empty:
     st.caption("No finding for this run (the advisor needs the run's folder; `faprof explain RUN` prints the same).")
 else:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from faprof import advisor, resources
+from faprof import resources
 from faprof.analysis import core as analysis
 from faprof.errors import FaprofError
 from faprof.measure import stats
@@ -1187,26 +1187,6 @@ def nsight_hint(scenario: str | None, tool: str) -> str:
     """What to run to get a page's data: `faprof profile --scenario X --ncu full` or `--nsys`."""
     flag = "--ncu full" if tool == "ncu" else "--nsys"
     return f"faprof profile --scenario {scenario or 'NAME'} {flag}"
-
-
-def diagnosis(runs: RunSet, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The advisor's ranked diagnosis of one loaded run (faprof.advisor, the same as `faprof explain`
-    and the report's "Why"): (per (variant, cause) across shapes, every finding ranked per shape).
-    Empty frames when the run's folder cannot be read."""
-
-    row = runs.runs[runs.runs["run_id"] == run_id] if "run_id" in runs.runs else pd.DataFrame()
-    path = row["path"].iloc[0] if not row.empty and "path" in row else None
-    if not path:
-        return pd.DataFrame(), pd.DataFrame()
-    try:
-        diag = advisor.diagnose(Bundle.open(path))
-    except FaprofError:
-        return pd.DataFrame(), pd.DataFrame()
-    if diag.empty:
-        return diag, diag
-    summ = advisor.summarize(diag)
-    summ = summ.assign(primary_on=summ["primary_shapes"].map(lambda x: len([t for t in str(x).split(", ") if t])))
-    return summ, diag
 
 
 def error_ratio(df: pd.DataFrame) -> pd.Series:

@@ -1,0 +1,119 @@
+"""The house plan holds: stages import only the stages below them, no import circles (deferred imports
+inside functions counted), and no faprof module is imported by a string (importlib / __import__).
+
+Method: import-linter's layers contract from pyproject.toml (its graph, grimp, parses every import
+statement of a module, those inside functions included); a strongly-connected-components pass over the
+same graph for circles; an AST scan for string imports, which no graph can see.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "faprof"
+
+grimp = pytest.importorskip("grimp")
+importlinter_cli = pytest.importorskip("importlinter.cli")
+
+
+def _graph():
+    return grimp.build_graph("faprof", cache_dir=None)
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out: list[list[str]] = []
+    counter = 0
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    m = stack.pop()
+                    on_stack.discard(m)
+                    comp.append(m)
+                    if m == node:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_cycle_finder_finds_a_planted_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circles_deferred_imports_included():
+    g = _graph()
+    edges = {m: set(g.find_modules_directly_imported_by(m)) for m in g.modules}
+    assert _cycles(edges) == []
+
+
+def test_the_graph_sees_imports_inside_functions():
+    """Guards the method: a deferred import must show up as an edge (else the circle test is blind)."""
+    deferred = []
+    for path in PACKAGE.rglob("*.py"):
+        if "data" in path.relative_to(PACKAGE).parts:
+            continue
+        tree = ast.parse(path.read_text())
+        for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("faprof."):
+                    mod = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+                    deferred.append((mod, node.module))
+    assert deferred, "no deferred faprof import left to check the graph against"
+    g = _graph()
+    for mod, target in deferred:
+        imported = g.find_modules_directly_imported_by(mod)
+        assert target in imported or any(t.startswith(target + ".") for t in imported), (mod, target)
+
+
+def test_stages_import_only_the_stages_below_them():
+    assert importlinter_cli.lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True) == 0
+
+
+def test_no_faprof_module_is_imported_by_a_string():
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if "data" in path.relative_to(PACKAGE).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            name = ast.unparse(node.func)
+            if name in ("importlib.import_module", "import_module", "__import__") and node.args:
+                arg = node.args[0]
+                if isinstance(arg, ast.Constant) and str(arg.value).startswith("faprof"):
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}({arg.value!r})")
+    assert offenders == []
