@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from faprof import kernel_bwd
+from faprof import kernel_bwd, kernel_fa3_bwd
 from faprof.problem import AttentionProblem
 from faprof.variants import Variant, register
 
@@ -391,3 +391,7 @@ def _register_fa3() -> None:
 
 
 _register_fa3()
+
+
+# Hopper backward steps (issue 28; faprof/kernel_fa3_bwd.py): fa3_bwd_a, fa3_bwd_b, with fa3_wgmma_e's forward.
+kernel_fa3_bwd.register_variants(_fa3_check, fa3_wgmma_e_fwd)
