@@ -129,7 +129,7 @@ def test_sequence_padding_agrees_with_the_kernels():
 
     header = (build.KERNELS_DIR / "faprof_kernels.h").read_text()
     (pad,) = re.findall(r"kFaprofFa3BwdSeqPad\s*=\s*(\d+);", header)
-    assert kernel_fa3_bwd.FA3_BWD_SEQ_PAD == int(pad)
+    assert int(pad) == kernel_fa3_bwd.FA3_BWD_SEQ_PAD
     assert max(BM.values()) <= int(pad) and all(int(pad) % bm == 0 for bm in BM.values())
     assert [kernel_fa3_bwd.padded_seq(s) for s in (1, 127, 128, 129, 1000)] == [128, 128, 128, 256, 1024]
 
