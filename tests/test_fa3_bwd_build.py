@@ -260,3 +260,23 @@ def test_forward_stays_the_plain_op():
     assert calls == [("plain", False), ("plain", True)]
     with pytest.raises(ValueError, match="forward-only"):
         fn(q.clone().requires_grad_(True), q, q, False, 0.5, None, True)
+
+
+@needs_nvcc
+def test_faprof_build_lists_the_backward_kernels(report):
+    """`faprof build`'s table has a row per backward instantiation with its registers and shared memory."""
+    from rich.console import Console
+
+    from faprof.cli import build_table
+
+    rows = report[report.name.str.startswith("faprof_fa3_bwd::") & (report.arch == "sm_90a")]
+    console = Console(width=250, record=True)
+    console.print(build_table(rows))
+    text = console.export_text()
+    for kernel in ("fa3_bwd_a_kernel", "fa3_bwd_b_kernel", "fa3_bwd_preprocess_kernel", "fa3_bwd_convert_kernel"):
+        assert kernel in text, kernel
+    for step in STEPS:
+        for D in (64, 128):
+            kib = f"{smem_bytes(D, BM[D], step) / 1024:.1f}"
+            line = next(ln for ln in text.splitlines() if f"BwdConfig<{D}, {BM[D]}>" in ln and kib in ln)
+            assert " 256 " in line and "sm_90a" in line, line
