@@ -8,13 +8,15 @@
 // over the query tiles of BM rows that can see them. Everything is computed transposed, keys as the
 // wgmma M dimension, so that a warpgroup owns 64 whole keys and dK/dV need no reduction:
 //
-//   GEMM                   form  A (M x K)                         B (K x N)                        verified by
-//   Sᵀ  = K·Qᵀ   [64, BM]  SS    K rows of the warpgroup, K-major  Q tile, K-major ([row][d])       fwd QKᵀ; diag SS B K-major N=BM
+//   GEMM                   form  A (M x K)                         B (K x N)                        checked by
+//   Sᵀ  = K·Qᵀ   [64, BM]  SS    K rows of the warpgroup, K-major  Q tile, K-major ([row][d])       form of fwd QKᵀ (H100); diag SS B K-major N=BM K=D
 //   dPᵀ = V·dOᵀ  [64, BM]  SS    V rows, K-major                   dO tile, K-major                 same form
-//   dV += Pᵀ·dO  [64, D]   RS    Pᵀ from registers (accumulator)   dO tile, MN-major (transpose-B)  fwd P·V; diag RS B MN-major K=BM
+//   dV += Pᵀ·dO  [64, D]   RS    Pᵀ from registers (accumulator)   dO tile, MN-major (transpose-B)  form of fwd P·V (H100); diag RS B MN-major N=D K=BM
 //   dK += dSᵀ·Q  [64, D]   RS    dSᵀ from registers                Q tile, MN-major                 same form
-//   dQ  = dS·K   [64, 64]  SS    dS = (dSᵀ in smem)ᵀ, MN-major A   K tile, MN-major                 diag SS A MN-major (new)
+//   dQ  = dS·K   [64, 64]  SS    dS = (dSᵀ in smem)ᵀ, MN-major A   K tile, MN-major                 new form: diag SS-At N=64 K=128
 //                                (transpose-A bit)
+// (The diag cases with K = 64 and the transposed A are new with the backward: written, compiled,
+// not yet run on a GPU. The forward's forms ran on the H100.)
 // with Pᵀ = exp2(Sᵀ·scale·log2e − lse2) (lse2 = lse·log2e, per query = per column) and
 // dSᵀ = Pᵀ ∘ (dPᵀ − delta), delta = rowsum(dO ∘ O) (per column). dK is scaled by `scale` once in
 // the epilogue, dQ in the convert kernel. dQ of a query tile gets one term per key block, so the
@@ -102,10 +104,11 @@ struct BwdConfig {
                 "keep the faprof:launch lines in step");
 };
 
-// Register budget (per thread, fp32 unless said): dK, dV D/2 each; Sᵀ, dPᵀ BM/2 each; packed Pᵀ,
-// dSᵀ fragments BM/4 each; dQ 32. D=128 takes BM = 64 (64 + 64 + 32 + 32 = 192 live at the Sᵀ/dPᵀ
-// peak), D=64 takes BM = 128 (32 + 32 + 64 + 64 = 192): both leave room under 255 with one block of
-// 256 threads per SM, and both split dQ into two 64x64 blocks (N = 64 wgmmas).
+// Register budget (per thread, fp32 unless said): dK, dV D/2 each; Sᵀ, dPᵀ BM/2 each (never live
+// together, see bwd_tile); packed Pᵀ, dSᵀ fragments BM/4 each; dQ 32. D=128 takes BM = 64 (peak
+// dK + dV + dPᵀ + Pᵀ = 64 + 64 + 32 + 16), D=64 takes BM = 128 (32 + 32 + 64 + 32): room under 255
+// with one block of 256 threads per SM (ptxas, nvcc 13.0: 219-255 registers, no spills), and both
+// split dQ into two 64x64 blocks (N = 64 wgmmas).
 template <int D>
 using BwdCfg = BwdConfig<D, D == 128 ? 64 : 128>;
 
