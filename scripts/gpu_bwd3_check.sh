@@ -123,10 +123,12 @@ EOF
 BENCH=()
 for s in "${STEPS[@]}"; do [[ " ${hung[*]-} " == *" $s "* ]] || BENCH+=("$s"); done
 [ ${#hung[@]} -gt 0 ] && echo "bench leaves out the step(s) that hung: ${hung[*]}"
-VARS=$(IFS=,; echo "${BENCH[*]+${BENCH[*]},}sdpa_cudnn,sdpa_flash,fa2_mma")
+# Baselines first, so that they are recorded whatever the new steps do; --timeout 90: a step that
+# hangs only here is marked hung (its worker replaced) and the others still run.
+VARS=$(IFS=,; echo "sdpa_cudnn,sdpa_flash,fa2_mma${BENCH[*]+,${BENCH[*]}}")
 t=$(stamp)
 timeout -k 10 "$(cap 200 0)" $FP profile --scenario h100_bwd --variants "$VARS" --out "$OUT/runs" --allow-failures \
-  > "$OUT/logs/bench.log" 2>&1
+  --timeout 90 > "$OUT/logs/bench.log" 2>&1
 rc=$?
 tail -25 "$OUT/logs/bench.log"
 summary+=("bench ($VARS): rc=$rc $(( $(stamp) - t )) s$(timed_out $rc && echo ' TIMED OUT')")
