@@ -419,27 +419,31 @@ void fa3_wgmma_e_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 
 // TEST ONLY: one warpgroup GEMM through wgmma (see kernels/wgmma_test.cu).
 void wgmma_gemm_test(const at::Tensor& a, const at::Tensor& b, at::Tensor& c, bool b_mn_major, bool a_in_regs,
-                     int64_t lbo, int64_t sbo) {
+                     int64_t lbo, int64_t sbo, bool a_mn_major, int64_t a_lbo, int64_t a_sbo) {
     constexpr const char* op = "faprof::wgmma_gemm_test";
     check_tc_tensor(op, "a", a, a);
     check_tc_tensor(op, "b", b, a);
     check_tensor(op, "c", c, a);
-    TORCH_CHECK(a.dim() == 2 && a.size(0) == 64, op, ": a must be [64, K], got ", a.sizes());
-    const int64_t K = a.size(1);
+    TORCH_CHECK(!(a_in_regs && a_mn_major), op, ": a_in_regs and a_mn_major exclude each other");
+    TORCH_CHECK(a.dim() == 2 && a.size(a_mn_major ? 1 : 0) == 64, op, ": a must be ",
+                a_mn_major ? "[K, 64] (a_mn_major: A = aᵀ)" : "[64, K]", ", got ", a.sizes());
+    const int64_t K = a.size(a_mn_major ? 0 : 1);
     TORCH_CHECK(c.dim() == 2 && c.size(0) == 64, op, ": c must be [64, N], got ", c.sizes());
     const int64_t N = c.size(1);
     const std::vector<int64_t> b_shape = b_mn_major ? std::vector<int64_t>{K, N} : std::vector<int64_t>{N, K};
     TORCH_CHECK(b.sizes() == at::IntArrayRef(b_shape), op, ": b must be ", at::IntArrayRef(b_shape), ", got ",
                 b.sizes());
-    TORCH_CHECK((N == 64 || N == 128) && (K == 16 || K == 128), op, ": N must be 64 or 128 and K 16 or 128, got N=",
-                N, " K=", K);
-    TORCH_CHECK(lbo < (1 << 18) && sbo < (1 << 18), op, ": lbo and sbo must be below 2^18 bytes");
+    TORCH_CHECK((N == 64 || N == 128) && (K == 16 || K == 64 || K == 128), op,
+                ": N must be 64 or 128 and K 16, 64 or 128, got N=", N, " K=", K);
+    TORCH_CHECK(lbo < (1 << 18) && sbo < (1 << 18) && a_lbo < (1 << 18) && a_sbo < (1 << 18), op,
+                ": lbo, sbo, a_lbo and a_sbo must be below 2^18 bytes");
     check_sm90a(op, a);
     c10::cuda::CUDAGuard guard(a.device());
     check_launch(op, faprof_wgmma_gemm_test(a.data_ptr(), b.data_ptr(), c.data_ptr<float>(), static_cast<int>(N),
                                             static_cast<int>(K), b_mn_major, a_in_regs,
                                             a.scalar_type() == at::kBFloat16, static_cast<int>(lbo),
-                                            static_cast<int>(sbo), stream_of(a)));
+                                            static_cast<int>(sbo), a_mn_major, static_cast<int>(a_lbo),
+                                            static_cast<int>(a_sbo), stream_of(a)));
 }
 
 }  // namespace
@@ -450,7 +454,7 @@ TORCH_LIBRARY_FRAGMENT(faprof, m) {
     m.def("fa3_wgmma_c_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
     m.def("fa3_wgmma_d_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
     m.def("fa3_wgmma_e_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
-    m.def("wgmma_gemm_test(Tensor a, Tensor b, Tensor(a!) c, bool b_mn_major, bool a_in_regs, int lbo, int sbo) -> ()");
+    m.def("wgmma_gemm_test(Tensor a, Tensor b, Tensor(a!) c, bool b_mn_major, bool a_in_regs, int lbo, int sbo, bool a_mn_major=False, int a_lbo=-1, int a_sbo=-1) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(faprof, CUDA, m) {
@@ -469,4 +473,81 @@ TORCH_LIBRARY_IMPL(faprof, CPU, m) {
     m.impl("fa3_wgmma_d_fwd", &fa3_wgmma_d_fwd);
     m.impl("fa3_wgmma_e_fwd", &fa3_wgmma_e_fwd);
     m.impl("wgmma_gemm_test", &wgmma_gemm_test);
+}
+
+// ------------------------------------------------------------------- fa3 backward (issue 28)
+// Hopper backward steps (kernels/fa3_bwd_a.cu, fa3_bwd_b.cu): gradients of an fa3 forward from its
+// out and lse. lse2 and delta are fp32 [B, H, Sq_pad] workspaces (Sq rounded up to
+// kFaprofFa3BwdSeqPad), dq_accum an fp32 [B, H, Sq, D] workspace; Python allocates all three.
+namespace {
+
+using Fa3BwdLauncher = cudaError_t (*)(const void*, const void*, const void*, const void*, const void*, const float*,
+                                       void*, void*, void*, float*, float*, float*, int, int, int, int, int, float,
+                                       bool, bool, cudaStream_t);
+
+void fa3_bwd(const char* op, const char* variant, Fa3BwdLauncher launcher, const at::Tensor& q, const at::Tensor& k,
+             const at::Tensor& v, const at::Tensor& out, const at::Tensor& dout, const at::Tensor& lse, at::Tensor& dq,
+             at::Tensor& dk, at::Tensor& dv, at::Tensor& lse2, at::Tensor& delta, at::Tensor& dq_accum, bool causal,
+             double scale) {
+    const Dims d = check_qkv(op, q, k, v, check_tc_tensor);
+    check_head_dim(variant, d.D, kFaprofFa3HeadDims);
+    check_scale(op, scale);
+    TORCH_CHECK(scale > 0, op, ": scale must be > 0, got ", scale);
+    TORCH_CHECK(d.B <= 65535 && d.H <= 65535, op, ": B and H must be at most 65535 (grid z and y), got B=", d.B,
+                " H=", d.H);
+    const int64_t pad = kFaprofFa3BwdSeqPad;
+    const int64_t sq_pad = (d.Sq + pad - 1) / pad * pad;
+    TORCH_CHECK(int64_t{d.B} * d.H * sq_pad <= kIntMax, op, ": B*H*Sq (Sq rounded up to ", pad,
+                ") must fit in int32, got B=", d.B, " H=", d.H, " Sq=", d.Sq);
+    check_output(op, "out", out, q, {d.B, d.H, d.Sq, d.D}, check_tc_tensor);
+    check_output(op, "dout", dout, q, {d.B, d.H, d.Sq, d.D}, check_tc_tensor);
+    check_output(op, "lse", lse, q, {d.B, d.H, d.Sq});
+    check_output(op, "dq", dq, q, {d.B, d.H, d.Sq, d.D}, check_tc_tensor);
+    check_output(op, "dk", dk, q, {d.B, d.H, d.Sk, d.D}, check_tc_tensor);
+    check_output(op, "dv", dv, q, {d.B, d.H, d.Sk, d.D}, check_tc_tensor);
+    check_output(op, "lse2", lse2, q, {d.B, d.H, sq_pad});
+    check_output(op, "delta", delta, q, {d.B, d.H, sq_pad});
+    check_output(op, "dq_accum", dq_accum, q, {d.B, d.H, d.Sq, d.D});
+    for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"q", &q}, {"k", &k}, {"v", &v},
+                                  {"out", &out}, {"dout", &dout}, {"dq", &dq}, {"dk", &dk}, {"dv", &dv},
+                                  {"lse2", &lse2}, {"delta", &delta}, {"dq_accum", &dq_accum}})
+        check_aligned(op, name, *t);
+    check_sm90a(op, q);
+    c10::cuda::CUDAGuard guard(q.device());
+    check_launch(op, launcher(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(),
+                              lse.data_ptr<float>(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+                              lse2.data_ptr<float>(), delta.data_ptr<float>(), dq_accum.data_ptr<float>(), d.B, d.H,
+                              d.Sq, d.Sk, d.D, static_cast<float>(scale), causal, q.scalar_type() == at::kBFloat16,
+                              stream_of(q)));
+}
+
+void fa3_bwd_a(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+               const at::Tensor& dout, const at::Tensor& lse, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv,
+               at::Tensor& lse2, at::Tensor& delta, at::Tensor& dq_accum, bool causal, double scale) {
+    fa3_bwd("faprof::fa3_bwd_a", "fa3_bwd_a backward", faprof_fa3_bwd_a, q, k, v, out, dout, lse, dq, dk, dv, lse2,
+            delta, dq_accum, causal, scale);
+}
+
+void fa3_bwd_b(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+               const at::Tensor& dout, const at::Tensor& lse, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv,
+               at::Tensor& lse2, at::Tensor& delta, at::Tensor& dq_accum, bool causal, double scale) {
+    fa3_bwd("faprof::fa3_bwd_b", "fa3_bwd_b backward", faprof_fa3_bwd_b, q, k, v, out, dout, lse, dq, dk, dv, lse2,
+            delta, dq_accum, causal, scale);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(faprof, m) {
+    m.def("fa3_bwd_a(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor(d!) lse2, Tensor(e!) delta, Tensor(f!) dq_accum, bool causal, float scale) -> ()");
+    m.def("fa3_bwd_b(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor(d!) lse2, Tensor(e!) delta, Tensor(f!) dq_accum, bool causal, float scale) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(faprof, CUDA, m) {
+    m.impl("fa3_bwd_a", &fa3_bwd_a);
+    m.impl("fa3_bwd_b", &fa3_bwd_b);
+}
+
+TORCH_LIBRARY_IMPL(faprof, CPU, m) {
+    m.impl("fa3_bwd_a", &fa3_bwd_a);
+    m.impl("fa3_bwd_b", &fa3_bwd_b);
 }

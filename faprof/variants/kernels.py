@@ -18,6 +18,7 @@ from faprof.model.problem import AttentionProblem
 from faprof.model.variant import Variant, register
 from faprof.variants import backward as kernel_bwd
 from faprof.variants import build
+from faprof.variants import fa3_backward as kernel_fa3_bwd
 
 #: Head dimensions the fa1 and fa2 CUDA-core kernels are instantiated for (kernels/fa1.cu,
 #: kernels/fa2.cu: kFaprofFa1HeadDims / kFaprofFa2HeadDims in faprof_kernels.h).
@@ -396,3 +397,5 @@ def register_all() -> None:
     one of them runs)."""
     _register()
     _register_fa3()
+    # Hopper backward steps (issue 28; faprof/variants/fa3_backward.py): fa3_bwd_a, fa3_bwd_b, with fa3_wgmma_e's forward
+    kernel_fa3_bwd.register_variants(_fa3_check, fa3_wgmma_e_fwd)
