@@ -63,9 +63,9 @@ def register_spills(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     local = nansum(lz.metric("local_ld_sectors"), lz.metric("local_st_sectors"))
     if not (ok(spill) and spill > 0) and not (ok(local) and local > 0):
         return None
-    shared = lz.metric("shared_wavefronts")
+    shared = lz.metric("smem_wavefronts")
     if not ok(shared):
-        shared = nansum(lz.metric("shared_ld_wavefronts"), lz.metric("shared_st_wavefronts"))
+        shared = nansum(lz.metric("smem_wavefronts_ld"), lz.metric("smem_wavefronts_st"))
     glob = nansum(lz.metric("global_ld_sectors"), lz.metric("global_st_sectors"),
                   lz.metric("global_ldgsts_sectors_bypass"), lz.metric("global_ldgsts_sectors_access"))
     if ok(local) and local > 0 and (ok(shared) or ok(glob)):
@@ -74,7 +74,7 @@ def register_spills(lz: Launch, call: Call, ctx: Context) -> Finding | None:
         what = f"{big(local)} local-memory sectors = {pct(share)} of the kernel's L1 bytes (global sectors, shared wavefronts)"
     else:
         mem = nansum(spill, lz.metric("global_ld_requests"), lz.metric("global_st_requests"),
-                     lz.metric("global_ldgsts_requests"), lz.metric("shared_ld_inst"), lz.metric("shared_st_inst"))
+                     lz.metric("global_ldgsts_requests"), lz.metric("smem_inst_ld"), lz.metric("smem_inst_st"))
         share = spill / mem if ok(mem) and mem > 0 else math.nan
         what = f"{pct(share)} of the kernel's memory instructions"
     if not ok(share) or share < T("SPILL_MIN_SHARE"):
@@ -92,7 +92,7 @@ def register_spills(lz: Launch, call: Call, ctx: Context) -> Finding | None:
 def uncoalesced_global(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     """Global sectors beyond what the accessed bytes need (ncu's excessive-sector analysis)."""
     sectors = nansum(lz.metric("global_ld_sectors"), lz.metric("global_st_sectors"))
-    excess = lz.metric("global_excess_sectors")
+    excess = lz.metric("global_excessive_sectors")
     bps = lz.metric("global_ld_bytes_per_sector")
     requests = lz.metric("global_ld_requests")
     if ok(excess) and ok(sectors) and sectors > 0:
@@ -124,14 +124,14 @@ def smem_bank_conflicts(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     section set has none (the `faprof` set), the bank-conflict counters over the wavefronts, the
     ratio Nsight Compute's own SharedMemoryConflicts rule reads (it counts arbitration conflicts too,
     so the threshold is the same 10% ncu uses)."""
-    excess = lz.metric("shared_excess_wavefronts")
-    total = lz.metric("shared_wavefronts")
-    ld_w, st_w = lz.metric("shared_ld_wavefronts"), lz.metric("shared_st_wavefronts")
+    excess = lz.metric("smem_excessive_wavefronts")
+    total = lz.metric("smem_wavefronts")
+    ld_w, st_w = lz.metric("smem_wavefronts_ld"), lz.metric("smem_wavefronts_st")
     if not ok(total):
         total = nansum(ld_w, st_w)
     source = "derived__memory_l1_wavefronts_shared_excessive"
     if not ok(excess):
-        conflicts = nansum(lz.metric("shared_ld_conflicts"), lz.metric("shared_st_conflicts"))
+        conflicts = nansum(lz.metric("smem_bank_conflicts_ld"), lz.metric("smem_bank_conflicts_st"))
         if not ok(conflicts) or not ok(ld_w) and not ok(st_w):
             return None
         excess, total = conflicts, nansum(ld_w, st_w)
@@ -141,7 +141,7 @@ def smem_bank_conflicts(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     share = min(1.0, excess / total)
     if share < T("SMEM_EXCESS_MIN_SHARE"):
         return None
-    util = lz.metric("shared_util_pct") / 100
+    util = lz.metric("smem_pipe_util") / 100
     stall = lz.stall_share("mio_throttle", "short_scoreboard")
     busy_vals = [v for v in (util, stall) if ok(v)]
     busy = min(1.0, max(busy_vals)) if busy_vals else 0.5
@@ -178,7 +178,7 @@ def tensor_cores_unused(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     tensor = lz.col("tensor_pipe_util_pct")
     if not ok(tensor):
         tensor = lz.col("tensor_fp_util_pct")
-    fma = lz.metric("fma_util_pct")
+    fma = lz.metric("fma_pipe_util")
     cuda_flops = nansum(lz.col("fp32_flops"), lz.col("fp16_flops"))
     tflops = lz.col("tensor_flops")
     idle = (ok(tensor) and tensor < T("TENSOR_IDLE_PCT")) or (not ok(tensor) and ok(tflops) and ok(cuda_flops)
@@ -204,7 +204,7 @@ def mma_sync_on_hopper(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     hmma, gmma = lz.col("tensor_hmma_inst"), lz.col("tensor_gmma_inst")
     moves = lz.metric("tensor_hmma_hfma2_inst")
     real = hmma - moves if ok(moves) else hmma
-    util = lz.metric("hmma_util_pct")
+    util = lz.metric("hmma_pipe_util")
     if not ok(util):
         util = lz.col("tensor_fp_util_pct")
     if not (ok(real) and real > 0 and ok(gmma) and gmma == 0 and ok(util)) or util < T("HOPPER_MMA_MIN_UTIL_PCT"):

@@ -107,6 +107,51 @@ def _per_cc(common: Sequence[str] = (), **by_cc: Sequence[str]) -> dict[str, tup
 
 _FLOP_OPS = ("fadd", "fmul", "ffma", "hadd", "hmul", "hfma", "dadd", "dmul", "dfma")
 
+#: Warp states of the accounting (WarpStateStats reasons, 'selected' = issuing) and the CCs that
+#: report each; checked against `ncu --query-metrics` of ga100, ga102, ad102 and gh100.
+_ALL = ("8.0", "8.6", "8.9", "9.0")
+_WARP_STATES: dict[str, tuple[str, ...]] = {
+    **{r: _ALL for r in ("selected", "barrier", "branch_resolving", "dispatch_stall", "drain", "imc_miss",
+                         "lg_throttle", "long_scoreboard", "math_pipe_throttle", "membar", "mio_throttle", "misc",
+                         "no_instructions", "not_selected", "short_scoreboard", "sleeping", "tex_throttle", "wait")},
+    "gmma": ("9.0",),
+}
+#: Metric spelling of a reason where it differs from faprof's (warp-state metrics say `no_instruction`).
+_WARP_STATE_SPELLING = {"no_instructions": "no_instruction"}
+
+
+def _pipe(common: Sequence[str] = (), **by_cc: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    return _per_cc(common=[f"sm__inst_executed_pipe_{n}.sum" for n in common],
+                   **{k: [f"sm__inst_executed_pipe_{n}.sum" for n in v] for k, v in by_cc.items()})
+
+
+#: Issue pipes of the accounting: pipe -> (what it runs, metric names per CC). fp16 FMA-pipe work is
+#: its own pipe (`fp16`: the FP16 pipe of GA100, the FMA pipe's fp16 type elsewhere); `fma` is then
+#: the fp32 part (fma minus fp16 where the chip counts the fp16 type inside fma, done by the
+#: accounting). Pipes the chip lacks have no names there.
+_PIPES: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
+    "tensor_hmma": ("warp-level tensor pipe (HMMA: mma.sync, wmma)",
+                    _pipe(sm89=("tensor_op_hmma_v2",), common=("tensor_op_hmma",))),
+    "tensor_gmma": ("warp-group tensor pipe (GMMA: wgmma)", _pipe(sm90=("tensor_op_gmma",))),
+    "tensor_imma": ("integer tensor pipe (IMMA)", _pipe(sm89=("tensor_op_imma_v2",), common=("tensor_op_imma",))),
+    "tensor_dmma": ("fp64 tensor pipe (DMMA)", _pipe(sm80=("tensor_op_dmma",), sm90=("tensor_op_dmma",))),
+    "fma": ("FMA pipe (fp32 FFMA/FADD/FMUL, IMAD)", _pipe(common=("fma",))),
+    "fp16": ("fp16 pipe (HFMA2/HADD2/HMUL2)", _pipe(sm80=("fp16",), sm86=("fma_type_fp16",), sm89=("fma_type_fp16",),
+                                                      sm90=("fma_type_fp16",))),
+    "fp64": ("FP64 pipe (DFMA/DADD/DMUL)", _pipe(common=("fp64",))),
+    "alu": ("ALU pipe (integer, logic, compare, conversions)", _pipe(common=("alu",))),
+    "xu": ("XU pipe (MUFU: exp2, lg2, rcp, rsqrt, sin; conversions)", _pipe(common=("xu",))),
+    "lsu": ("LSU pipe (shared, local, global loads/stores)", _pipe(common=("lsu",))),
+    "adu": ("ADU pipe (address divergence, branch targets)", _pipe(common=("adu",))),
+    "cbu": ("CBU pipe (branches, barriers, warp sync)", _pipe(common=("cbu",))),
+    "uniform": ("uniform datapath (warp-uniform integer work)", _pipe(common=("uniform",))),
+    "tex": ("TEX pipe (texture, some global loads)", _pipe(common=("tex",))),
+    "ipa": ("IPA pipe (interpolation)", _pipe(common=("ipa",))),
+    "tma": ("TMA unit issue (cp.async.bulk.tensor)", _pipe(sm90=("tma",))),
+}
+
+
+
 _CONCEPTS: list[Concept] = [
     # ---- time and clocks
     Concept("duration", "kernel duration on the GPU", _same("gpu__time_duration.sum")),
@@ -298,6 +343,65 @@ _CONCEPTS: list[Concept] = [
             ),
             ("fma_inst", "warp instructions on the FMA pipe", "sm__inst_executed_pipe_fma.sum"),
         )
+    ),
+    # Advisor memory counters that are SASS/LSU counters (in every chip's `--query-metrics`).
+    *(
+        Concept(key, text, _same(name), request=True)
+        for key, text, name in (
+            ("local_ld_inst", "local-memory load instructions (warp level)", "smsp__sass_inst_executed_op_local_ld.sum"),
+            ("local_st_inst", "local-memory store instructions (warp level)", "smsp__sass_inst_executed_op_local_st.sum"),
+            ("global_ldgsts_requests", "cp.async (LDGSTS) global requests",
+             "sm__sass_l1tex_t_requests_pipe_lsu_mem_global_op_ldgsts.sum"),
+            ("global_ldgsts_sectors_bypass", "cp.async (LDGSTS) global sectors, L1 bypassed",
+             "sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts_cache_bypass.sum"),
+            ("global_ldgsts_sectors_access", "cp.async (LDGSTS) global sectors through L1",
+             "sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts_cache_access.sum"),
+            ("global_ld_bytes_per_sector", "bytes used per 32-byte sector of global loads",
+             "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.ratio"),
+            ("smem_wavefronts", "shared-memory wavefronts (loads, stores, ldmatrix, atomics)",
+             "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum"),
+            ("hmma_pipe_util", "warp-level HMMA pipe active, % of peak",
+             "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"),
+        )
+    ),
+    # ---- the accounting (faprof.advisor.accounting): every warp cycle of a kernel is one warp state
+    # (issuing: 'selected', or stalled for one reason), every issued instruction goes to one pipe.
+    # issue_active x the per-reason ratios gives the warp-cycles of each state; warps_active is their
+    # total, so the shares sum to 1 (checked on the recorded fixtures).
+    Concept("inst_executed", "warp instructions executed", _same("smsp__inst_executed.sum"), request=True),
+    Concept("inst_issued", "warp instructions issued", _same("smsp__inst_issued.sum"), request=True),
+    # one instruction issues per issue-active cycle on sm_80..sm_90, so `full` reports (which have
+    # inst_issued but not issue_active) still give the accounting
+    Concept("issue_active", "scheduler cycles that issued an instruction, summed over SMSPs",
+            _same("smsp__issue_active.sum", "smsp__inst_issued.sum"), request=True),
+    Concept("issue_active_per_cycle", "instructions issued per active scheduler cycle (at most 1)",
+            _same("smsp__issue_active.avg.per_cycle_active"), request=True),
+    Concept("warps_active_sum", "warp-cycles resident (active warps summed over cycles and SMSPs)",
+            _same("smsp__warps_active.sum"), request=True),
+    Concept("smsp_cycles_active_sum", "scheduler cycles with a warp resident, summed over SMSPs",
+            _same("smsp__cycles_active.sum"), request=True),
+    Concept("smsp_cycles_active_avg", "scheduler cycles with a warp resident, per SMSP",
+            _same("smsp__cycles_active.avg"), request=True),
+    Concept("sm_cycles_elapsed_avg", "cycles elapsed per SM (the kernel's duration in SM cycles)",
+            _same("sm__cycles_elapsed.avg"), request=True),
+    Concept("thread_inst_executed", "thread instructions executed (active lanes summed)",
+            _same("smsp__thread_inst_executed.sum"), request=True),
+    Concept("thread_inst_pred_on", "thread instructions executed with the predicate on",
+            _same("smsp__thread_inst_executed_pred_on.sum"), request=True),
+    Concept("thread_inst_xu", "thread instructions on the XU (MUFU: exp2, rcp, rsqrt, sin...) pipe",
+            _same("smsp__thread_inst_executed_pipe_xu_pred_on.sum"), request=True),
+    Concept("thread_inst_fp64", "thread instructions on the FP64 pipe",
+            _same("smsp__thread_inst_executed_pipe_fp64_pred_on.sum"), request=True),
+    *(
+        Concept(f"warp_state_{reason}", f"warps in state '{reason}' per issue-active cycle",
+                _per_cc(**{f"sm{cc.replace('.', '')}": (
+                    f"smsp__average_warps_issue_stalled_{_WARP_STATE_SPELLING.get(reason, reason)}"
+                    "_per_issue_active.ratio",) for cc in ccs}), request=True)
+        for reason, ccs in _WARP_STATES.items()
+    ),
+    *(
+        Concept(f"pipe_inst_{pipe}", f"warp instructions executed on the {text}", names, request=True)
+        for pipe, (text, names) in _PIPES.items()
     ),
     # Source-counter metrics (SourceCounters section: `--set full`; not hardware counters, so not in
     # `--query-metrics` and not asked for by the `faprof` set): exact spill and excess counts.
