@@ -36,6 +36,7 @@ from faprof import analysis
 from faprof import report_fmt as f
 from faprof import report_tables as rt
 from faprof.errors import FaprofError
+from faprof.measure.signatures import explain_wrong_rows
 from faprof.store import Bundle
 
 #: Relative standard error above which a timing is called noisy in the observations.
@@ -478,6 +479,10 @@ def render_markdown(bundle: Bundle, chart_hook: ChartHook | None = None, charts:
     parts = [f"# {m['scenario']['name']} on {gpu}", "", _meta(m, df), "", "## The answer", ""]
     for b in blks:
         parts += _headline(b, env.get("gpu_name"))
+    wrong = explain_wrong_rows(meas, bundle.read("error_maps"))
+    if wrong:  # which bug each wrong row looks like, and where: before any timing is read
+        parts += ["## Wrong results", "", "Each wrong row's bug signature and error map (`faprof explain RUN` prints "
+                  "the same):", "", "```text", *wrong, "```", ""]
     order = list(dict.fromkeys(v for b in blks for v in b.ranking["variant"]))
     diag, adv = _diagnosis_section(bundle, df, order)
     parts += diag

@@ -32,6 +32,10 @@ POISON_32 = 0x7FE57FE5
 #: of FlashAttention kernels (and divides the others: 16, 32, 128 are multiples or divisors).
 DEFAULT_TILE = 64
 
+#: The summary says "only in <categories>" (mask, diagonal, tail axes) only when the categories with
+#: wrong elements hold at most this share of the output: otherwise it narrows nothing down.
+NARROW_SHARE = 0.5
+
 #: Axis names of the map, in the order they are reported.
 AXES = ("all", "batch", "head", "query_tile", "key_tile", "d", "mask", "diag_in_tile", "tail")
 
@@ -351,7 +355,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> list[str]:
 
     def split(axis: str) -> tuple[list[int], list[int]]:
         recs = by.get(axis, [])
-        return [int(r["lo"]) for r in recs if r["n_bad"] == 0], [int(r["lo"]) for r in recs if r["n_bad"] > 0]
+        return [int(r["bin"]) for r in recs if r["n_bad"] == 0], [int(r["bin"]) for r in recs if r["n_bad"] > 0]
 
     segs = []
     b_ok, b_bad = split("batch")
@@ -373,7 +377,8 @@ def summarize(records: Sequence[dict[str, Any]]) -> list[str]:
     n_rows = max(int(r["hi"]) for r in by.get(tile_axis, [tot])) + 1
     if t_ok and t_bad:
         spans = [f"{r['lo']}-{r['hi']}" for r in by[tile_axis] if r["n_bad"] > 0][:6]
-        who += f" in {tile_axis.replace('_', ' ')}s {ranges(t_bad)} ({row_noun}s {', '.join(spans)}{', ...' if len(t_bad) > 6 else ''})"
+        noun = tile_axis.replace("_", " ") + ("s" if len(t_bad) > 1 else "")
+        who += f" in {noun} {ranges(t_bad)} ({row_noun}s {', '.join(spans)}{', ...' if len(t_bad) > 6 else ''})"
     elif first >= 0:
         who += f" from {row_noun} {first}" + (f" to {last}" if last < n_rows - 1 else "")
     segs.append(who)
@@ -383,7 +388,9 @@ def summarize(records: Sequence[dict[str, Any]]) -> list[str]:
     for axis in ("mask", "diag_in_tile", "tail"):
         recs = by.get(axis, [])
         bad = [r for r in recs if r["n_bad"] > 0]
-        if recs and bad and len(bad) < len(recs):
+        # said only where it narrows things down: the categories holding wrong elements are a minority
+        narrow = sum(r["n"] for r in bad) <= NARROW_SHARE * sum(r["n"] for r in recs) if recs else False
+        if recs and bad and len(bad) < len(recs) and narrow:
             names = ", ".join(f"{r['bin']} ({row_noun}s {r['lo']}-{r['hi']})" if axis != "diag_in_tile" else
                               f"{row_noun}s with the {r['bin']}" for r in bad)
             segs.append(f"only in {'the ' if axis == 'tail' else ''}{names}")

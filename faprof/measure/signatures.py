@@ -852,6 +852,11 @@ def _shape_text(row: Mapping[str, Any]) -> str:
     return f"B={row.get('B')} H={row.get('H')} {s} D={row.get('D')} {row.get('dtype')}{mask}{d}"
 
 
+def _inputs_text(names: str) -> str:
+    xs = [x for x in names.split(", ") if x]
+    return ", ".join(xs) if len(xs) <= 3 else f"{', '.join(xs[:2])} and {len(xs) - 2} more inputs"
+
+
 def explain_wrong(row: Mapping[str, Any], maps: Any = None) -> list[str]:
     """What `faprof explain` says about one wrong row: the first line names the bug family.
 
@@ -861,8 +866,9 @@ def explain_wrong(row: Mapping[str, Any], maps: Any = None) -> list[str]:
         maps: the row's error map records (a list of dicts or a DataFrame with MAP_COLUMNS), or None.
 
     Returns:
-        Lines of text: '<variant> on <shape>: wrong: <family>: <title> (<how well>)', then where it is
-        wrong on each input that failed, the other signatures, and whether the output is stable.
+        Lines of text: '<variant> on <shape>: wrong: <family>: <title> (<how well>; <outputs> on
+        <inputs>)', where it matched, where each output is wrong (error map; inputs with the same
+        pattern on one line), the other signatures, and whether a repeated call gave the same output.
     """
     if maps is not None and hasattr(maps, "to_dict"):
         maps = maps.to_dict("records")
@@ -871,24 +877,33 @@ def explain_wrong(row: Mapping[str, Any], maps: Any = None) -> list[str]:
     head = f"{row.get('variant')} on {_shape_text(row)}: wrong"
     if sigs:
         top = sigs[0]
-        lines = [f"{head}: {FAMILIES.get(top.family, top.family)}: {top.title} ({top.how_well()}; on {top.check_input}, "
-                 f"{top.output})"]
+        lines = [f"{head}: {FAMILIES.get(top.family, top.family)}: {top.title} ({top.how_well()}; {top.output} on "
+                 f"{_inputs_text(top.check_input)})"]
     else:
         lines = [f"{head}: no known bug signature matches; where it is wrong:"]
         if not maps and row.get("reason"):
             lines.append(f"  {row.get('reason')}")
     if sigs and sigs[0].detail:
         lines.append(f"  where: {sigs[0].detail}")
-    inputs = list(dict.fromkeys(m["check_input"] for m in maps))
-    for ci in inputs:
+    shown: dict[tuple[str, str], list[str]] = {}  # (output, where-line) -> inputs with that pattern
+    for ci in dict.fromkeys(m["check_input"] for m in maps):
         for out in dict.fromkeys(m["output"] for m in maps if m["check_input"] == ci):
-            recs = [m for m in maps if m["check_input"] == ci and m["output"] == out]
-            text = errormap.summarize(recs)
-            if text:
-                lines.append(f"  on {ci}: {text[0]}")
-                lines.extend(f"    {t}" for t in text[1:])
+            text = errormap.summarize([m for m in maps if m["check_input"] == ci and m["output"] == out])
+            if not text:
+                continue
+            key = (out, text[-1])
+            if key in shown:
+                shown[key].append(ci)
+                continue
+            shown[key] = []
+            lines.append(f"  on {ci}: {text[0]}")
+            lines.extend(f"    {t}" for t in text[1:])
+    same = [f"{out} on {', '.join(cis)}" for (out, _), cis in shown.items() if cis]
+    if same:
+        lines.append(f"  the same pattern: {'; '.join(same)}")
     for sg in sigs[1:]:
-        lines.append(f"  also {FAMILIES.get(sg.family, sg.family)}: {sg.title} ({sg.how_well()}; on {sg.check_input}, {sg.output})")
+        lines.append(f"  also {FAMILIES.get(sg.family, sg.family)}: {sg.title} ({sg.how_well()}; {sg.output} on "
+                     f"{_inputs_text(sg.check_input)})")
     rep = row.get("repeatable")
     if rep is True and not any(sg.family == "race" for sg in sigs):
         lines.append("  stable: a timed call gave the same output bit for bit (a deterministic bug, not a race)")
@@ -911,3 +926,31 @@ def row_fields(wrong_on: Sequence[str], maps: Sequence[dict[str, Any]], sigs: Se
         "signature_text": (f"looks like {FAMILIES.get(top.family, top.family)}: {top.title} ({top.how_well()})"
                            if top else ""),
     }
+
+
+def explain_wrong_rows(rows: Any, maps: Any = None, variant: str | None = None, shape: str | None = None) -> list[str]:
+    """explain_wrong for every wrong row of a bundle's measurements (optionally one variant / shape).
+
+    Args:
+        rows: the measurements table (a DataFrame); maps: the bundle's error_maps table (or None).
+        variant, shape: only this variant / shape_id.
+
+    Returns:
+        The lines of every wrong row, in table order; empty when no row is wrong.
+    """
+    if rows is None or len(rows) == 0 or "status" not in rows:
+        return []
+    sel = rows[rows["status"] == "wrong"]
+    if variant:
+        sel = sel[sel["variant"] == variant]
+    if shape:
+        sel = sel[sel["shape_id"] == shape]
+    lines: list[str] = []
+    for _, r in sel.iterrows():
+        m = None
+        if maps is not None and len(maps) and {"variant", "shape_id"} <= set(maps.columns):
+            m = maps[(maps["variant"] == r["variant"]) & (maps["shape_id"] == r["shape_id"])]
+            if "gpu_name" in maps.columns and "gpu_name" in r and isinstance(r["gpu_name"], str):
+                m = m[m["gpu_name"].isna() | (m["gpu_name"] == r["gpu_name"])]
+        lines += explain_wrong(r.to_dict(), m)
+    return lines
