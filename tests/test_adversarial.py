@@ -128,3 +128,32 @@ def test_garbage_is_not_given_a_family():
 
     r = correctness.check_correctness(_variant("noisy", noisy), p, inputs, ref, "cpu", DEFAULT_TOLERANCE["fp32"])
     assert not r["correct"] and r["signatures"] == []
+
+
+def test_a_scale_no_candidate_names_is_fitted():
+    p = AttentionProblem(B=2, H=2, Sq=128, Sk=128, D=32, dtype="fp16", causal=True)
+    inputs = correctness.make_inputs(p, "cpu", seed=21)
+    ref = correctness.compute_reference(p, inputs, cuda_ok=False)
+    off = _variant("off", lambda q, k, v, c, s, out=None: _kernel_like(q, k, v, c, 0.8 * s))
+    r = correctness.check_correctness(off, p, inputs, ref, "cpu", DEFAULT_TOLERANCE["fp16"])
+    assert not r["correct"]
+    top = r["signatures"][0]
+    assert (top["family"], top["kind"]) == ("softmax_scale", "scale_fitted") and top["share"] >= 0.9
+    assert "0.8 x the scale" in top["title"]
+
+
+def test_q_read_from_batch_0_with_the_right_k_and_v_is_a_stride_bug():
+    # the Triton kernel of issue 25: Q's row offset ignores the batch index, K and V are read right
+    p = AttentionProblem(B=3, H=2, Sq=64, Sk=64, D=32, dtype="fp16", causal=False)
+    inputs = correctness.make_inputs(p, "cpu", seed=8)
+    ref = correctness.compute_reference(p, inputs, cuda_ok=False)
+
+    def q_offset(q, k, v, c, s, out=None):
+        return _kernel_like(q[:1].expand_as(q), k, v, c, s)
+
+    r = correctness.check_correctness(_variant("qoff", q_offset), p, inputs, ref, "cpu", DEFAULT_TOLERANCE["fp16"])
+    top = r["signatures"][0]
+    assert (top["family"], top["kind"]) == ("stride", "q_from_other_slice") and top["share"] == 1.0
+    assert top["title"].startswith("batches 1-2 get batch 0's Q: the batch offset is ignored")
+    batch = {x["bin"]: x["n_bad"] for x in r["error_map"] if x["axis"] == "batch"}
+    assert batch["0"] == 0 and batch["1"] > 0 and batch["2"] > 0

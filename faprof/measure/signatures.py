@@ -341,14 +341,16 @@ class _Alt:
     kind: str
     title: str
     allowed: Any = None
-    causal_kept: bool = True
     scale: float | None = None
     pad: int = 0
     norm: str | None = None
 
 
 def _alternatives(case: Case, dev: Any, rows: Any = None) -> list[_Alt]:
-    """The alternative references for this problem (only those that differ from the truth)."""
+    """The alternative references for this problem (only those that differ from the truth), masks
+    for the query rows `rows` (None: all)."""
+    import torch
+
     p = case.problem
     Sq, Sk, D, s = p.Sq, p.Sk, p.D, p.softmax_scale
     true_mask = allowed_mask(Sq, Sk, "top_left" if p.causal else None, device=dev, rows=rows)
@@ -396,8 +398,6 @@ def _alternatives(case: Case, dev: Any, rows: Any = None) -> list[_Alt]:
         if whole not in ignored:
             ignored.add(whole)
             keep = allowed_mask(Sq, Sk, "top_left" if p.causal else None, device=dev, rows=rows)
-            import torch
-
             keep = torch.ones(len(rows) if rows is not None else Sq, Sk, dtype=torch.bool, device=dev) \
                 if keep is None else keep.clone()
             keep[:, whole:] = False
@@ -444,13 +444,12 @@ def _rows_text(expl: Any, s: _Slices, output: str) -> str:
     return f"{noun} {errormap.ranges(rows)}{of} in {n_sl} of the {s.n} wrong (b, h) slices examined"
 
 
-def _sig(alt_or: Any, case: Case, output: str, stats: tuple[int, int, Any, float, float], detail: str,
-         family: str | None = None, kind: str | None = None, title: str | None = None) -> Signature | None:
+def _sig(alt: _Alt, case: Case, output: str, stats: tuple[int, int, Any, float, float], detail: str) -> Signature | None:
+    """The alternative's signature on `output` when it explains at least MIN_SHARE of the wrong rows."""
     n_w, n_e, _, e_ref, e_alt = stats
     if n_w == 0 or n_e / n_w < MIN_SHARE:
         return None
-    return Signature(family or alt_or.family, kind or alt_or.kind, title or alt_or.title, output, case.check_input,
-                     n_e / n_w, n_w, n_e, e_ref, e_alt, detail)
+    return Signature(alt.family, alt.kind, alt.title, output, case.check_input, n_e / n_w, n_w, n_e, e_ref, e_alt, detail)
 
 
 def _alternative_signatures(case: Case, s: _Slices) -> list[Signature]:
@@ -473,6 +472,52 @@ def _alternative_signatures(case: Case, s: _Slices) -> list[Signature]:
         if any(f.share >= FULL_SHARE for f in found):
             break
     return found
+
+
+#: A fitted scale is searched within this factor of the true one either way (golden-section search
+#: on log(scale), FIT_STEPS steps: the bracket shrinks to (2 ln 16) x 0.618^24 ~ 6e-5 of a log unit).
+FIT_RANGE = 16.0
+FIT_STEPS = 24
+
+
+def _fitted_scale_signature(case: Case, s: _Slices) -> Signature | None:
+    """The scale whose attention the output is, when no listed candidate scale matched (any factor
+    within FIT_RANGE): fitted on the wrong rows' median max error, then tested like a candidate."""
+    import torch
+
+    p = case.problem
+    oe = case.errors.get("out")
+    if oe is None or oe.n_bad == 0:
+        return None
+    r, ref, thr, bad, unw = _sliced(oe, s)
+    wrong = bad.any(dim=-1)
+    mask = allowed_mask(p.Sq, p.Sk, "top_left" if p.causal else None, device=ref.device, rows=s.rows)
+
+    def loss(log_scale: float) -> float:
+        alt = attend(s.q, s.k, s.v, math.exp(log_scale), mask)["out"]
+        err = torch.nan_to_num((r - alt).abs(), nan=math.inf).amax(dim=-1)[wrong]
+        return float(err.median())
+
+    lo, hi = math.log(p.softmax_scale / FIT_RANGE), math.log(p.softmax_scale * FIT_RANGE)
+    g = (math.sqrt(5) - 1) / 2
+    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+    fa, fb = loss(a), loss(b)
+    for _ in range(FIT_STEPS):
+        if fa <= fb:
+            hi, b, fb = b, a, fa
+            a = hi - g * (hi - lo)
+            fa = loss(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + g * (hi - lo)
+            fb = loss(b)
+    value = math.exp((lo + hi) / 2)
+    if abs(value / p.softmax_scale - 1) < 0.01:
+        return None
+    alt = _Alt("softmax_scale", "scale_fitted", f"wrong softmax scale: the output is attention at scale {value:.4g} "
+               f"(fitted: {value / p.softmax_scale:.4g} x the scale) instead of {p.softmax_scale:.4g}", mask, scale=value)
+    st = _explain(r, ref, thr, bad, unw, attend(s.q, s.k, s.v, value, mask)["out"], _tol(case, oe))
+    return _sig(alt, case, "out", st, _rows_text(st[2], s, "out"))
 
 
 # -------------------------------------------------------------------------------- stride / offset
@@ -734,6 +779,10 @@ def find(case: Case) -> list[Signature]:
     if s is not None and s.q is not None:
         found += _stride_signatures(case, s)
         found += _alternative_signatures(case, s)
+        if case.problem.direction == "fwd" and not any(f.share >= MIN_SHARE for f in found):
+            fitted = _fitted_scale_signature(case, s)  # a scale no candidate names (costs FIT_STEPS passes)
+            if fitted is not None:
+                found.append(fitted)
         for fn in (_overflow_signature, _propagated_signature):
             sig = fn(case, s)
             if sig is not None:
