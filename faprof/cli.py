@@ -654,7 +654,7 @@ def explain(run: str, variant: str | None, shape: str | None, per_shape: bool, f
     secondary findings; by default aggregated across shapes (one row per variant and cause).
     """
     from faprof import advisor
-    from faprof.measure.signatures import explain_wrong_rows
+    from faprof.measure.wrong_text import explain_wrong_rows
     from faprof.store import resolve_run
 
     bundle = resolve_run(run, runs_dir)

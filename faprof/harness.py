@@ -43,7 +43,7 @@ from faprof.correctness import (  # noqa: F401  (re-exported: the Nsight target 
     needs_grads,
 )
 from faprof.correctness import prepare as _prepare  # noqa: F401
-from faprof.measure import adversarial, signatures
+from faprof.measure import adversarial, signatures, wrong_text
 from faprof.problem import AttentionProblem
 from faprof.scenarios import DEFAULT_TOLERANCE, TimingSettings, Tolerance
 
@@ -426,7 +426,7 @@ def _wrong_fields(row: dict[str, Any], wrong_on: list[str], maps: list[dict[str,
                   sigs: list[dict[str, Any]]) -> dict[str, Any]:
     """check_input, error_map, signatures, bug_signature of a row, and its check_reason with the best
     signature named once."""
-    f = signatures.row_fields(wrong_on, maps, sigs)
+    f = wrong_text.row_fields(wrong_on, maps, sigs)
     text = f.pop("signature_text")
     # the signature clause goes last, once (a repeat failure found after it is added before it)
     parts = [x for x in (row.get("check_reason") or "").split("; ") if x and not x.startswith("looks like ")]

@@ -36,7 +36,7 @@ from faprof import analysis
 from faprof import report_fmt as f
 from faprof import report_tables as rt
 from faprof.errors import FaprofError
-from faprof.measure.signatures import explain_wrong_rows
+from faprof.measure.wrong_text import explain_wrong_rows
 from faprof.store import Bundle
 
 #: Relative standard error above which a timing is called noisy in the observations.

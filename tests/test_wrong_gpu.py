@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from faprof import correctness, variants
-from faprof.measure import adversarial, signatures
+from faprof.measure import adversarial, wrong_text
 from faprof.problem import AttentionProblem
 from faprof.runner import ProfileOptions, profile
 from faprof.scenarios import DEFAULT_TOLERANCE
@@ -52,7 +52,7 @@ def test_batch_offset_kernel_is_a_stride_bug_batch_0_right(run):
                  (maps["check_input"] == "randn") & (maps["axis"] == "batch")].set_index("bin")
         assert m.loc["0", "n_bad"] == 0 and (m.drop(index="0")["share_bad"] > 0.9).all()
         assert m["n_unwritten"].sum() == 0
-    lines = signatures.explain_wrong_rows(bundle.measurements(), maps, "wrong_batch_offset", CAUSAL)
+    lines = wrong_text.explain_wrong_rows(bundle.measurements(), maps, "wrong_batch_offset", CAUSAL)
     assert "stride/offset bug" in lines[0]
 
 
@@ -65,7 +65,7 @@ def test_causal_off_by_one_kernel_is_a_shifted_mask_and_only_under_the_mask(run)
              (maps["check_input"] == "randn") & (maps["axis"] == "mask")].set_index("bin")
     assert m.loc["rows seeing every key", "n_bad"] == 0
     assert df.loc[("wrong_causal_shift", FULL), "status"] == "ok"  # no mask, no bug
-    lines = signatures.explain_wrong_rows(bundle.measurements(), maps, "wrong_causal_shift", CAUSAL)
+    lines = wrong_text.explain_wrong_rows(bundle.measurements(), maps, "wrong_causal_shift", CAUSAL)
     assert "causal mask" in lines[0]
 
 

@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from faprof import cli
-from faprof.measure import signatures
+from faprof.measure import signatures, wrong_text
 from faprof.runner import ProfileOptions, profile
 
 WRONG = Path(__file__).parent / "wrong"
@@ -149,7 +149,7 @@ def test_explain_names_the_planted_family_in_its_first_line(run):
     for _, r in _timed(df).iterrows():
         if r["status"] != "wrong":
             continue
-        lines = signatures.explain_wrong(r.to_dict(), maps[(maps["variant"] == r["variant"]) &
+        lines = wrong_text.explain_wrong(r.to_dict(), maps[(maps["variant"] == r["variant"]) &
                                                           (maps["shape_id"] == r["shape_id"])])
         assert signatures.FAMILIES[planted.EXPECTED[r["variant"]]] in lines[0], lines[0]
     res = CliRunner().invoke(cli.main, ["explain", str(bundle.path), "--variant", "wrong_batch_offset"])
