@@ -650,15 +650,22 @@ def explain(run: str, variant: str | None, shape: str | None, per_shape: bool, f
     secondary findings; by default aggregated across shapes (one row per variant and cause).
     """
     from faprof import advisor
+    from faprof.measure.wrong_text import explain_wrong_rows
     from faprof.store import resolve_run
 
     bundle = resolve_run(run, runs_dir)
+    # wrong rows first: which bug it looks like and where (the timing findings wait for a right result)
+    wrong = explain_wrong_rows(bundle.measurements(), bundle.read("error_maps"), variant, shape)
+    for line in wrong:
+        console.print(line, markup=False, soft_wrap=True, style="bold red" if not line.startswith(" ") else None)
     diag = advisor.diagnose(bundle)
     for key, val in (("variant", variant), ("shape_id", shape)):
         if val and not diag.empty and val not in set(diag[key]):
             known = ", ".join(dict.fromkeys(diag[key]))
             raise FaprofError(f"no findings for {key} {val!r} in {bundle.path.name}; with findings: {known}")
     diag = advisor.select(diag, variant, shape)
+    if diag.empty and wrong:
+        return
     if diag.empty:
         console.print(f"No findings for {bundle.path.name}: the advisor needs timed rows with ncu and/or nsys tables "
                       "(run `faprof profile ... --ncu --nsys`).")
