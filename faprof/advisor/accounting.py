@@ -147,6 +147,10 @@ def launch_account(call: Call, lz: Launch) -> Account | None:
     if "fp16" in pipes and "fma" in pipes and lz.cc and not lz.cc.startswith("8.0"):
         # from GA10x on, the FMA pipe counter includes its fp16 type: keep fma as the fp32 part
         pipes["fma"] = max(0.0, pipes["fma"] - pipes["fp16"])
+    if "tensor_gmma" in pipes and "tensor_hmma" in pipes:
+        # on sm_90 the HMMA counter counts the GMMA instructions too (equal counts in wgmma-only
+        # kernels: cuDNN's and fa3_wgmma's, recorded on the H100): keep hmma as the warp-level part
+        pipes["tensor_hmma"] = max(0.0, pipes["tensor_hmma"] - pipes["tensor_gmma"])
     inst = lz.metric("inst_executed")
     pipes["other"] = max(0.0, inst - sum(pipes.values()))
     smsp_avg = lz.metric("smsp_cycles_active_avg")
