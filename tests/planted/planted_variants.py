@@ -27,6 +27,7 @@ planted_launch_per_head    the clean kernel launched once per (b, h)            
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,9 @@ from faprof.variants import Variant, register
 KERNELS = Path(__file__).resolve().parent / "kernels"
 SOURCES = ("planted_binding.cpp", "planted_mma.cu", "planted_cuda_core.cu")
 EXTENSION_NAME = "faprof_planted_ext"
+#: faprof's headers the planted sources include by relative path (shared PTX wrappers, not copies):
+#: part of the build key, so that an edit to one rebuilds the planted extension.
+SHARED_HEADERS = ("mma_ptx.cuh",)
 
 #: Fault codes of torch.ops.faprof_planted.mma_fwd (kernels/planted_kernels.h).
 MMA_FAULTS = {"clean": 0, "bank_conflicts": 1, "spills": 2, "uncoalesced": 3, "no_causal_skip": 4, "few_ctas": 5}
@@ -75,6 +79,8 @@ def load_extension() -> None:
         flags = build.extension_nvcc_flags(arch)
         ldflags = build.shared_libstdcxx_ldflags()
         key = build.build_hash(arch, flags, torch.__version__, torch.version.cuda, kernels_dir=KERNELS, ldflags=ldflags)
+        shared = b"".join((build.KERNELS_DIR / h).read_bytes() for h in SHARED_HEADERS)
+        key = hashlib.sha256(key.encode() + shared).hexdigest()[:16]
         build_dir = build.cache_root() / "build" / f"planted-{key}"
         build_dir.mkdir(parents=True, exist_ok=True)
         home = build.find_cuda_home()
