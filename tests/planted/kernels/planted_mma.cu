@@ -17,6 +17,15 @@
 //                    (masked to -inf, so they add nothing but time).
 //   kFewCtas         one block per (b, h) loops over all query tiles: grid (1, H, B) instead of
 //                    (query tiles, H, B), fewer blocks than SMs at B*H < SMs.
+//   kBarrier         an extra __syncthreads() inside the innermost MMA loops (after every ldmatrix
+//                    of K or V and its four HMMAs): 66 block barriers per key tile instead of 2.
+//   kFence           a __threadfence() (MEMBAR.SC.GPU) after every k16 step of QKᵀ and of PV: 12 GPU-
+//                    scope fences per key tile.
+//   kTranscendental  the softmax weights as expf((s - m) / temperature): an IEEE division (MUFU.RCP,
+//                    FCHK and its FFMA refinement) and an accurate expf per score instead of one
+//                    FFMA with the folded scale and one ex2.approx.
+// Their SASS census (instructions per key-tile iteration against kClean's) is in
+// tests/planted/planted_variants.py's docstring; tests/test_planted_sass.py keeps it true.
 //
 // "One launch per head" is the clean kernel launched once per (b, h) by the host
 // (faprof_planted_mma_fwd's per_head flag). Built only by tests/planted/planted_variants.py and
@@ -39,7 +48,10 @@ namespace faprof_planted_mma {
 constexpr float kLog2e = 1.4426950408889634f;
 
 // The planted faults (see the file header). Values match planted_kernels.h's kPlanted* constants.
-enum Fault : int { kClean = 0, kBankConflicts = 1, kSpills = 2, kUncoalesced = 3, kNoCausalSkip = 4, kFewCtas = 5 };
+enum Fault : int {
+  kClean = 0, kBankConflicts = 1, kSpills = 2, kUncoalesced = 3, kNoCausalSkip = 4, kFewCtas = 5,
+  kBarrier = 6, kFence = 7, kTranscendental = 8,
+};
 
 // PLANTED FAULT (kSpills): blocks per SM __launch_bounds__ asks for; 65536 / (128 * 4) = 128 registers
 // per thread, half of what the D=64 and D=128 configs use (255).
@@ -174,6 +186,8 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
   // PLANTED FAULT (kFewCtas) support: a block loops over query tiles blockIdx.x, blockIdx.x + gridDim.x, ...
   // With the normal grid (gridDim.x = query tiles) every block runs one iteration, as fa2_mma does.
   const int n_qt = (Sq + BR - 1) / BR;
+  // PLANTED FAULT (kTranscendental) support: the softmax temperature, 1 / scale (dead code otherwise).
+  const float temp = 1.f / scale;
   for (int tile_i = static_cast<int>(blockIdx.x); tile_i < n_qt; tile_i += static_cast<int>(gridDim.x)) {
     const int qt = CAUSAL ? n_qt - 1 - tile_i : tile_i;
     const int bh = blockIdx.z * gridDim.y + blockIdx.y;
@@ -270,7 +284,10 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
       // and PV in separate scheduling regions, which stops ptxas from interleaving them at the cost
       // of ~100 register moves and a spill per tile (seen in the SASS of the 128x64 D=128 config).
       // PLANTED FAULT (kNoCausalSkip): every warp computes every tile (the mask below zeroes them).
-      const bool active = (CAUSAL && FAULT != kNoCausalSkip) ? kv0 <= q0 + wrow0 + MT * 16 - 1 : kv0 < Sk;
+      // PLANTED FAULT (kBarrier) support: every warp runs every tile, so that all reach the same
+      // barriers (a warp above the diagonal would skip them and hang the block).
+      const bool active = (CAUSAL && FAULT != kNoCausalSkip && FAULT != kBarrier) ? kv0 <= q0 + wrow0 + MT * 16 - 1
+                                                                                 : kv0 < Sk;
       uint32_t p_frag[MT][C::KP][4];
       if (active) {
         // ---- S = Q Kᵀ (fp32) ----
@@ -303,7 +320,9 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
               mma_16816<BF16>(acc_s[mt][2 * np], a[mt], b[0], b[1]);
               mma_16816<BF16>(acc_s[mt][2 * np + 1], a[mt], b[2], b[3]);
             }
+            if constexpr (FAULT == kBarrier) __syncthreads();  // PLANTED FAULT (kBarrier)
           }
+          if constexpr (FAULT == kFence) __threadfence();  // PLANTED FAULT (kFence)
         }
 
         // ---- mask: only the Sk tail tile and tiles crossing this warp's diagonal ----
@@ -356,7 +375,14 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
           for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              const float alpha = fast_exp2(row_m[mt][h] * scale_log2 - base[mt][h]);
+              float alpha;
+              if constexpr (FAULT == kTranscendental) {
+                // PLANTED FAULT (kTranscendental): exp(scale * (m_old - m_new)) as an IEEE division by
+                // the temperature and an accurate expf, in natural units.
+                alpha = expf((row_m[mt][h] - (mx[mt][h] == -INFINITY ? 0.f : mx[mt][h])) / temp);
+              } else {
+                alpha = fast_exp2(row_m[mt][h] * scale_log2 - base[mt][h]);
+              }
               row_l[mt][h] *= alpha;
 #pragma unroll
               for (int dt = 0; dt < DT; ++dt) {
@@ -375,7 +401,15 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
-                const float p = fast_exp2(fmaf(acc_s[mt][nt][2 * h + e], scale_log2, -base[mt][h]));
+                const float s = acc_s[mt][nt][2 * h + e];
+                float p;
+                if constexpr (FAULT == kTranscendental) {
+                  // PLANTED FAULT (kTranscendental): per score, an IEEE division by the temperature and
+                  // an accurate expf instead of one FFMA with the folded scale and one ex2.approx.
+                  p = expf((s - (mx[mt][h] == -INFINITY ? 0.f : mx[mt][h])) / temp);
+                } else {
+                  p = fast_exp2(fmaf(s, scale_log2, -base[mt][h]));
+                }
                 acc_s[mt][nt][2 * h + e] = p;
                 sum += p;
               }
@@ -410,7 +444,9 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
               mma_16816<BF16>(acc_o[mt][2 * dp], p_frag[mt][kk], b[0], b[1]);
               mma_16816<BF16>(acc_o[mt][2 * dp + 1], p_frag[mt][kk], b[2], b[3]);
             }
+            if constexpr (FAULT == kBarrier) __syncthreads();  // PLANTED FAULT (kBarrier)
           }
+          if constexpr (FAULT == kFence) __threadfence();  // PLANTED FAULT (kFence)
         }
       }
     }
@@ -524,6 +560,9 @@ cudaError_t dispatch_fault(const Args& a, bool causal, bool bf16, int fault, boo
     case kUncoalesced: return dispatch<C, kUncoalesced>(a, causal, bf16, per_head);
     case kNoCausalSkip: return dispatch<C, kNoCausalSkip>(a, causal, bf16, per_head);
     case kFewCtas: return dispatch<C, kFewCtas>(a, causal, bf16, per_head);
+    case kBarrier: return dispatch<C, kBarrier>(a, causal, bf16, per_head);
+    case kFence: return dispatch<C, kFence>(a, causal, bf16, per_head);
+    case kTranscendental: return dispatch<C, kTranscendental>(a, causal, bf16, per_head);
     default: return cudaErrorInvalidValue;
   }
 }
