@@ -17,6 +17,7 @@ inline constexpr int kPlantedFewCtas = 5;
 inline constexpr int kPlantedBarrier = 6;
 inline constexpr int kPlantedFence = 7;
 inline constexpr int kPlantedTranscendental = 8;
+inline constexpr int kPlantedFp64 = 9;
 
 // Fault codes of faprof_planted_rowthread_fwd (planted_rowthread.cu's Fault enum).
 inline constexpr int kRowThreadClean = 0;
@@ -24,7 +25,6 @@ inline constexpr int kRowThreadDependency = 1;
 inline constexpr int kRowThreadIndexMath = 2;
 inline constexpr int kRowThreadDivergence = 3;
 inline constexpr int kRowThreadPredicatedOff = 4;
-inline constexpr int kRowThreadFp64 = 5;
 
 // fa2_mma with one planted fault; per_head launches the kernel once per (b, h) slice.
 // fp16 only (bf16 returns cudaErrorInvalidValue).

@@ -24,6 +24,9 @@
 //   kTranscendental  the softmax weights as expf((s - m) / temperature): an IEEE division (MUFU.RCP,
 //                    FCHK and its FFMA refinement) and an accurate expf per score instead of one
 //                    FFMA with the folded scale and one ex2.approx.
+//   kFp64            the softmax weights in double: per score 2^x (exp2_f64: 3 DADD, 11 DFMA, the
+//                    exponent added in integer) and the row sum (DADD) in double precision, with an
+//                    F2F conversion each way, instead of one ex2.approx and one FADD.
 // Their SASS census (instructions per key-tile iteration against kClean's) is in
 // tests/planted/planted_variants.py's docstring; tests/test_planted_sass.py keeps it true.
 //
@@ -50,7 +53,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 // The planted faults (see the file header). Values match planted_kernels.h's kPlanted* constants.
 enum Fault : int {
   kClean = 0, kBankConflicts = 1, kSpills = 2, kUncoalesced = 3, kNoCausalSkip = 4, kFewCtas = 5,
-  kBarrier = 6, kFence = 7, kTranscendental = 8,
+  kBarrier = 6, kFence = 7, kTranscendental = 8, kFp64 = 9,
 };
 
 // PLANTED FAULT (kSpills): blocks per SM __launch_bounds__ asks for; 65536 / (128 * 4) = 128 registers
@@ -112,6 +115,30 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// PLANTED FAULT (kFp64): 2^x in double precision, branch-free, as a double-precision softmax port
+// computes it: x = n + f with n = round(x) (the 1.5 * 2^52 trick) and |f| <= 1/2, 2^f by its Taylor
+// polynomial of degree 11 (relative error < 1e-14), n added to the exponent; 0 for x < -1022 or -inf.
+__device__ __forceinline__ double exp2_f64(double x) {
+  constexpr double kRound = 6755399441055744.0;  // 1.5 * 2^52: x + kRound has round(x) in its low word
+  const double t = x + kRound;
+  const double f = x - (t - kRound);
+  double p = 4.44553827187081e-10;
+  p = fma(p, f, 7.054911620801121e-09);
+  p = fma(p, f, 1.0178086009239696e-07);
+  p = fma(p, f, 1.3215486790144305e-06);
+  p = fma(p, f, 1.5252733804059838e-05);
+  p = fma(p, f, 0.00015403530393381606);
+  p = fma(p, f, 0.0013333558146428441);
+  p = fma(p, f, 0.009618129107628477);
+  p = fma(p, f, 0.055504108664821576);
+  p = fma(p, f, 0.2402265069591007);
+  p = fma(p, f, 0.6931471805599453);
+  p = fma(p, f, 1.0);
+  const int n = __double2loint(t);
+  const double y = __hiloint2double(__double2hiint(p) + static_cast<int>(static_cast<unsigned>(n) << 20), __double2loint(p));
+  return x < -1022.0 ? 0.0 : y;  // also -inf and NaN-free: x = -inf gives 0
 }
 
 // Byte offset of 16-byte chunk `chunk` in a swizzled row whose (row & 7) << 4 is `x`.
@@ -245,7 +272,10 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
       for (int dt = 0; dt < DT; ++dt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc_o[mt][dt][e] = 0.f;
-    float row_m[MT][2], row_l[MT][2];  // rows g and g+8 of each m16 tile; m on raw scores
+    // PLANTED FAULT (kFp64): the row sums are doubles.
+    using StatT = std::conditional_t<FAULT == kFp64, double, float>;
+    float row_m[MT][2];  // rows g and g+8 of each m16 tile; m on raw scores
+    StatT row_l[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       row_m[mt][0] = row_m[mt][1] = -INFINITY;
@@ -380,6 +410,9 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
                 // PLANTED FAULT (kTranscendental): exp(scale * (m_old - m_new)) as an IEEE division by
                 // the temperature and an accurate expf, in natural units.
                 alpha = expf((row_m[mt][h] - (mx[mt][h] == -INFINITY ? 0.f : mx[mt][h])) / temp);
+              } else if constexpr (FAULT == kFp64) {
+                // PLANTED FAULT (kFp64): the rescale factor in double precision.
+                alpha = static_cast<float>(exp2_f64(static_cast<double>(row_m[mt][h]) * scale_log2 - base[mt][h]));
               } else {
                 alpha = fast_exp2(row_m[mt][h] * scale_log2 - base[mt][h]);
               }
@@ -396,7 +429,7 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             row_m[mt][h] = mx[mt][h];
-            float sum = 0.f;
+            StatT sum = 0.f;
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -407,11 +440,16 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
                   // PLANTED FAULT (kTranscendental): per score, an IEEE division by the temperature and
                   // an accurate expf instead of one FFMA with the folded scale and one ex2.approx.
                   p = expf((s - (mx[mt][h] == -INFINITY ? 0.f : mx[mt][h])) / temp);
+                } else if constexpr (FAULT == kFp64) {
+                  // PLANTED FAULT (kFp64): per score, 2^x and the row sum in double.
+                  const double pd = exp2_f64(static_cast<double>(fmaf(s, scale_log2, -base[mt][h])));
+                  sum += pd;
+                  p = static_cast<float>(pd);
                 } else {
                   p = fast_exp2(fmaf(s, scale_log2, -base[mt][h]));
                 }
                 acc_s[mt][nt][2 * h + e] = p;
-                sum += p;
+                if constexpr (FAULT != kFp64) sum += p;
               }
             row_l[mt][h] += sum;
           }
@@ -457,7 +495,7 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float l = row_l[mt][h];
+        float l = static_cast<float>(row_l[mt][h]);
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         const float inv = l > 0.f ? 1.f / l : 0.f;
@@ -563,6 +601,7 @@ cudaError_t dispatch_fault(const Args& a, bool causal, bool bf16, int fault, boo
     case kBarrier: return dispatch<C, kBarrier>(a, causal, bf16, per_head);
     case kFence: return dispatch<C, kFence>(a, causal, bf16, per_head);
     case kTranscendental: return dispatch<C, kTranscendental>(a, causal, bf16, per_head);
+    case kFp64: return dispatch<C, kFp64>(a, causal, bf16, per_head);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -16,16 +16,15 @@
 //                  at a time as a chain of 32 dependent FFMAs (the control keeps KC = 16 chains in
 //                  flight); the score goes through a shared-memory slot (a rolled loop cannot index
 //                  registers).
-//   kIndexMath     every K and V float4 is found from its flat 64-bit index in the [B, H, Sk, D]
-//                  tensor by a signed 64-bit `/` and `%` (row, column), then the tile row: ~20 integer
+//   kIndexMath     in PV, every V float4 is found from its flat 64-bit index in the [B, H, Sk, D]
+//                  tensor by a signed 64-bit `/` and `%` (row, column), then its tile row: ~13 integer
 //                  instructions per 4 FFMAs.
-//   kDivergence    QKᵀ written once per slice owner (`switch (part)`, compile-time offsets): the TPR
-//                  owners of a row take turns, each copy running with 32/TPR lanes of the warp active.
+//   kDivergence    QKᵀ written once per slice owner (`if (part == 0) ... else if (part == 1) ...`,
+//                  compile-time offsets): the TPR owners of a row take turns, each copy running with
+//                  32/TPR lanes of the warp active.
 //   kPredicatedOff PV walks all D/4 float4 chunks of each V row and acts only on the chunks the thread
 //                  owns (`if (c % TPR == part)`): TPR times the instructions, (TPR-1)/TPR of their
 //                  threads predicated off.
-//   kFp64          QKᵀ accumulated in double: per element one F2F.F64.F32 and one DFMA instead of one
-//                  FFMA.
 // The SASS census of each (instructions per key tile against kClean's) is in
 // tests/planted/planted_variants.py's docstring; tests/test_planted_sass.py keeps it true.
 // Built only by tests/planted/planted_variants.py; never part of faprof's extension.
@@ -42,7 +41,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 // The planted faults. Values match planted_kernels.h's kRowThread* constants.
-enum Fault : int { kClean = 0, kDependency = 1, kIndexMath = 2, kDivergence = 3, kPredicatedOff = 4, kFp64 = 5 };
+enum Fault : int { kClean = 0, kDependency = 1, kIndexMath = 2, kDivergence = 3, kPredicatedOff = 4 };
 
 // faprof:launch kernel=planted_rt_fwd_kernel D=A0 threads=256 dyn_smem=2*2*4096*4+16*256*4
 template <int D_>
@@ -137,6 +136,18 @@ __device__ __forceinline__ void qk_slice(float (&s)[C::KC], const float (&qr)[C:
     }
 }
 
+// PLANTED FAULT (kDivergence): `if (part == 0) {slice 0} else if (part == 1) {slice 1} ...`, each
+// copy with its owner's chunk offsets as immediates.
+template <class C, int FAULT, int OWNER>
+__device__ __forceinline__ void qk_by_owner(float (&s)[C::KC], const float (&qr)[C::DS], const float* Kt, int kr0,
+                                            int part, long long base) {
+  if (part == OWNER) {
+    qk_slice<C, FAULT>(s, qr, Kt, kr0, OWNER, base);
+  } else if constexpr (OWNER + 1 < C::TPR) {
+    qk_by_owner<C, FAULT, OWNER + 1>(s, qr, Kt, kr0, part, base);
+  }
+}
+
 template <class C, bool CAUSAL, int FAULT>
 __global__ void __launch_bounds__(C::THREADS, 1)
 planted_rt_fwd_kernel(const float* __restrict__ q,  // [B, H, Sq, D]
@@ -224,29 +235,7 @@ planted_rt_fwd_kernel(const float* __restrict__ q,  // [B, H, Sq, D]
       } else if constexpr (FAULT == kDivergence) {
         // PLANTED FAULT (kDivergence): the slice code once per owner, with compile-time offsets; the
         // owners of a row run their copies one after another, 32/TPR lanes active in each.
-        switch (part) {
-          case 0: qk_slice<C, FAULT>(s, qr, Kt, kr0, 0, base); break;
-          case 1: qk_slice<C, FAULT>(s, qr, Kt, kr0, 1, base); break;
-          case 2: qk_slice<C, FAULT>(s, qr, Kt, kr0, 2, base); break;
-          default: qk_slice<C, FAULT>(s, qr, Kt, kr0, 3, base); break;
-        }
-      } else if constexpr (FAULT == kFp64) {
-        // PLANTED FAULT (kFp64): the dot products accumulated in double.
-        double sd[KC];
-#pragma unroll
-        for (int kc = 0; kc < KC; ++kc) sd[kc] = 0.0;
-#pragma unroll
-        for (int i = 0; i < CH; ++i)
-#pragma unroll
-          for (int kc = 0; kc < KC; ++kc) {
-            const float4 kf = tile_f4<C, FAULT>(Kt, kr0 + kc, part + TPR * i, base);
-            sd[kc] = fma(static_cast<double>(qr[4 * i + 0]), static_cast<double>(kf.x), sd[kc]);
-            sd[kc] = fma(static_cast<double>(qr[4 * i + 1]), static_cast<double>(kf.y), sd[kc]);
-            sd[kc] = fma(static_cast<double>(qr[4 * i + 2]), static_cast<double>(kf.z), sd[kc]);
-            sd[kc] = fma(static_cast<double>(qr[4 * i + 3]), static_cast<double>(kf.w), sd[kc]);
-          }
-#pragma unroll
-        for (int kc = 0; kc < KC; ++kc) s[kc] = static_cast<float>(sd[kc]);
+        qk_by_owner<C, FAULT, 0>(s, qr, Kt, kr0, part, base);
       } else {
         qk_slice<C, FAULT>(s, qr, Kt, kr0, part, base);
       }
@@ -368,7 +357,6 @@ cudaError_t dispatch_fault(const float* q, const float* k, const float* v, float
     case kIndexMath: return dispatch<C, kIndexMath>(q, k, v, o, lse, B, H, Sq, Sk, scale, causal, stream);
     case kDivergence: return dispatch<C, kDivergence>(q, k, v, o, lse, B, H, Sq, Sk, scale, causal, stream);
     case kPredicatedOff: return dispatch<C, kPredicatedOff>(q, k, v, o, lse, B, H, Sq, Sk, scale, causal, stream);
-    case kFp64: return dispatch<C, kFp64>(q, k, v, o, lse, B, H, Sq, Sk, scale, causal, stream);
     default: return cudaErrorInvalidValue;
   }
 }
