@@ -13,6 +13,7 @@ tests/test_planted_sass.py and to write the census tables in planted_variants.py
 from __future__ import annotations
 
 import collections
+import importlib.util
 import os
 import re
 import shutil
@@ -61,13 +62,20 @@ class Instr:
 
 
 def find_cuobjdump() -> str | None:
-    """cuobjdump on PATH or under the CUDA toolkit, else None (it needs nvdisasm beside it or on PATH)."""
+    """cuobjdump on PATH, under the CUDA toolkit, or from the nvidia-cuda-cuobjdump wheel (which
+    scripts/setup.sh installs with nvidia-cuda-nvdisasm), else None. It needs nvdisasm beside it or
+    on PATH."""
     found = shutil.which("cuobjdump")
     if found:
         return found
     home = find_cuda_home()
     if home is not None and (home / "bin" / "cuobjdump").is_file():
         return str(home / "bin" / "cuobjdump")
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec is not None else []:
+        for exe in sorted(Path(root).glob("cu*/bin/cuobjdump"), reverse=True):
+            if (exe.parent / "nvdisasm").is_file() and os.access(exe, os.X_OK):
+                return str(exe)
     return None
 
 
