@@ -30,7 +30,7 @@ planted_no_tensor_cores    fp16 attention on CUDA cores (fa2 with fp16 I/O)     
 planted_no_causal_skip     causal blocks visit tiles above the diagonal         wasted_work
 planted_few_ctas           one block per (b, h): grid (1, H, B)                 too_few_ctas
 planted_launch_per_head    the clean kernel launched once per (b, h)            launch_split
-planted_barrier            __syncthreads() after every ldmatrix + 4 HMMAs       stall:barrier
+planted_barrier            __syncthreads() between every ldmatrix and its HMMAs stall:barrier
 planted_fence              __threadfence() after every k16 MMA step             stall:membar
 planted_transcendental     softmax weights as expf((s - m) / temperature)       pipe:xu
 planted_fp64               softmax weights (2^x) and row sums in double         pipe:fp64
@@ -54,12 +54,14 @@ tensor-bound: 256 HMMA = 1,536 tensor cycles per warp, 3,072 per sub-partition.
 ==============  ==============================================  ========================================
 kind            SASS per warp and key tile (control -> fault)   expected cost on the planted shapes
 ==============  ==============================================  ========================================
-barrier         BAR.SYNC 2 -> 66 (D64 and D128); the rest as   each of the 64 steps (1 LDSM + 4 HMMA,
-                the control (1,334 -> 1,393 instructions)       24 tensor cycles) waits for the block's
-                                                                slowest warp and then exposes the next
-                                                                LDSM's latency (~30 cycles), which no
-                                                                longer issues early: ~1.5-2.5x, the
-                                                                added cycles mostly stalled at BAR
+barrier         BAR.SYNC 2 -> 66 (D64 and D128); the rest as   each of the 64 steps (1 LDSM, then 4
+                the control (1,334 -> 1,393 instructions)       HMMA: 24 tensor cycles) waits at the
+                                                                barrier for the block's slowest warp
+                                                                and for its own LDSM (~30 cycles, which
+                                                                can no longer issue early); the other
+                                                                block's warp on the sub-partition fills
+                                                                part of it: ~1.5-2x, the added cycles
+                                                                stalled at BAR
 fence           MEMBAR.SC.GPU 0 -> 12 (+ERRBAR, CGAERRBAR)     a GPU-scope fence waits until the warp's
                                                                 memory operations, the next tile's
                                                                 cp.async copies included, are visible;

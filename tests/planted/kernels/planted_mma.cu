@@ -17,7 +17,7 @@
 //                    (masked to -inf, so they add nothing but time).
 //   kFewCtas         one block per (b, h) loops over all query tiles: grid (1, H, B) instead of
 //                    (query tiles, H, B), fewer blocks than SMs at B*H < SMs.
-//   kBarrier         an extra __syncthreads() inside the innermost MMA loops (after every ldmatrix
+//   kBarrier         an extra __syncthreads() inside the innermost MMA loops (between every ldmatrix
 //                    of K or V and its four HMMAs): 66 block barriers per key tile instead of 2.
 //   kFence           a __threadfence() (MEMBAR.SC.GPU) after every k16 step of QKᵀ and of PV: 12 GPU-
 //                    scope fences per key tile.
@@ -345,12 +345,13 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
           for (int np = 0; np < NT / 2; ++np) {
             uint32_t b[4];
             ldmatrix_x4(sKs + k_off[ks & 3] + (ks >> 2) * 128 + np * 16 * ROW_BYTES, b);
+            // PLANTED FAULT (kBarrier): a block barrier between every ldmatrix and its HMMAs.
+            if constexpr (FAULT == kBarrier) __syncthreads();
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
               mma_16816<BF16>(acc_s[mt][2 * np], a[mt], b[0], b[1]);
               mma_16816<BF16>(acc_s[mt][2 * np + 1], a[mt], b[2], b[3]);
             }
-            if constexpr (FAULT == kBarrier) __syncthreads();  // PLANTED FAULT (kBarrier)
           }
           if constexpr (FAULT == kFence) __threadfence();  // PLANTED FAULT (kFence)
         }
@@ -477,12 +478,13 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
           for (int dp = 0; dp < DT / 2; ++dp) {
             uint32_t b[4];
             ldmatrix_x4_trans(sVs + a_off[dp & 3] + (dp >> 2) * 128 + kk * 16 * ROW_BYTES, b);
+            // PLANTED FAULT (kBarrier): a block barrier between every ldmatrix and its HMMAs.
+            if constexpr (FAULT == kBarrier) __syncthreads();
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
               mma_16816<BF16>(acc_o[mt][2 * dp], p_frag[mt][kk], b[0], b[1]);
               mma_16816<BF16>(acc_o[mt][2 * dp + 1], p_frag[mt][kk], b[2], b[3]);
             }
-            if constexpr (FAULT == kBarrier) __syncthreads();  // PLANTED FAULT (kBarrier)
           }
           if constexpr (FAULT == kFence) __threadfence();  // PLANTED FAULT (kFence)
         }
