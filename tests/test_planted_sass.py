@@ -31,7 +31,10 @@ pytestmark = pytest.mark.skipif(
 
 #: Fault codes (planted_mma.cu's and planted_rowthread.cu's Fault enums).
 MMA = {"clean": 0, "barrier": 6, "fence": 7, "transcendental": 8, "fp64": 9}
-RT = {"clean": 0, "dependency": 1, "index_math": 2, "divergence": 3, "predicated_off": 4}
+RT = {"clean": 0, "dependency": 1, "index_math": 2, "divergence": 3, "predicated_off": 4, "scalar_loads": 5}
+#: kScalarLoads: at least this many shared-memory load instructions per chunk over the control's (the
+#: compiler keeps LDS.128 for the rows it proves aligned: 704 / 256 in the sm_90 SASS).
+SCALAR_LOADS_MIN_RATIO = 2.5
 #: fa2_mma's tile configs: (KQ k16 steps of QKᵀ, NT n8 key tiles, KP k16 steps of PV, DT n8 dim tiles,
 #: softmax weights per thread and tile) for D = 64 (128x128 tiles) and D = 128 (128x64 tiles).
 MMA_TILES = {64: (4, 16, 8, 8, 128), 128: (8, 8, 4, 16, 64)}
@@ -144,3 +147,9 @@ def test_rowthread_defects_add_what_they_plant_per_chunk(rt, D, causal):
     pred = sc.counts(ins, span, predicated=True)
     assert sc.total(pred, "FFMA") == tpr * qk and sc.total(pred, "LDS.128") == tpr * KC * DS // 4
     assert sc.total(c, "FFMA") - sc.total(clean, "FFMA") == (tpr - 1) * qk
+
+    # kScalarLoads: the same FFMAs, the K and V float4 reads split into narrower shared loads
+    _, _, _, c = _chunk(rt, D, causal, RT["scalar_loads"])
+    assert sc.total(c, "FFMA") == sc.total(clean, "FFMA")
+    assert sc.total(c, "LDS") >= SCALAR_LOADS_MIN_RATIO * sc.total(clean, "LDS")
+    assert sc.total(c, "LDS.128") < sc.total(clean, "LDS.128") // 2

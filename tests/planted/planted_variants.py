@@ -39,6 +39,7 @@ planted_dependency         QKᵀ one score at a time, one FFMA chain per score  
 planted_index_math         64-bit signed / and % per V float4 address           pipe:alu
 planted_divergence         QKᵀ once per owner (if part == 0 ... else if ...)    threads:inactive
 planted_predicated_off     PV walks every chunk of V, acts on its own only      threads:predicated_off
+planted_scalar_loads       K/V rows at a runtime stride: unaligned, split LDS   pipe:lsu
 =========================  ===================================================  ======================
 
 The new kinds' evidence: what each adds to the instruction stream (SASS of sm_90, nvcc 13.0, the
@@ -89,8 +90,8 @@ dependency      QKᵀ becomes a rolled loop of 16 iterations of   16 x (LDS late
                 one's result (+1 STS, 1 LDS); FFMA count equal  two warps overlap) vs 1,280 issue
                                                                 cycles: ~1.4x, the added cycles fixed-
                                                                 latency waits
-index_math      +1,253 ALU (IADD3, LEA, LOP3, SHF) and +382     issue 6,240 vs 2,930 cycles (~2.1x);
-                IMAD for the 128 V loads; 1,463 -> 3,118        the ALU pipe (2 cycles a warp) busy
+index_math      +1,250 ALU (IADD3, LEA, LOP3, SHF) and +384     issue 6,240 vs 2,930 cycles (~2.1x);
+                IMAD for the 128 V loads; 1,463 -> 3,122        the ALU pipe (2 cycles a warp) busy
                 (D128: 1,495 -> 3,159)                          ~80% of the time
 divergence      QKᵀ FFMA 512 -> 512 x TPR (TPR = 2 / 4 copies   D64: 1,463 -> 2,125 instructions, the
                 behind branches on the owner, none predicated)  QKᵀ part at 16 of 32 lanes (~1.45x);
@@ -98,6 +99,11 @@ divergence      QKᵀ FFMA 512 -> 512 x TPR (TPR = 2 / 4 copies   D64: 1,463 -> 
 predicated_off  PV: every FFMA and LDS.128 guarded; 512 ->      D64: 1,463 -> 2,104 instructions, half
                 512 x TPR FFMA                                  the PV threads predicated off (~1.4x);
                                                                 D128: 1,495 -> 3,418, 3/4 off (~2.3x)
+scalar_loads    shared loads 256 LDS.128 -> 64 LDS.128 + 128    704 shared-load instructions per warp
+                LDS.64 + 512 LDS (rows the compiler cannot      and chunk, 5,632 per SM (8 warps) at
+                prove 16-byte aligned); 1,463 -> 1,957          ~1 a cycle, vs ~2,930 issue cycles:
+                instructions                                    LSU-bound, ~1.9x (more if a broadcast
+                                                                LDS.64 takes two wavefronts)
 ==============  ==============================================  ========================================
 
 Side effects a diagnosis could mistake for the defect, kept small and stated: planted_fp64 spills
@@ -132,7 +138,8 @@ SHARED_HEADERS = ("mma_ptx.cuh",)
 MMA_FAULTS = {"clean": 0, "bank_conflicts": 1, "spills": 2, "uncoalesced": 3, "no_causal_skip": 4, "few_ctas": 5,
               "barrier": 6, "fence": 7, "transcendental": 8, "fp64": 9}
 #: Fault codes of torch.ops.faprof_planted.rowthread_fwd (kernels/planted_kernels.h).
-ROWTHREAD_FAULTS = {"clean": 0, "dependency": 1, "index_math": 2, "divergence": 3, "predicated_off": 4}
+ROWTHREAD_FAULTS = {"clean": 0, "dependency": 1, "index_math": 2, "divergence": 3, "predicated_off": 4,
+                    "scalar_loads": 5}
 
 #: Variant name -> the cause its defect must be diagnosed as (None: a control). The causes of the
 #: first eight are the advisor's rule causes; the later ones name the term of the accounting (issue
@@ -159,6 +166,7 @@ EXPECTED_CAUSE: dict[str, str | None] = {
     "planted_index_math": "pipe:alu",
     "planted_divergence": "threads:inactive",
     "planted_predicated_off": "threads:predicated_off",
+    "planted_scalar_loads": "pipe:lsu",
 }
 
 #: Planted variant -> the clean kernel of its design that it must be compared with (its control
@@ -172,7 +180,7 @@ CONTROL_OF: dict[str, str] = {
         "planted_barrier", "planted_fence", "planted_transcendental", "planted_fp64")},
     **{name: "planted_rowthread_clean" for name in (
         "planted_rowthread_clean", "planted_dependency", "planted_index_math", "planted_divergence",
-        "planted_predicated_off")},
+        "planted_predicated_off", "planted_scalar_loads")},
 }
 
 _LOCK = threading.Lock()
@@ -295,6 +303,7 @@ def _register() -> None:
         "index_math": ("index_math", "TEST ONLY: row-thread fp32 kernel, 64-bit / and % per V element address"),
         "divergence": ("divergence", "TEST ONLY: row-thread fp32 kernel, QKᵀ in a lane-dependent switch"),
         "predicated_off": ("predicated_off", "TEST ONLY: row-thread fp32 kernel, PV walking all chunks, predicated"),
+        "scalar_loads": ("scalar_loads", "TEST ONLY: row-thread fp32 kernel, K/V rows at a runtime stride (scalar LDS)"),
     }
     for name, (fault, text) in rowthread.items():
         register(Variant(f"planted_{name}", "user", text, _rowthread(fault), dtypes=("fp32",), compute="cuda_core",

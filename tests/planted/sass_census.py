@@ -219,7 +219,7 @@ def main() -> None:
             ins = mma_kernel(mma, D, False, fault)
             print(_row(name, counts(ins, tile_loop(ins)), keys))
     rt = compile_sass(KERNELS / "planted_rowthread.cu")
-    keys = ("FFMA", "LDS.128", "STS", *ALU_OPS[:4], "IMAD", "BRA")
+    keys = ("FFMA", "LDS", "LDS.128", "STS", *ALU_OPS[:4], "IMAD", "BRA")
     for D in (64, 128):
         print(
             f"planted_rowthread.cu, D={D}: per 16-key chunk (nested loops x their trip count 16), [predicated]"
@@ -231,6 +231,7 @@ def main() -> None:
             ("index_math", 2),
             ("divergence", 3),
             ("predicated_off", 4),
+            ("scalar_loads", 5),
         ):
             ins = rt_kernel(rt, D, False, fault)
             span = chunk_loop(ins)

@@ -25,6 +25,7 @@ inline constexpr int kRowThreadDependency = 1;
 inline constexpr int kRowThreadIndexMath = 2;
 inline constexpr int kRowThreadDivergence = 3;
 inline constexpr int kRowThreadPredicatedOff = 4;
+inline constexpr int kRowThreadScalarLoads = 5;
 
 // fa2_mma with one planted fault; per_head launches the kernel once per (b, h) slice.
 // fp16 only (bf16 returns cudaErrorInvalidValue).

@@ -25,6 +25,10 @@
 //   kPredicatedOff PV walks all D/4 float4 chunks of each V row and acts only on the chunks the thread
 //                  owns (`if (c % TPR == part)`): TPR times the instructions, (TPR-1)/TPR of their
 //                  threads predicated off.
+//   kScalarLoads   K and V rows addressed with the tile's row stride as a kernel argument: the compiler
+//                  proves 16-byte alignment only for rows 0, 4, 8, 12 of a chunk and splits the other
+//                  float4 reads into LDS.64 pairs (even rows) or four LDS.32 (odd rows): 704 shared-
+//                  memory load instructions per 16-key chunk instead of 256.
 // The SASS census of each (instructions per key tile against kClean's) is in
 // tests/planted/planted_variants.py's docstring; tests/test_planted_sass.py keeps it true.
 // Built only by tests/planted/planted_variants.py; never part of faprof's extension.
@@ -41,7 +45,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 // The planted faults. Values match planted_kernels.h's kRowThread* constants.
-enum Fault : int { kClean = 0, kDependency = 1, kIndexMath = 2, kDivergence = 3, kPredicatedOff = 4 };
+enum Fault : int { kClean = 0, kDependency = 1, kIndexMath = 2, kDivergence = 3, kPredicatedOff = 4, kScalarLoads = 5 };
 
 // faprof:launch kernel=planted_rt_fwd_kernel D=A0 threads=256 dyn_smem=2*2*4096*4+16*256*4
 template <int D_>
@@ -104,17 +108,22 @@ __device__ __forceinline__ void load_tile(float* tile, const float* __restrict__
   }
 }
 
-// The float4 of key row `kr` (tile row) at chunk `c` of a [BC][D] tile.
+// The float4 of key row `kr` (tile row) at chunk `c` of a [BC][D] tile (row stride `ld` = D).
 // PLANTED FAULT (kIndexMath): found from the element's flat 64-bit index e in the [B, H, Sk, D]
 // tensor (base = the tile's first key's flat row index) by a signed 64-bit `/` and `%`.
+// PLANTED FAULT (kScalarLoads): addressed with the runtime row stride `ld`, four scalar loads.
 template <class C, int FAULT>
-__device__ __forceinline__ float4 tile_f4(const float* tile, int kr, int c, long long base) {
-  if constexpr (FAULT == kIndexMath) {
+__device__ __forceinline__ float4 tile_f4(const float* tile, int kr, int c, long long base, int ld) {
+  if constexpr (FAULT == kScalarLoads) {
+    const float* p = tile + kr * ld + 4 * c;
+    return make_float4(p[0], p[1], p[2], p[3]);
+  } else if constexpr (FAULT == kIndexMath) {
     const long long e = (base + kr) * C::D + 4 * c;
     const long long row = e / C::D;
     const long long col = e % C::D;
     return *reinterpret_cast<const float4*>(tile + (row - base) * C::D + col);
   } else {
+    (void)ld;
     return *reinterpret_cast<const float4*>(tile + kr * C::D + 4 * c);
   }
 }
@@ -123,12 +132,13 @@ __device__ __forceinline__ float4 tile_f4(const float* tile, int kr, int c, long
 // part + TPR * i): the control's QKᵀ, KC independent FFMA chains fed by float4 reads of K.
 template <class C, int FAULT>
 __device__ __forceinline__ void qk_slice(float (&s)[C::KC], const float (&qr)[C::DS], const float* Kt, int kr0,
-                                         int part, long long base) {
+                                         int part, long long base, int ld) {
 #pragma unroll
   for (int i = 0; i < C::CHUNKS; ++i)
 #pragma unroll
     for (int kc = 0; kc < C::KC; ++kc) {
-      const float4 kf = tile_f4<C, kClean>(Kt, kr0 + kc, part + C::TPR * i, base);
+      const float4 kf = tile_f4<C, FAULT == kScalarLoads ? kScalarLoads : kClean>(Kt, kr0 + kc, part + C::TPR * i,
+                                                                                 base, ld);
       s[kc] = fmaf(qr[4 * i + 0], kf.x, s[kc]);
       s[kc] = fmaf(qr[4 * i + 1], kf.y, s[kc]);
       s[kc] = fmaf(qr[4 * i + 2], kf.z, s[kc]);
@@ -140,11 +150,11 @@ __device__ __forceinline__ void qk_slice(float (&s)[C::KC], const float (&qr)[C:
 // copy with its owner's chunk offsets as immediates.
 template <class C, int FAULT, int OWNER>
 __device__ __forceinline__ void qk_by_owner(float (&s)[C::KC], const float (&qr)[C::DS], const float* Kt, int kr0,
-                                            int part, long long base) {
+                                            int part, long long base, int ld) {
   if (part == OWNER) {
-    qk_slice<C, FAULT>(s, qr, Kt, kr0, OWNER, base);
+    qk_slice<C, FAULT>(s, qr, Kt, kr0, OWNER, base, ld);
   } else if constexpr (OWNER + 1 < C::TPR) {
-    qk_by_owner<C, FAULT, OWNER + 1>(s, qr, Kt, kr0, part, base);
+    qk_by_owner<C, FAULT, OWNER + 1>(s, qr, Kt, kr0, part, base, ld);
   }
 }
 
@@ -155,7 +165,8 @@ planted_rt_fwd_kernel(const float* __restrict__ q,  // [B, H, Sq, D]
                       const float* __restrict__ v,  // [B, H, Sk, D]
                       float* __restrict__ o,        // [B, H, Sq, D]
                       float* __restrict__ lse,      // [B, H, Sq]
-                      int Sq, int Sk, float scale, float scale_log2) {
+                      int Sq, int Sk, float scale, float scale_log2,
+                      int ld) {  // = D: the tiles' row stride (kScalarLoads reads it; the others use D)
   constexpr int D = C::D, TPR = C::TPR, BR = C::BR, BC = C::BC, KC = C::KC, DS = C::DS, CH = C::CHUNKS;
   extern __shared__ __align__(16) float smem[];
   float* sK = smem;                             // [STAGES][BC][D]
@@ -222,7 +233,7 @@ planted_rt_fwd_kernel(const float* __restrict__ q,  // [B, H, Sq, D]
           float a = 0.f;
 #pragma unroll
           for (int i = 0; i < CH; ++i) {
-            const float4 kf = tile_f4<C, FAULT>(Kt, kr0 + kc, part + TPR * i, base);
+            const float4 kf = tile_f4<C, FAULT>(Kt, kr0 + kc, part + TPR * i, base, ld);
             a = fmaf(qr[4 * i + 0], kf.x, a);
             a = fmaf(qr[4 * i + 1], kf.y, a);
             a = fmaf(qr[4 * i + 2], kf.z, a);
@@ -235,9 +246,9 @@ planted_rt_fwd_kernel(const float* __restrict__ q,  // [B, H, Sq, D]
       } else if constexpr (FAULT == kDivergence) {
         // PLANTED FAULT (kDivergence): the slice code once per owner, with compile-time offsets; the
         // owners of a row run their copies one after another, 32/TPR lanes active in each.
-        qk_by_owner<C, FAULT, 0>(s, qr, Kt, kr0, part, base);
+        qk_by_owner<C, FAULT, 0>(s, qr, Kt, kr0, part, base, ld);
       } else {
-        qk_slice<C, FAULT>(s, qr, Kt, kr0, part, base);
+        qk_slice<C, FAULT>(s, qr, Kt, kr0, part, base, ld);
       }
 
       // ---- whole scores: sum the row's TPR slices ----
@@ -278,7 +289,7 @@ planted_rt_fwd_kernel(const float* __restrict__ q,  // [B, H, Sq, D]
 #pragma unroll
           for (int c = 0; c < D / 4; ++c) {
             if (c % TPR == part) {
-              const float4 vf = tile_f4<C, FAULT>(Vt, kr0 + kc, c, base);
+              const float4 vf = tile_f4<C, FAULT>(Vt, kr0 + kc, c, base, ld);
               const int i = c / TPR;
               acc[4 * i + 0] = fmaf(s[kc], vf.x, acc[4 * i + 0]);
               acc[4 * i + 1] = fmaf(s[kc], vf.y, acc[4 * i + 1]);
@@ -289,7 +300,7 @@ planted_rt_fwd_kernel(const float* __restrict__ q,  // [B, H, Sq, D]
         } else {
 #pragma unroll
           for (int i = 0; i < CH; ++i) {
-            const float4 vf = tile_f4<C, FAULT>(Vt, kr0 + kc, part + TPR * i, base);
+            const float4 vf = tile_f4<C, FAULT>(Vt, kr0 + kc, part + TPR * i, base, ld);
             acc[4 * i + 0] = fmaf(s[kc], vf.x, acc[4 * i + 0]);
             acc[4 * i + 1] = fmaf(s[kc], vf.y, acc[4 * i + 1]);
             acc[4 * i + 2] = fmaf(s[kc], vf.z, acc[4 * i + 2]);
@@ -337,7 +348,7 @@ cudaError_t launch(const float* q, const float* k, const float* v, float* o, flo
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
   const dim3 grid((Sq + C::BR - 1) / C::BR, H, B);
-  kernel<<<grid, C::THREADS, smem, stream>>>(q, k, v, o, lse, Sq, Sk, scale, scale * kLog2e);
+  kernel<<<grid, C::THREADS, smem, stream>>>(q, k, v, o, lse, Sq, Sk, scale, scale * kLog2e, C::D);
   return cudaGetLastError();
 }
 
@@ -357,6 +368,7 @@ cudaError_t dispatch_fault(const float* q, const float* k, const float* v, float
     case kIndexMath: return dispatch<C, kIndexMath>(q, k, v, o, lse, B, H, Sq, Sk, scale, causal, stream);
     case kDivergence: return dispatch<C, kDivergence>(q, k, v, o, lse, B, H, Sq, Sk, scale, causal, stream);
     case kPredicatedOff: return dispatch<C, kPredicatedOff>(q, k, v, o, lse, B, H, Sq, Sk, scale, causal, stream);
+    case kScalarLoads: return dispatch<C, kScalarLoads>(q, k, v, o, lse, B, H, Sq, Sk, scale, causal, stream);
     default: return cudaErrorInvalidValue;
   }
 }
