@@ -1,7 +1,7 @@
 """GPU correctness of every planted kernel (tests/planted) under faprof's own correctness rules, as
 `faprof profile` checks a variant before it times it: fresh randn inputs, O poisoned with NaN, per
 element |out - ref| <= atol + rtol |ref| and max error <= 3x PyTorch's own error in the dtype + eps
-(faprof.correctness, the default tolerances). A planted fault is a performance defect, never a
+(faprof.measure.correctness, the default tolerances). A planted fault is a performance defect, never a
 wrong result. Each kernel in its own dtype (fp16 for the fa2_mma family and
 planted_no_tensor_cores, fp32 for the row-thread family), causal and not, D 64 and 128, on awkward
 shapes (tails of every tile size, Sq != Sk) and on the planted scenario's shape."""
