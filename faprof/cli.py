@@ -179,6 +179,8 @@ EXIT_ROWS_BAD = 3
 @click.option("--ncu-shapes", help="Shapes ncu profiles: shape ids and/or 'smallest', 'largest' (per problem group).")
 @click.option("--ncu-kernel", help="Profile only kernels whose function name matches this regex.")
 @click.option("--ncu-launches", type=click.IntRange(1, 100), help="Profiled calls per (variant, shape) (default 1).")
+@click.option("--ncu-source", type=click.Choice(["auto", "all", "off"]), help="Source-line pass after the section set: "
+              "each variant's dominant kernel (auto, the default), every profiled kernel (all), or none (off).")
 @click.option("--ncu-cache-control", type=click.Choice(["all", "none"]), help="ncu --cache-control (default all: caches flushed before every replay pass).")
 @click.option("--ncu-clock-control", type=click.Choice(["none", "base"]), help="ncu --clock-control (default none: the card as it is; 'base' locks base clocks).")
 @click.option("--nsys/--no-nsys", default=None, help="Capture an Nsight Systems timeline.")
@@ -197,6 +199,7 @@ EXIT_ROWS_BAD = 3
               "(needs pip install 'faprof[cluster]').")
 def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resume: Path | None, ncu: str | None,
             ncu_variants: str | None, ncu_shapes: str | None, ncu_kernel: str | None, ncu_launches: int | None,
+            ncu_source: str | None,
             ncu_cache_control: str | None, ncu_clock_control: str | None, nsys: bool | None, budget: float | None,
             user_variants: tuple[str, ...], kernels: tuple[str, ...], kernel_name: str | None, no_isolate: bool,
             task_timeout: float, timer: str | None, allow_failures: bool, gpus: str | None, cluster: str | None) -> None:
@@ -245,7 +248,7 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
         out_dir=out_dir, ncu=ncu, nsys=nsys, isolate=not no_isolate, task_timeout_s=task_timeout,
         ncu_cache_control=ncu_cache_control, ncu_clock_control=ncu_clock_control,
         ncu_variants=split_list(ncu_variants) or None, ncu_shapes=split_list(ncu_shapes) or None,
-        ncu_kernel=ncu_kernel, ncu_launches=ncu_launches,
+        ncu_kernel=ncu_kernel, ncu_launches=ncu_launches, ncu_source=ncu_source,
         user_variants=[*user_variants, *kernel_specs],
         settings_overrides={**({"budget_s": budget} if budget is not None else {}), **({"timer": timer} if timer else {})},
     )
@@ -380,11 +383,14 @@ def _print_ncu_outcome(rec: dict[str, Any]) -> int:
 @click.option("--shapes", "ncu_shapes", help="Shape ids and/or 'smallest', 'largest' (per problem group).")
 @click.option("--kernel", "ncu_kernel", help="Profile only kernels whose function name matches this regex.")
 @click.option("--launches", "ncu_launches", type=click.IntRange(1, 100), help="Profiled calls per (variant, shape) (default 1).")
+@click.option("--source", "ncu_source", type=click.Choice(["auto", "all", "off"]), default="auto", show_default=True,
+              help="Source-line pass after the set: each variant's dominant kernel, every profiled kernel, or none.")
 @click.option("--cache-control", "ncu_cache_control", type=click.Choice(["all", "none"]), help="ncu --cache-control (default all).")
 @click.option("--clock-control", "ncu_clock_control", type=click.Choice(["none", "base"]), help="ncu --clock-control (default none).")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
 def ncu_cmd(run: str, ncu_set: str, ncu_variants: str | None, ncu_shapes: str | None, ncu_kernel: str | None,
-            ncu_launches: int | None, ncu_cache_control: str | None, ncu_clock_control: str | None, runs_dir: Path) -> None:
+            ncu_launches: int | None, ncu_source: str, ncu_cache_control: str | None, ncu_clock_control: str | None,
+            runs_dir: Path) -> None:
     """Run Nsight Compute alone on a run bundle (finished or interrupted); its timing rows stay as they are.
 
     Prints the plan (kernels, passes, estimated time) first, then writes ncu_metrics, ncu_summary,
@@ -397,13 +403,15 @@ def ncu_cmd(run: str, ncu_set: str, ncu_variants: str | None, ncu_shapes: str | 
     permission, the regex matched nothing, ncu failed: one line says why); 130 interrupted.
     """
     from faprof.model.plan import split_list
+    from faprof.model.scenarios import parse_scenario
     from faprof.nsight.ncu.run import NcuOptions, rerun
+    from faprof.nsight.ncu.source_run import collect_source
     from faprof.store import resolve_run
 
     bundle = resolve_run(run, runs_dir)
     opts = NcuOptions(ncu_variants=split_list(ncu_variants) or None, ncu_shapes=split_list(ncu_shapes) or None,
                       ncu_kernel=ncu_kernel, ncu_launches=ncu_launches, ncu_cache_control=ncu_cache_control,
-                      ncu_clock_control=ncu_clock_control)
+                      ncu_clock_control=ncu_clock_control, ncu_source=ncu_source)
     console.print(f"bundle: {bundle.path}", markup=False, soft_wrap=True)
 
     def on(event: str, info: dict[str, Any]) -> None:
@@ -413,6 +421,10 @@ def ncu_cmd(run: str, ncu_set: str, ncu_variants: str | None, ncu_shapes: str | 
 
     try:
         rec = rerun(bundle, ncu_set, opts, on)
+        if rec.get("status") == "ok":
+            scenario = parse_scenario(bundle.manifest()["scenario"]["raw"], f"{bundle.path}/manifest.json scenario")
+            collect_source(bundle, scenario, opts, ncu_source, on)
+            rec = bundle.manifest().get("ncu", rec)
     except KeyboardInterrupt:
         rec = _ncu_record(bundle.path)
         click.echo("", err=True)
@@ -640,10 +652,12 @@ def report(run: str, out_dir: Path | None, formats: str, runs_dir: Path) -> None
 @click.option("--variant", "variant", help="Only this variant.")
 @click.option("--shape", "shape", help="Only this shape_id: its ranked findings, one by one.")
 @click.option("--per-shape", is_flag=True, help="Ranked findings of every (variant, shape) instead of the summary across shapes.")
+@click.option("--against", "against", help="Explain each variant's gap to this variant (default: the fastest profiled one at each shape).")
 @click.option("--format", "fmt", type=click.Choice(["table", "text", "md"]), default="table", show_default=True,
               help="A rich table, plain text, or Markdown.")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
-def explain(run: str, variant: str | None, shape: str | None, per_shape: bool, fmt: str, runs_dir: Path) -> None:
+def explain(run: str, variant: str | None, shape: str | None, per_shape: bool, against: str | None, fmt: str,
+            runs_dir: Path) -> None:
     """Why each variant is as fast as it is: the advisor's ranked diagnosis of a run bundle.
 
     One primary cause per (variant, shape) with its estimated share of the call's time, then the
@@ -658,7 +672,9 @@ def explain(run: str, variant: str | None, shape: str | None, per_shape: bool, f
     wrong = explain_wrong_rows(bundle.measurements(), bundle.read("error_maps"), variant, shape)
     for line in wrong:
         console.print(line, markup=False, soft_wrap=True, style="bold red" if not line.startswith(" ") else None)
-    diag = advisor.diagnose(bundle)
+    if against and against not in set(bundle.measurements()["variant"]):
+        raise FaprofError(f"--against {against!r}: no such variant in {bundle.path.name}")
+    diag = advisor.diagnose(bundle, against=against)
     for key, val in (("variant", variant), ("shape_id", shape)):
         if val and not diag.empty and val not in set(diag[key]):
             known = ", ".join(dict.fromkeys(diag[key]))
