@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from faprof.analysis import runs as fd
+from faprof import analysis as fd
 from faprof.errors import FaprofError
 
 RUNS_ENV = "FAPROF_RUNS"

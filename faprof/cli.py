@@ -776,7 +776,7 @@ def dashboard(runs: tuple[Path, ...], port: int | None, host: str, print_command
     import importlib.util
     import os
 
-    from faprof.analysis.runs import APP_PATH
+    from faprof.analysis.load import APP_PATH
 
     if importlib.util.find_spec("streamlit") is None or importlib.util.find_spec("plotly") is None:
         raise FaprofError("the dashboard needs streamlit and plotly: pip install 'faprof[app]'")

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from faprof import analysis as fd
 from faprof.advisor import views as advisor_views
-from faprof.analysis import runs as fd
 from faprof.errors import FaprofError
 from faprof.store import Bundle
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from faprof.analysis import runs as fd
+from faprof import analysis as fd
 
 pytestmark = pytest.mark.browser
 

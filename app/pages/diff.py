@@ -8,7 +8,7 @@ import faprof_ui as ui
 import plotly.graph_objects as go
 import streamlit as st
 
-from faprof.analysis import runs as fd
+from faprof import analysis as fd
 
 ctx = ui.context()
 df = ctx.measurements

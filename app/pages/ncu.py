@@ -8,8 +8,8 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
+from faprof import analysis as fd
 from faprof.advisor import views as advisor_views
-from faprof.analysis import runs as fd
 
 ctx = ui.context()
 summary = ctx.filter_table(ctx.runs.table("ncu_summary"))

@@ -7,7 +7,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from faprof.analysis import runs as fd
+from faprof import analysis as fd
 
 ctx = ui.context()
 kernels = ctx.filter_table(ctx.runs.table("nsys_kernels"))
@@ -44,7 +44,7 @@ if not k_run.empty:
         for i, (kname, g) in enumerate(tl.groupby("kernel", sort=False)):
             fig.add_trace(go.Bar(
                 y=g["variant"], x=g["duration_us"], base=g["start_us"], orientation="h",
-                name=fd._clip(fd.short_kernel(kname), 30),  # the full name is in the hover and the table
+                name=fd.clip(fd.short_kernel(kname), 30),  # the full name is in the hover and the table
                 marker=dict(color=palette[i % len(palette)], line=dict(width=0.5, color="white")),
                 customdata=g[["iteration", "duration_us", "launch_latency_us"]].to_numpy(),
                 hovertemplate=f"{kname[:80]}<br>" + "call %{customdata[0]}<br>start %{base:.2f} µs, "

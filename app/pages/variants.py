@@ -9,7 +9,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from faprof.analysis import runs as fd
+from faprof import analysis as fd
 
 ctx = ui.context()
 df = ctx.measurements
