@@ -90,8 +90,9 @@ def results_table(df, baseline: str, title: str | None = None) -> Table:
         if r.get("ci95_high_ms") is not None and not _isnan(r.get("ci95_high_ms")):
             ci = f"{_fmt(r['ci95_low_ms'], '.4g')}–{_fmt(r['ci95_high_ms'], '.4g')}"
         speed = r.get("speedup")
+        shaky = " [yellow]unstable[/]" if r.get("unstable") is True or str(r.get("unstable")) == "True" else ""
         t.add_row(
-            *([str(r["gpu_name"])] if multi else []), r["variant"], _shape_label(r), f"[{_STATUS_STYLE.get(status, '')}]{status}[/]",
+            *([str(r["gpu_name"])] if multi else []), r["variant"], _shape_label(r), f"[{_STATUS_STYLE.get(status, '')}]{status}[/]{shaky}",
             _fmt(r.get("median_ms"), ".4g"), ci, _fmt(r.get("tflops"), ".3g"), _fmt(r.get("pct_peak"), ".1f"),
             (_fmt(speed, ".2f") + "x") if speed is not None and not _isnan(speed) else "",
             _fmt(r.get("max_abs_err"), ".1e"), _ref_short(r.get("reference")),
@@ -128,6 +129,15 @@ def _print_timing_note(df) -> None:
     notes = sorted({str(n) for n in df.get("timer_note", []) if isinstance(n, str) and n})
     for n in notes[:3]:
         say(f"  timer fallback: {n}", style="yellow")
+    if "unstable" in df:
+        shaky = df[df["unstable"].fillna(False).astype(bool)]
+        if not shaky.empty:
+            say(f"  {len(shaky)} row(s) have unstable timings (their medians may not repeat; compare does not test them):",
+                style="yellow")
+            for _, r in shaky.head(5).iterrows():
+                say(f"    {r['variant']} {_shape_label(r)}: {r.get('unstable_reason')}", style="yellow")
+            if len(shaky) > 5:
+                say(f"    ... and {len(shaky) - 5} more (the bundle's unstable_reason column)", style="yellow")
     if "throttled" in df:
         thr = df[df["throttled"].fillna(False).astype(bool)]
         if not thr.empty:
@@ -687,7 +697,14 @@ def compare(run_a: str, run_b: str | None, gpu_a: str | None, gpu_b: str | None,
     Says first when the runs differ in GPU, in the devices rows ran on, or in dtypes.
     """
 
-    from faprof.report.writer import compare_runs, compare_summary, gpu_models
+    from faprof.report.compare import (
+        PCT_NOTE,
+        compare_runs,
+        compare_summary,
+        compare_table,
+        gpu_models,
+        unstable_notes,
+    )
     from faprof.store import resolve_run
 
     a = resolve_run(run_a, runs_dir)
@@ -705,12 +722,13 @@ def compare(run_a: str, run_b: str | None, gpu_a: str | None, gpu_b: str | None,
         say(f"warning: {w}", style="yellow")
     say(f"A = {a.run_id} ({summary.gpu_a})")
     say(f"B = {b.run_id} ({summary.gpu_b})")
-    from faprof.report.compare import PCT_NOTE, compare_table
-
     t, pct = compare_table(df, summary.headline, _fmt)
     console.print(t)
     say("B vs A: A's median over B's ('1.30x faster': B takes 1/1.30 of A's time); significant: two-sided "
-        "Mann-Whitney U on the kept samples at p < 0.05 (the dashboard's Diff page uses the same test)")
+        "Mann-Whitney U on the kept samples at p < 0.05 (the dashboard's Diff page uses the same test); "
+        "rows with unstable timings are not tested")
+    for line in unstable_notes(df):
+        say(line, style="yellow")
     if pct:
         say(PCT_NOTE)
     for w in summary.warnings:

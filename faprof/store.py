@@ -5,7 +5,8 @@ A bundle is a folder `runs/<UTC timestamp>_<gpu-slug>_<scenario>/` holding:
 - `manifest.json`: environment, settings, the scenario as run, status, and the run's log;
 - `measurements.parquet`: one row per (variant, problem);
 - Nsight tables when collected: `ncu_metrics.parquet`, `ncu_summary.parquet`, `stalls.parquet`,
-  `roofline.parquet`, `nsys_kernels.parquet`, `nsys_summary.parquet`, and raw files under `raw/`.
+  `roofline.parquet`, `ncu_rules.parquet`, `nsys_kernels.parquet`, `nsys_summary.parquet`, and raw files
+  under `raw/`; a `faprof sanitize` bundle holds `sanitizer.parquet` instead of measurements.
 
 Rows are written as they finish, each as its own small file `rows/<seq>.parquet` (written to a
 temporary name and renamed, so never torn): an append costs the same at row 10 and at row 10,000.
@@ -37,7 +38,8 @@ from typing import Any
 import pandas as pd
 
 from faprof.errors import FaprofError
-from faprof.measure import stats
+from faprof.measure import stability, stats
+from faprof.model import schema
 
 MANIFEST = "manifest.json"
 MEASUREMENTS = "measurements.parquet"
@@ -59,8 +61,8 @@ def next_row_seq() -> str:
     return f"{t:020d}-{os.getpid():07d}"
 SCHEMA_VERSION = 1
 
-#: Tables a bundle may hold, by file stem.
-TABLES = ("measurements", "ncu_metrics", "ncu_summary", "stalls", "roofline", "nsys_kernels", "nsys_summary")
+#: Tables a bundle may hold, by file stem (one list: the schema's, so exports miss none).
+TABLES = schema.TABLES
 
 
 def utc_stamp(now: datetime | None = None) -> str:
@@ -217,6 +219,9 @@ class Bundle:
 
     def measurements(self) -> pd.DataFrame:
         df = upgrade_statistics(self.read("measurements"))
+        if not df.empty and ("unstable" not in df.columns or df["unstable"].isna().any()):
+            # rows written before faprof judged stability get the verdict from their kept samples
+            df = stability.fill(df, (self.manifest().get("settings") or {}).get("timing"))
         if "gpu_name" in df.columns and df["gpu_name"].isna().any():
             # rows written before rows carried their GPU (a bundle resumed by a newer faprof) ran on
             # the run's GPU: name it, or they would not join the newer rows (speedups by GPU)

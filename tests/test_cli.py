@@ -148,7 +148,7 @@ def test_compare_two_runs(smoke_run):
     r = CliRunner().invoke(main, ["compare", str(bundle.path), str(bundle.path)])
     assert r.exit_code == 0, r.output
     assert "B and A take the same time" in r.output  # a run against itself: every ratio is exactly 1
-    assert "warning" not in r.output
+    assert "different GPUs" not in r.output and "different devices" not in r.output and "different dtypes" not in r.output
 
 
 def test_compare_says_which_is_faster_and_warns_on_different_machines():
@@ -156,7 +156,7 @@ def test_compare_says_which_is_faster_and_warns_on_different_machines():
     r = CliRunner().invoke(main, ["compare", str(BUNDLES / CPU_L4), str(BUNDLES / H100_L4)])
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
-    assert re.search(r"B is [\d,.]+x faster than A \(geometric mean over \d+ rows timed in both\)", text), text
+    assert re.search(r"B is [\d,.]+x faster than A \(geometric mean over \d+ rows timed in both", text), text
     assert "warning: different GPUs: A ran on CPU only, B on NVIDIA H100 80GB HBM3" in text
     assert "ran on different devices (cpu in A / cuda in B)" in text
     r = CliRunner().invoke(main, ["compare", str(BUNDLES / H100_L4), str(BUNDLES / CPU_L4)])

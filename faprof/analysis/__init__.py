@@ -21,6 +21,7 @@ from faprof.analysis import core as core
 from faprof.analysis.diff import (  # noqa: F401
     MIN_SAMPLES_FOR_TEST,
     SIGNIFICANCE_LEVEL,
+    UNSTABLE_VERDICT,
     diff_runs,
 )
 from faprof.analysis.files import (  # noqa: F401

@@ -26,12 +26,13 @@ kept as call latency (`event_ms`), and are the fallback timer where CUPTI cannot
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
-from faprof.measure import correctness, stats
+from faprof.measure import correctness, stability, stats
 from faprof.measure.correctness import (  # noqa: F401  (re-exported: the Nsight target and tests use these names)
     CPU_REFERENCE_MAX_FLOPS,
     Inputs,
@@ -386,4 +387,8 @@ def measure(variant, problem: AttentionProblem, inputs: Inputs, ref: Reference |
         q1_ms=st["q1"], q3_ms=st["q3"], iqr_ms=st["iqr"], outliers=st["outliers"],
         mean_ms=st["mean"], std_ms=st["std"], rel_sem=st["rel_sem"], min_ms=st["min"],
     )
+    # Bimodal, drifting, or a CPU row that missed its stop rule: the median alone would mislead.
+    row["unstable"], why = stability.assess(res["samples"], res["timer"], res["stop"], st,
+                                            stability.host_stop_rule(dataclasses.asdict(settings)))
+    row["unstable_reason"] = why or None
     return row

@@ -35,11 +35,11 @@ import pandas as pd
 from faprof import advisor
 from faprof.analysis import core as analysis
 from faprof.errors import FaprofError
-from faprof.measure import stats
 from faprof.model import schema
 from faprof.report import charts as rc
 from faprof.report import fmt as f
 from faprof.report import tables as rt
+from faprof.report.compare import compare_runs, compare_summary, gpu_models, rows_on  # noqa: F401  (their old home)
 from faprof.run import sanitize
 from faprof.store import Bundle, csv_files, write_files
 
@@ -611,93 +611,3 @@ def write_reports(bundle: Bundle, dest: str | Path, formats: tuple[str, ...] = (
     """Render the report and write it under `dest`; a damaged bundle raises before anything is written."""
 
     return write_files(dest, render_files(bundle, formats, notice))
-
-
-# -------------------------------------------------------------------------------- compare
-def gpu_models(bundle: Bundle) -> list[str]:
-    """The GPU models a bundle's rows ran on (several after `--gpus` on mixed GPUs; [] for old rows)."""
-    df = bundle.measurements()
-    if df.empty or "gpu_name" not in df.columns:
-        return []
-    return sorted(str(g) for g in df["gpu_name"].dropna().unique())
-
-
-def rows_on(bundle: Bundle, gpu: str | None) -> pd.DataFrame:
-    """A bundle's rows, only those of GPU model `gpu` when given (FaprofError naming the models if none)."""
-    df = bundle.measurements()
-    if gpu is None:
-        models = gpu_models(bundle)
-        if len(models) > 1:
-            raise FaprofError(f"{bundle.run_id} holds rows of {len(models)} GPU models ({', '.join(models)}); "
-                              "choose one with --gpu-a/--gpu-b")
-        return df
-    if "gpu_name" not in df.columns or not (df["gpu_name"] == gpu).any():
-        raise FaprofError(f"{bundle.run_id} has no rows on {gpu!r} (its GPUs: {', '.join(gpu_models(bundle)) or 'not recorded per row'})")
-    return df[df["gpu_name"] == gpu].reset_index(drop=True)
-
-
-def compare_runs(a: Bundle, b: Bundle, gpu_a: str | None = None, gpu_b: str | None = None) -> pd.DataFrame:
-    """Row-by-row comparison of two runs on (variant, shape_id): medians with their 95% CIs, the
-    ratio, and faprof's one significance method (`stats.significance`: two-sided Mann-Whitney U on
-    the kept samples, as the dashboard's Diff page): `p_value`, `significant` (None: too few samples).
-    Each side keeps its own % of peak and % of measured ceiling (each against its own GPU).
-
-    `gpu_a` / `gpu_b` pick one GPU model of a bundle that holds several (A and B may be one bundle)."""
-
-    da, db = rows_on(a, gpu_a), rows_on(b, gpu_b)
-    keys = ["variant", "shape_id"]
-    cols = [*keys, "status", "median_ms", "ci95_low_ms", "ci95_high_ms", "tflops", "pct_peak", "pct_measured_ceiling",
-            "device", "dtype", "samples_ms"]
-    m = da[[c for c in cols if c in da]].merge(db[[c for c in cols if c in db]], on=keys, suffixes=("_a", "_b"))
-    m["ratio_b_over_a"] = m["median_ms_b"] / m["median_ms_a"]
-    tests = [stats.significance(stats.as_samples(x), stats.as_samples(y)) if {sa, sb} <= set(schema.TIMED) else {}
-             for x, y, sa, sb in zip(m.get("samples_ms_a", [None] * len(m)), m.get("samples_ms_b", [None] * len(m)),
-                                     m["status_a"], m["status_b"], strict=True)]
-    m["p_value"] = [t.get("p_value", float("nan")) for t in tests]
-    m["significant"] = pd.array([t.get("significant") for t in tests], dtype="boolean")
-    return m.drop(columns=[c for c in ("samples_ms_a", "samples_ms_b") if c in m])
-
-
-@dataclass
-class CompareSummary:
-    headline: str
-    gpu_a: str
-    gpu_b: str
-    warnings: list[str]
-
-
-def compare_summary(a: Bundle, b: Bundle, rows: pd.DataFrame, gpu_a: str | None = None,
-                    gpu_b: str | None = None) -> CompareSummary:
-    """Which run is faster overall (geometric mean of A's median over B's on rows timed in both), in
-    words with the direction in them, and what makes the comparison shaky (GPUs, devices, dtypes)."""
-    ma, mb = a.manifest(), b.manifest()
-    gpu_a = gpu_a or (ma.get("env") or {}).get("gpu_name") or "CPU only"
-    gpu_b = gpu_b or (mb.get("env") or {}).get("gpu_name") or "CPU only"
-    warnings: list[str] = []
-    if gpu_a != gpu_b:
-        warnings.append(f"different GPUs: A ran on {gpu_a}, B on {gpu_b}; the ratios compare machines, not code")
-    if {"device_a", "device_b"} <= set(rows.columns):
-        diff = rows[rows["device_a"].notna() & rows["device_b"].notna() & (rows["device_a"] != rows["device_b"])]
-        if not diff.empty:
-            pairs = ", ".join(f"{x} in A / {y} in B" for x, y in dict.fromkeys(zip(diff["device_a"], diff["device_b"], strict=True)))
-            warnings.append(f"{len(diff)} row(s) ran on different devices ({pairs}), e.g. {diff.iloc[0]['variant']}")
-    da, db = rows_on(a, gpu_a if gpu_a in gpu_models(a) else None), rows_on(b, gpu_b if gpu_b in gpu_models(b) else None)
-    dt_a = set(da["dtype"].dropna()) if "dtype" in da else set()
-    dt_b = set(db["dtype"].dropna()) if "dtype" in db else set()
-    if dt_a != dt_b:
-        warnings.append(f"different dtypes: A has {', '.join(sorted(dt_a)) or 'none'}, B has {', '.join(sorted(dt_b)) or 'none'}; "
-                        "only rows of the same dtype and shape are compared")
-    both = rows[rows["status_a"].isin(schema.TIMED) & rows["status_b"].isin(schema.TIMED)
-                & (rows["median_ms_a"] > 0) & (rows["median_ms_b"] > 0)]
-    if both.empty:
-        return CompareSummary("no row is timed in both runs", gpu_a, gpu_b, warnings)
-    speed = _geomean(both["median_ms_a"] / both["median_ms_b"])
-    n = len(both)
-    over = f"geometric mean over {n} row{'s' * (n != 1)} timed in both"
-    if abs(speed - 1) < 0.005:
-        head = f"B and A take the same time ({over})"
-    elif speed > 1:
-        head = f"B is {f.ratio(speed)} faster than A ({over})"
-    else:
-        head = f"B is {f.ratio(1 / speed)} slower than A ({over})"
-    return CompareSummary(head, gpu_a, gpu_b, warnings)
