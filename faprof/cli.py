@@ -229,7 +229,7 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
         raise FaprofError("give --scenario NAME|PATH (see `faprof list scenarios`) or --resume RUN")
     if resume and (scenario or variant_list is not None):
         raise FaprofError("--resume finishes a run as it was started: drop --scenario/--variants, or start a new run")
-    from faprof.model.plan import split_list
+    from faprof.model.plan import plan, split_list
 
     names = [v.strip() for v in variant_list.split(",") if v.strip()] if variant_list is not None else None
     if names == []:
@@ -269,6 +269,7 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
             options.variants = list(dict.fromkeys([*scn.variants, *kernel_names]))
         elif kernel_names and names is not None and names != ["all"]:
             options.variants = list(dict.fromkeys([*names, *kernel_names]))
+        plan(scn, options.variants)  # an unknown variant is one line before the progress bar is drawn
         _check_ncu_selectors(scn, options, ncu if ncu is not None else scn.collect["ncu"], explicit=ncu is not None)
     state: dict[str, Any] = {"notices": []}
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -364,6 +365,16 @@ def _check_ncu_selectors(scn: Any, options: Any, ncu_set: str | None, explicit: 
         return
     if not (explicit or given):
         return
+    if not options.ncu_variants:  # torch baselines are left out by default: say so, not "nothing supported"
+        from faprof.model.plan import plan
+
+        by_name = {v.name: v for _, v in plan(scn, options.variants)}
+        chosen, left = ncu_plan.default_targets(list(by_name.values()))
+        if not chosen and left:
+            why = "; ".join(f"{k}: {v}" for k, v in left.items())
+            raise FaprofError(f"--ncu has no kernel to profile by default among {', '.join(left)} ({why}); name the "
+                              f"ones to profile kernel by kernel with --ncu-variants (e.g. --ncu-variants {next(iter(left))})"
+                              " or drop --ncu")
     settings = ncu_command.NcuSettings.resolve(options, scn, ncu_set)
     ncu_plan.plan_for(scn, options, ncu_set, settings, costs={})
 
@@ -406,10 +417,14 @@ def ncu_cmd(run: str, ncu_set: str, ncu_variants: str | None, ncu_shapes: str | 
     permission, the regex matched nothing, ncu failed: one line says why); 130 interrupted.
     """
     from faprof.model.plan import split_list
-    from faprof.nsight.ncu.run import NcuOptions, rerun
+    from faprof.nsight.ncu.run import NcuOptions, rerun, this_gpu
     from faprof.store import resolve_run
 
     bundle = resolve_run(run, runs_dir)
+    if not this_gpu()[0]:  # before the bundle's user kernels are built for a GPU that is not there
+        raise FaprofError("no CUDA GPU visible here: Nsight Compute needs the GPU the bundle was measured on "
+                          f"({(bundle.manifest().get('env') or {}).get('gpu_name') or 'none recorded'}); "
+                          "run `faprof ncu` on that machine")
     opts = NcuOptions(ncu_variants=split_list(ncu_variants) or None, ncu_shapes=split_list(ncu_shapes) or None,
                       ncu_kernel=ncu_kernel, ncu_launches=ncu_launches, ncu_cache_control=ncu_cache_control,
                       ncu_clock_control=ncu_clock_control)
@@ -561,7 +576,7 @@ def build_table(df) -> Table:
         t.add_row(
             "" if same else str(r["file"]), "" if same else _unqualified(r["name"]), _unqualified(r.get("template_args")),
             _int(r.get("D")), str(r["arch"]), _int(r.get("threads")),
-            _int(r.get("registers")) + (f" ({r['role_registers']})" if r.get("role_registers") else ""),
+            _int(r.get("registers")) + (f" ({r['role_registers']})" if isinstance(r.get("role_registers"), str) and r["role_registers"] else ""),
             "" if smem != smem else f"{smem / 1024:.1f}", _int(r.get("stack_frame_bytes")), spills,
             _int(r.get("blocks_per_sm")), "" if occ != occ else f"{occ:.0f}%", str(r.get("limiter") or ""),
         )
@@ -600,6 +615,10 @@ def show(run: str, runs_dir: Path) -> None:
 
     bundle = resolve_run(run, runs_dir)
     m = bundle.manifest()
+    if m.get("kind") == "sanitize":
+        _print_sanitizer(bundle, f"compute-sanitizer: {', '.join((m.get('settings') or {}).get('variants') or [])} "
+                                 f"on {(m.get('scenario') or {}).get('name')}")
+        return
     df = analysis.speedups_for(bundle.measurements(), m)
     if df.empty:
         raise FaprofError(f"{bundle.path} has no measurements yet (status: {m.get('status')})")
@@ -763,20 +782,30 @@ def sanitize(variant: str, scenario: str, shapes: str, tools: str | None, kernel
     specs = [*user_variants, *(make_spec(k) for k in kernels)]
     bundle = sz.run(variant, scenario, tool_list, out_dir, split_list(shapes), specs,
                     progress=lambda m: say(m, style="dim"))
+    df, totals = _print_sanitizer(bundle, f"compute-sanitizer: {variant} on {scenario}", tool_list)
+    say(f"bundle: {bundle.path}")
+    if not df.empty or any(n is None or n > 0 for n in totals.values()):
+        sys.exit(EXIT_ROWS_BAD)
+
+
+def _print_sanitizer(bundle: Any, title: str, tools: list[str] | None = None) -> tuple[Any, dict[str, Any]]:
+    """A sanitize bundle's findings table and each tool's ERROR SUMMARY; (findings, totals per tool)."""
+    from faprof.run.sanitize import tool_totals
+
     df = bundle.read("sanitizer")
-    totals = bundle.manifest().get("sanitizer_error_summary", {})
-    t = Table(title=f"compute-sanitizer: {variant} on {scenario}", header_style="bold")
+    per_tool = tool_totals(bundle)  # each tool's own ERROR SUMMARY, read again from its kept output
+    totals = {str(r.tool): (None if r.hazards is None or r.hazards != r.hazards else int(r.hazards))
+              for r in per_tool.itertuples()}
+    t = Table(title=title, header_style="bold")
     for col in ("tool", "severity", "kind", "kernel", "source", "count"):
         t.add_column(col, justify="right" if col == "count" else "left")
     for r in df.itertuples():
         t.add_row(r.tool, r.severity, escape(str(r.kind)), escape(str(r.kernel))[:60], escape(str(r.source)), str(r.count))
     console.print(t)
-    for tool in tool_list:
+    for tool in tools or list(totals):
         n = totals.get(tool)
         say(f"{tool}: " + ("did not finish (see raw/sanitizer_" + tool + ".txt)" if n is None else f"ERROR SUMMARY {n}"))
-    say(f"bundle: {bundle.path}")
-    if not df.empty or any(n is None or n > 0 for n in totals.values()):
-        sys.exit(EXIT_ROWS_BAD)
+    return df, totals
 
 
 # --------------------------------------------------------------------------- dashboard

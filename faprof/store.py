@@ -435,9 +435,9 @@ def csv_files(bundle: Bundle) -> dict[str, str]:
     name. Everything is read first, so a damaged file stops the export before anything is written."""
     out: dict[str, str] = {}
     for name in TABLES:
-        df = bundle.read(name)
-        if df.empty:
+        if not bundle.has(name):  # not collected; a table that is there but empty (no findings) is written
             continue
+        df = bundle.read(name)
         df = df.copy()
         for c in df.columns:
             if df[c].map(lambda x: isinstance(x, list | tuple) or hasattr(x, "tolist")).any():
