@@ -635,14 +635,17 @@ def show(run: str, runs_dir: Path) -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Folder for the report (default: RUN/report/, printed at the end).")
 @click.option("--format", "formats", default="md,html,csv", show_default=True,
-              help="Comma-separated: md (report.md with PNG charts when kaleido works), html (report.html, "
-                   "self-contained, interactive charts), csv (csv/: every table).")
+              help="Comma-separated: md (report.md with PNG charts when kaleido works, and appendix.md), html "
+                   "(report.html, self-contained, interactive charts, the appendix collapsed), csv (csv/: every table).")
+@click.option("--focus", "focus", help="A variant: the report is about it against the rest (per shape: it, the baseline, "
+              "the fastest other variant; its causes only).")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
-def report(run: str, out_dir: Path | None, formats: str, runs_dir: Path) -> None:
-    """Write a report of a run bundle that leads with the answer: ranking, diagnosis, published figures.
+def report(run: str, out_dir: Path | None, formats: str, focus: str | None, runs_dir: Path) -> None:
+    """Write a report of a run bundle that leads with the answer: how fast, against what, why.
 
-    Markdown, HTML and/or CSV, into RUN/report/ unless --out says otherwise. Everything is read
-    and rendered before the folder is made, so a damaged bundle leaves nothing behind.
+    report.md fits a page or two; appendix.md has every table (report.html: both, the appendix in
+    collapsed sections); csv/ every table as CSV. Into RUN/report/ unless --out says otherwise.
+    Everything is read and rendered before the folder is made, so a damaged bundle leaves nothing behind.
     """
     from faprof.report.writer import write_reports
     from faprof.store import resolve_run
@@ -655,7 +658,7 @@ def report(run: str, out_dir: Path | None, formats: str, runs_dir: Path) -> None
     if bundle.measurements().empty and bundle.manifest().get("kind") != "sanitize":
         raise FaprofError(f"{bundle.path} has no measurements yet; nothing to report")
     dest = out_dir or bundle.path / "report"
-    written = write_reports(bundle, dest, fmts, notice=lambda m: say(f"note: {m}", style="yellow"))
+    written = write_reports(bundle, dest, fmts, notice=lambda m: say(f"note: {m}", style="yellow"), focus=focus)
     for p in written:
         say(f"wrote {p}")
     main_file = next((p for p in written if p.suffix in (".md", ".html")), None)

@@ -18,6 +18,11 @@ Modules inside the package import each other directly, never this facade (no imp
 """
 
 from faprof.analysis import core as core
+from faprof.analysis.colors import (  # noqa: F401
+    KNOWN_ORDER,
+    PALETTE,
+    variant_colors,
+)
 from faprof.analysis.diff import (  # noqa: F401
     MIN_SAMPLES_FOR_TEST,
     SIGNIFICANCE_LEVEL,

@@ -189,7 +189,12 @@ def host_stop_rule(timing: dict[str, Any] | None) -> StopRule | None:
 
 
 def _ms(x: float) -> str:
-    return f"{x:.3g} ms"
+    return f"{x:.3g} ms" if x < 1000 else f"{x:,.0f} ms"
+
+
+def _pct(x: float) -> str:
+    """3 significant digits without exponents: 0.5, 38.8, 4,690."""
+    return f"{x:.3g}" if x < 1000 else f"{x:,.0f}"
 
 
 def assess(samples: Any, timer: Any = None, stop: Any = None, row_stats: dict[str, Any] | None = None,
@@ -221,8 +226,8 @@ def assess(samples: Any, timer: Any = None, stop: Any = None, row_stats: dict[st
     if rule is not None and str(timer) in HOST_TIMERS and stop != "converged":
         value = (row_stats or {}).get(rule.column)
         if isinstance(value, int | float) and math.isfinite(value) and value > rule.target:
-            reasons.append(f"missed its stop rule: {rule.what} was ±{100 * value:.3g}% when the timing stopped "
-                           f"({stop or 'on its budget'}), the rule asks for ±{100 * rule.target:.3g}%")
+            reasons.append(f"missed its stop rule: {rule.what} was ±{_pct(100 * value)}% when the timing stopped "
+                           f"({stop or 'on its budget'}), the rule asks for ±{_pct(100 * rule.target)}%")
     return bool(reasons), "; ".join(reasons)
 
 
