@@ -86,6 +86,19 @@ class Context:
     sources: list[tuple[str, str]] = field(default_factory=list)
 
     @property
+    def colors(self) -> dict[str, str]:
+        """One colour per variant for every chart of the session: from every variant loaded, not the ones a
+        chart happens to draw, so neighbouring charts (and pages) agree."""
+        names = list(self.runs.measurements.get("variant", []))
+        for t in self.runs.tables.values():
+            names += list(t.get("variant", []))
+        return fd.variant_colors(names)
+
+    def run_order(self, among: Any = None) -> list[str]:
+        """Run ids as pages offer them: the user's own runs before the examples, newest first."""
+        return fd.run_order(self.runs.runs, among)
+
+    @property
     def measurements(self) -> pd.DataFrame:
         """Measurement rows that pass the sidebar filters."""
         return fd.apply_filters(self.runs.measurements, self.filters)

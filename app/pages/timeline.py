@@ -18,7 +18,8 @@ if kernels.empty and summary.empty:
     ui.no_data("No Nsight Systems data in these runs.", fd.nsight_hint(ctx.scenario_hint(), "nsys"))
     st.stop()
 
-present = sorted(set(kernels["run_id"]) | (set(summary["run_id"]) if not summary.empty else set()))
+present = ctx.run_order((set(kernels["run_id"]) if not kernels.empty else set())
+                        | (set(summary["run_id"]) if not summary.empty else set()))
 titles = {r: fd.run_title(ctx.runs.manifests.get(r, {"run_id": r})) for r in present}
 top = st.columns([3, 3, 1])
 run_id = top[0].selectbox("Run", present, format_func=lambda r: titles[r], key="tl_run")

@@ -65,6 +65,7 @@ from faprof.analysis.load import (  # noqa: F401
     filter_options,
     fingerprint,
     load_runs,
+    run_order,
 )
 from faprof.analysis.ncu_views import (  # noqa: F401
     ALL_KERNELS,
@@ -95,13 +96,16 @@ from faprof.analysis.published import (  # noqa: F401
     report_number,
 )
 from faprof.analysis.speed import (  # noqa: F401
+    COMMON_MIN_SHARE,
     MAX_CONFIGS_FOR_SEQ_AXIS,
     X_AXES,
+    common_problems,
     default_x_axis,
     error_ratio,
     flagged,
     fwd_bwd_tables,
     gpu_ceilings,
+    line_series,
     memory_tables,
     not_run,
     ranking_table,

@@ -210,3 +210,16 @@ def apply_filters(df: pd.DataFrame, selected: dict[str, Sequence[Any]]) -> pd.Da
     return df[mask]
 
 
+def run_order(runs: pd.DataFrame, among: Iterable[str] | None = None) -> list[str]:
+    """Run ids in the order pages offer them: the user's own runs (command line, uploads) before the
+    examples, newest first within each; `among` keeps only those ids (the runs a page has data for).
+
+    Args:
+        runs: RunSet.runs (run_id, origin, created).
+    """
+    if runs.empty:
+        return []
+    r = runs if among is None else runs[runs["run_id"].isin(set(among))]
+    rank = {o: i for i, o in enumerate(ORIGINS)}
+    r = r.assign(_o=r["origin"].map(lambda o: rank.get(o, len(ORIGINS))) if "origin" in r else 0)
+    return r.sort_values(["_o", "created", "run_id"], ascending=[True, False, False])["run_id"].tolist()

@@ -41,19 +41,78 @@ def not_run(df: pd.DataFrame) -> pd.DataFrame:
             .sort_values(["status", "variant"], ignore_index=True))
 
 
+COMMON_MIN_SHARE = 0.5
+"""A ranking must cover at least this share of its group's problems: variants that would shrink the
+problems every ranked variant ran below it are listed apart, with how many they ran, instead."""
+
+
+def common_problems(df: pd.DataFrame) -> tuple[list[str], list[str], list[str]]:
+    """The problems a ranking can compare every variant on.
+
+    Args:
+        df: timed rows of one group (one dtype and direction).
+
+    Returns:
+        (the problems every ranked variant timed, the ranked variants, the variants left out because
+        they ran too few of the problems for the rest to be compared with them).
+    """
+    problems = df.groupby("variant")["shape_id"].apply(set).to_dict()
+    n_all = df["shape_id"].nunique()
+    ranked = sorted(problems, key=lambda v: (-len(problems[v]), v))
+    left: list[str] = []
+    common = set.intersection(*problems.values()) if problems else set()
+    while len(ranked) > 1 and len(common) < COMMON_MIN_SHARE * n_all:
+        left.append(ranked.pop())  # the variant that ran the fewest problems
+        common = set.intersection(*(problems[v] for v in ranked))
+    return sorted(common), ranked, left[::-1]
+
+
 def ranking_table(df: pd.DataFrame) -> pd.DataFrame:
-    """analysis.ranking over timed rows, one ranking per dtype (variants ranked by median TFLOP/s
-    within it): an fp16 row never outranks an fp32-only kernel that could not run it."""
-    if df.empty:
-        return pd.DataFrame()
-    if "dtype" not in df:
-        return analysis.ranking(df)
-    parts = [analysis.ranking(g).assign(dtype=dt) for dt, g in df.groupby("dtype", sort=True)]
+    """Variants ranked by median TFLOP/s over the problems they all ran (`common_problems`), one ranking per
+    (dtype, direction): an fp16 row never outranks an fp32-only kernel that could not run it, and no variant
+    is ranked on problems the others did not run.
+
+    Returns:
+        analysis.ranking's columns with `dtype`, `direction` and `problems` (how many it is over) first; variants
+        left out get a row with `ranked` False and the problems they ran.
+    """
+    t = timed(df)
+    if t.empty or "dtype" not in t:
+        return analysis.ranking(t) if not t.empty else pd.DataFrame()
+    t = t.assign(direction=t.get("direction", "fwd"))
+    parts = []
+    for (dt, dr), g in t.groupby(["dtype", "direction"], sort=True):
+        common, ranked, left = common_problems(g)
+        r = analysis.ranking(g[g["variant"].isin(ranked) & g["shape_id"].isin(common)])
+        parts.append(r.assign(dtype=dt, direction=dr, problems=len(common), ranked=True))
+        for v in left:
+            n = g.loc[g["variant"] == v, "shape_id"].nunique()
+            parts.append(pd.DataFrame([{"dtype": dt, "direction": dr, "variant": v, "problems": n, "ranked": False}]))
     parts = [p for p in parts if not p.empty]
     if not parts:
         return pd.DataFrame()
     out = pd.concat(parts, ignore_index=True)
-    return out[["dtype", *[c for c in out.columns if c != "dtype"]]]
+    first = ["dtype", "direction", "variant", "problems"]
+    return out[[*first, *[c for c in out.columns if c not in first]]]
+
+
+def line_series(df: pd.DataFrame, x: str, config_col: str = "config") -> pd.Series:
+    """Which line each row belongs to beyond its variant: rows of different directions, dtypes or (on a
+    sequence-length axis) problem configurations never share a line.
+
+    Args:
+        df: the rows a chart draws; x: its x column; config_col: the column naming a problem without S
+            (`config`, or a shortened copy of it).
+
+    Returns:
+        A label per row ('' when every row of a variant may share one line), e.g. 'bwd', 'fp32 · fwd'.
+    """
+    cols = [c for c in ("direction", "dtype") if c in df and df[c].nunique() > 1]
+    if x == "seq_len" and config_col in df and df[config_col].nunique() > 1:
+        cols.append(config_col)
+    if not cols:
+        return pd.Series("", index=df.index, dtype=object)
+    return df[cols].astype(str).agg(" · ".join, axis=1)
 
 
 def fwd_bwd_tables(df: pd.DataFrame) -> pd.DataFrame:
