@@ -326,3 +326,29 @@ def test_a_damaged_bundle_writes_nothing(tmp_path):
     with pytest.raises(FaprofError, match="measurements.parquet cannot be read"):
         report.write_reports(Bundle(run), tmp_path / "out" / "deeper")
     assert not (tmp_path / "out").exists()
+
+
+def test_why_uses_the_advisors_own_gap_terms_and_shape_notes_when_it_gives_them():
+    """An advisor that splits each gap to the fastest kernel (issue 24) gives findings in the unit 'gap' and
+    writes shape notes itself (variant '(all)'): the section quotes them as given, never as a variant."""
+    from faprof.report import why
+
+    df = pd.DataFrame([
+        {"variant": v, "variant_kind": k, "shape_id": "s1", "status": "ok", "median_ms": ms, "dtype": "fp16",
+         "direction": "fwd", "B": 16, "H": 8, "Sq": 512, "Sk": 512, "D": 64, "causal": True}
+        for v, k, ms in (("sdpa_cudnn", "torch", 0.022), ("fa2_mma", "cuda", 0.030))])
+    base = {"dtype": "fp16", "group": "", "kernel": "k", "fix": "use wgmma", "rule": "r", "primary": True, "rank": 1}
+    diag = pd.DataFrame([
+        {**base, "variant": "fa2_mma", "shape_id": "s1", "cause": "pipe_hmma", "title": "warp-level MMA pipe",
+         "kind": "term", "estimated_gain_pct": 62.0, "unit": "gap", "against": "sdpa_cudnn", "share_of_gap_pct": 62.0,
+         "evidence": "HMMA issue 41% of cycles vs 0% GMMA"},
+        {**base, "variant": "(all)", "shape_id": "s1", "cause": "too_few_ctas", "title": "the shape: too few CTAs",
+         "kind": "defect", "estimated_gain_pct": float("nan"), "unit": "call", "against": None,
+         "share_of_gap_pct": float("nan"), "evidence": "too few CTAs: true of the fastest call here", "primary": False}])
+    w = why.from_diagnosis(diag, df, ["sdpa_cudnn", "fa2_mma"], ["Nsight Compute"])
+    text = "\n".join(w.lines)
+    assert "- **fa2_mma** (fp16): warp-level MMA pipe on 1 of 1 shapes; 62% of the gap to sdpa_cudnn:" in text
+    assert "- **too few CTAs** at B=16 H=8 S=512 D=64 causal (fp16): too few CTAs: true of the fastest call here." in text
+    assert "(all)" not in text
+    assert w.brief(["s1"]) == ("**Why**: fa2_mma: warp-level MMA pipe (62% of the gap to sdpa_cudnn); "
+                               "for every kernel at some shapes: too few CTAs (details below).")

@@ -31,9 +31,13 @@ ACTIONABLE_KINDS = ("cuda", "user")
 #: Evidence quoted on the first screen is cut at this many characters (the appendix has all of it).
 EVIDENCE_CHARS = 180
 
-#: Finding kinds that name a cause (faprof.advisor.KINDS); Nsight Compute's own rule texts and notes are
-#: quoted in the appendix only.
-CAUSE_KINDS = ("correctness", "defect", "limit", "position")
+#: Finding kinds that name a cause (faprof.advisor.KINDS; 'term' is a term of the gap to the fastest kernel, in
+#: advisors that split it); Nsight Compute's own rule texts and notes are quoted in the appendix only.
+CAUSE_KINDS = ("correctness", "defect", "limit", "term", "position")
+
+#: The variant name an advisor gives a note about a shape rather than a kernel (faprof.advisor.diagnose's
+#: SHAPE_ROW, where it writes such notes itself): those rows are the section's shape notes as they are.
+SHAPE_ROW = "(all)"
 
 
 def _short(evidence: Any) -> str:
@@ -109,14 +113,18 @@ def _top_causes(rest: pd.DataFrame, df: pd.DataFrame, variants: list[str]) -> pd
     return pd.DataFrame(rows)
 
 
-def _gain(x: Any) -> str:
-    return f"up to {x:.0f}% of the call's time" if pd.notna(x) else ""
+def _gain(r: Any) -> str:
+    """How much a finding explains, in the unit the advisor gave it: the gap to a faster kernel, or the call."""
+    if r.get("unit") == "gap" and pd.notna(r.get("share_of_gap_pct")):
+        return f"{r['share_of_gap_pct']:.0f}% of the gap to {r.get('against') or 'the fastest'}"
+    x = r.get("estimated_gain_pct")
+    return f"up to {x:.0f}% of the call's time" if x is not None and pd.notna(x) else ""
 
 
 def _variant_lines(top: pd.DataFrame) -> list[str]:
     return [f"- **{r['variant']}** ({r['dtype']}{'' if r['direction'] == 'fwd' else ' ' + r['direction']}): "
             f"{f.md(r['title'])} on {r['n']} of {r['total']} shapes"
-            + (f"; {_gain(r['estimated_gain_pct'])}" if _gain(r["estimated_gain_pct"]) else "")
+            + (f"; {_gain(r)}" if _gain(r) else "")
             + f": {f.md(_short(r['evidence']))}. Fix: {f.md(r['fix'])}." for _, r in top.iterrows()]
 
 
@@ -134,13 +142,29 @@ class Why:
         """One line for a block's first screen: each changeable variant's leading cause on these shapes, and
         the causes that belong to the shapes ('' when the advisor has nothing to say there)."""
         ids = set(shape_ids)
-        parts = [f"{r['variant']}: {f.md(r['title'])} ({_gain(r['estimated_gain_pct']) or 'see Why'})"
+        parts = [f"{r['variant']}: {f.md(r['title'])} ({_gain(r) or 'see Why'})"
                  for _, r in self.top.iterrows() if r["shapes"] & ids] if not self.top.empty else []
-        shared = list(dict.fromkeys(self.notes.loc[self.notes["shape_id"].isin(ids) & self.notes["kind"].isin(CAUSE_KINDS),
-                                                   "title"])) if not self.notes.empty else []
+        shared = list(dict.fromkeys(_bare(t) for t in self.notes.loc[
+            self.notes["shape_id"].isin(ids) & self.notes["kind"].isin(CAUSE_KINDS), "title"])) if not self.notes.empty else []
         if shared:
             parts.append(f"for every kernel at some shapes: {f.md(', '.join(shared))}")
         return ("**Why**: " + "; ".join(parts) + " (details below).") if parts else ""
+
+
+def _bare(title: Any) -> str:
+    """A shape note's title without the advisor's 'the shape: ' prefix."""
+    return str(title).removeprefix("the shape: ")
+
+
+def _advisor_shape_lines(notes: pd.DataFrame, df: pd.DataFrame) -> list[str]:
+    """Shape notes the advisor wrote itself (variant SHAPE_ROW): one line per cause, with their shapes."""
+    labels = {r["shape_id"]: rt.shape(r) for _, r in df.drop_duplicates("shape_id").iterrows()}
+    out = []
+    for title, g in notes[notes["kind"].isin(CAUSE_KINDS)].groupby(notes["title"].map(_bare), sort=False):
+        shapes = list(dict.fromkeys(g["shape_id"]))
+        out.append(f"- **{f.md(title)}** at {_shapes_phrase([labels.get(s, s) for s in shapes])}: "
+                   f"{f.md(_short(g['evidence'].iloc[0]))}.")
+    return out
 
 
 def section(bundle: Any, df: pd.DataFrame, order: list[str], focus: str | None = None) -> Why:
@@ -154,7 +178,16 @@ def section(bundle: Any, df: pd.DataFrame, order: list[str], focus: str | None =
     """
     have = [name for name, t in (("Nsight Compute", bundle.read("ncu_summary")), ("Nsight Systems", bundle.read("nsys_summary")))
             if not t.empty]
-    diag = advisor.diagnose(bundle)
+    return from_diagnosis(advisor.diagnose(bundle), df, order, have, focus)
+
+
+def from_diagnosis(diag: pd.DataFrame, df: pd.DataFrame, order: list[str], have: list[str],
+                   focus: str | None = None) -> Why:
+    """The Why section from the advisor's findings (`section` without the bundle: tests give it findings).
+
+    Args:
+        diag: `faprof.advisor.diagnose`'s rows; df, order, focus: as `section`; have: the Nsight tools the run has.
+    """
     lines = ["## Why", ""]
     if not have:
         lines += ["From the timings alone: this run has no Nsight data, so occupancy, memory throughput and stall reasons "
@@ -162,20 +195,24 @@ def section(bundle: Any, df: pd.DataFrame, order: list[str], focus: str | None =
     if diag.empty:
         return Why(diag, [*lines, "No diagnosis from this run's data.", ""])
     if have:
-        lines += [f"From the timings and {' and '.join(have)}: causes ranked by the share of the call's time they explain; "
+        lines += [f"From the timings and {' and '.join(have)}: causes ranked by the share of the time they explain; "
                   "what also holds for the fastest profiled kernel at a shape is said once, as a note on the shape.", ""]
-    notes, rest = split_shape_notes(df, diag)
+    own_notes = diag[diag["variant"] == SHAPE_ROW]
+    notes, rest = split_shape_notes(df, diag[diag["variant"] != SHAPE_ROW])
     kinds = df.drop_duplicates("variant").set_index("variant")["variant_kind"] if "variant_kind" in df else pd.Series(dtype=object)
     mine = [v for v in order if (focus is None or v == focus) and kinds.get(v, "cuda") in ACTIONABLE_KINDS]
     top = _top_causes(rest, df, mine)
-    if focus:
-        notes = notes[notes["variant"].isin(mine)]
-    shape = _shape_lines(notes, diag, df, fastest_diagnosed(df, diag))
+    if not own_notes.empty:  # the advisor said what belongs to the shapes: its notes, as written
+        notes = own_notes if not focus else own_notes[own_notes["shape_id"].isin(set(df.loc[df["variant"] == focus, "shape_id"]))]
+        shape = _advisor_shape_lines(notes, df)
+    else:
+        notes = notes[notes["variant"].isin(mine)] if focus else notes
+        shape = _shape_lines(notes, diag, df, fastest_diagnosed(df, diag))
     lines += _variant_lines(top) or [f"- No cause distinguishes {', '.join(mine) or 'the kernels you can change'} from the "
                                      "fastest kernel at any shape."]
     if shape:
         lines += ["", "Notes on shapes:", "", *shape]
-    others = sorted(set(diag["variant"]) - set(mine))
+    others = sorted(set(diag["variant"]) - set(mine) - {SHAPE_ROW})
     if others and focus is None:
         lines += ["", f"Baselines you do not write ({', '.join(others)}) are diagnosed in the appendix."]
     return Why(diag, [*lines, ""], top, notes)
