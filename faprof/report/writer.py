@@ -140,7 +140,7 @@ def _answer(run: Run) -> list[str]:
     for b in run.blocks:
         if run.focus:
             parts += answer.focus_headline(b, run.focus)
-            if run.focus in set(b.rows["variant"]):
+            if run.focus in set(b.ranking["variant"]):  # timed here; else the headline says why not
                 parts += [answer.focus_table(b, run.focus), ""]
         else:
             parts += answer.headline(b)
