@@ -91,8 +91,9 @@ def results_table(df, baseline: str, title: str | None = None) -> Table:
         if r.get("ci95_high_ms") is not None and not _isnan(r.get("ci95_high_ms")):
             ci = f"{_fmt(r['ci95_low_ms'], '.4g')}–{_fmt(r['ci95_high_ms'], '.4g')}"
         speed = r.get("speedup")
+        shaky = " [yellow]unstable[/]" if r.get("unstable") is True or str(r.get("unstable")) == "True" else ""
         t.add_row(
-            *([str(r["gpu_name"])] if multi else []), r["variant"], _shape_label(r), f"[{_STATUS_STYLE.get(status, '')}]{status}[/]",
+            *([str(r["gpu_name"])] if multi else []), r["variant"], _shape_label(r), f"[{_STATUS_STYLE.get(status, '')}]{status}[/]{shaky}",
             _fmt(r.get("median_ms"), ".4g"), ci, _fmt(r.get("tflops"), ".3g"), _fmt(r.get("pct_peak"), ".1f"),
             (_fmt(speed, ".2f") + "x") if speed is not None and not _isnan(speed) else "",
             _fmt(r.get("max_abs_err"), ".1e"), _ref_short(r.get("reference")),
@@ -129,6 +130,15 @@ def _print_timing_note(df) -> None:
     notes = sorted({str(n) for n in df.get("timer_note", []) if isinstance(n, str) and n})
     for n in notes[:3]:
         say(f"  timer fallback: {n}", style="yellow")
+    if "unstable" in df:
+        shaky = df[df["unstable"].fillna(False).astype(bool)]
+        if not shaky.empty:
+            say(f"  {len(shaky)} row(s) have unstable timings (their medians may not repeat; compare does not test them):",
+                style="yellow")
+            for _, r in shaky.head(5).iterrows():
+                say(f"    {r['variant']} {_shape_label(r)}: {r.get('unstable_reason')}", style="yellow")
+            if len(shaky) > 5:
+                say(f"    ... and {len(shaky) - 5} more (the bundle's unstable_reason column)", style="yellow")
     if "throttled" in df:
         thr = df[df["throttled"].fillna(False).astype(bool)]
         if not thr.empty:
@@ -223,7 +233,7 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
         raise FaprofError("give --scenario NAME|PATH (see `faprof list scenarios`) or --resume RUN")
     if resume and (scenario or variant_list is not None):
         raise FaprofError("--resume finishes a run as it was started: drop --scenario/--variants, or start a new run")
-    from faprof.model.plan import split_list
+    from faprof.model.plan import plan, split_list
 
     names = [v.strip() for v in variant_list.split(",") if v.strip()] if variant_list is not None else None
     if names == []:
@@ -263,6 +273,7 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
             options.variants = list(dict.fromkeys([*scn.variants, *kernel_names]))
         elif kernel_names and names is not None and names != ["all"]:
             options.variants = list(dict.fromkeys([*names, *kernel_names]))
+        plan(scn, options.variants)  # an unknown variant is one line before the progress bar is drawn
         _check_ncu_selectors(scn, options, ncu if ncu is not None else scn.collect["ncu"], explicit=ncu is not None)
     state: dict[str, Any] = {"notices": []}
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -358,6 +369,16 @@ def _check_ncu_selectors(scn: Any, options: Any, ncu_set: str | None, explicit: 
         return
     if not (explicit or given):
         return
+    if not options.ncu_variants:  # torch baselines are left out by default: say so, not "nothing supported"
+        from faprof.model.plan import plan
+
+        by_name = {v.name: v for _, v in plan(scn, options.variants)}
+        chosen, left = ncu_plan.default_targets(list(by_name.values()))
+        if not chosen and left:
+            why = "; ".join(f"{k}: {v}" for k, v in left.items())
+            raise FaprofError(f"--ncu has no kernel to profile by default among {', '.join(left)} ({why}); name the "
+                              f"ones to profile kernel by kernel with --ncu-variants (e.g. --ncu-variants {next(iter(left))})"
+                              " or drop --ncu")
     settings = ncu_command.NcuSettings.resolve(options, scn, ncu_set)
     ncu_plan.plan_for(scn, options, ncu_set, settings, costs={})
 
@@ -404,11 +425,15 @@ def ncu_cmd(run: str, ncu_set: str, ncu_variants: str | None, ncu_shapes: str | 
     """
     from faprof.model.plan import split_list
     from faprof.model.scenarios import parse_scenario
-    from faprof.nsight.ncu.run import NcuOptions, rerun
+    from faprof.nsight.ncu.run import NcuOptions, rerun, this_gpu
     from faprof.nsight.ncu.source_run import collect_source
     from faprof.store import resolve_run
 
     bundle = resolve_run(run, runs_dir)
+    if not this_gpu()[0]:  # before the bundle's user kernels are built for a GPU that is not there
+        raise FaprofError("no CUDA GPU visible here: Nsight Compute needs the GPU the bundle was measured on "
+                          f"({(bundle.manifest().get('env') or {}).get('gpu_name') or 'none recorded'}); "
+                          "run `faprof ncu` on that machine")
     opts = NcuOptions(ncu_variants=split_list(ncu_variants) or None, ncu_shapes=split_list(ncu_shapes) or None,
                       ncu_kernel=ncu_kernel, ncu_launches=ncu_launches, ncu_cache_control=ncu_cache_control,
                       ncu_clock_control=ncu_clock_control, ncu_source=ncu_source)
@@ -564,7 +589,7 @@ def build_table(df) -> Table:
         t.add_row(
             "" if same else str(r["file"]), "" if same else _unqualified(r["name"]), _unqualified(r.get("template_args")),
             _int(r.get("D")), str(r["arch"]), _int(r.get("threads")),
-            _int(r.get("registers")) + (f" ({r['role_registers']})" if r.get("role_registers") else ""),
+            _int(r.get("registers")) + (f" ({r['role_registers']})" if isinstance(r.get("role_registers"), str) and r["role_registers"] else ""),
             "" if smem != smem else f"{smem / 1024:.1f}", _int(r.get("stack_frame_bytes")), spills,
             _int(r.get("blocks_per_sm")), "" if occ != occ else f"{occ:.0f}%", str(r.get("limiter") or ""),
         )
@@ -603,6 +628,10 @@ def show(run: str, runs_dir: Path) -> None:
 
     bundle = resolve_run(run, runs_dir)
     m = bundle.manifest()
+    if m.get("kind") == "sanitize":
+        _print_sanitizer(bundle, f"compute-sanitizer: {', '.join((m.get('settings') or {}).get('variants') or [])} "
+                                 f"on {(m.get('scenario') or {}).get('name')}")
+        return
     df = analysis.speedups_for(bundle.measurements(), m)
     if df.empty:
         raise FaprofError(f"{bundle.path} has no measurements yet (status: {m.get('status')})")
@@ -619,14 +648,17 @@ def show(run: str, runs_dir: Path) -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Folder for the report (default: RUN/report/, printed at the end).")
 @click.option("--format", "formats", default="md,html,csv", show_default=True,
-              help="Comma-separated: md (report.md with PNG charts when kaleido works), html (report.html, "
-                   "self-contained, interactive charts), csv (csv/: every table).")
+              help="Comma-separated: md (report.md with PNG charts when kaleido works, and appendix.md), html "
+                   "(report.html, self-contained, interactive charts, the appendix collapsed), csv (csv/: every table).")
+@click.option("--focus", "focus", help="A variant: the report is about it against the rest (per shape: it, the baseline, "
+              "the fastest other variant; its causes only).")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
-def report(run: str, out_dir: Path | None, formats: str, runs_dir: Path) -> None:
-    """Write a report of a run bundle that leads with the answer: ranking, diagnosis, published figures.
+def report(run: str, out_dir: Path | None, formats: str, focus: str | None, runs_dir: Path) -> None:
+    """Write a report of a run bundle that leads with the answer: how fast, against what, why.
 
-    Markdown, HTML and/or CSV, into RUN/report/ unless --out says otherwise. Everything is read
-    and rendered before the folder is made, so a damaged bundle leaves nothing behind.
+    report.md fits a page or two; appendix.md has every table (report.html: both, the appendix in
+    collapsed sections); csv/ every table as CSV. Into RUN/report/ unless --out says otherwise.
+    Everything is read and rendered before the folder is made, so a damaged bundle leaves nothing behind.
     """
     from faprof.report.writer import write_reports
     from faprof.store import resolve_run
@@ -639,7 +671,7 @@ def report(run: str, out_dir: Path | None, formats: str, runs_dir: Path) -> None
     if bundle.measurements().empty and bundle.manifest().get("kind") != "sanitize":
         raise FaprofError(f"{bundle.path} has no measurements yet; nothing to report")
     dest = out_dir or bundle.path / "report"
-    written = write_reports(bundle, dest, fmts, notice=lambda m: say(f"note: {m}", style="yellow"))
+    written = write_reports(bundle, dest, fmts, notice=lambda m: say(f"note: {m}", style="yellow"), focus=focus)
     for p in written:
         say(f"wrote {p}")
     main_file = next((p for p in written if p.suffix in (".md", ".html")), None)
@@ -711,7 +743,14 @@ def compare(run_a: str, run_b: str | None, gpu_a: str | None, gpu_b: str | None,
     Says first when the runs differ in GPU, in the devices rows ran on, or in dtypes.
     """
 
-    from faprof.report.writer import compare_runs, compare_summary, gpu_models
+    from faprof.report.compare import (
+        PCT_NOTE,
+        compare_runs,
+        compare_summary,
+        compare_table,
+        gpu_models,
+        unstable_notes,
+    )
     from faprof.store import resolve_run
 
     a = resolve_run(run_a, runs_dir)
@@ -729,12 +768,13 @@ def compare(run_a: str, run_b: str | None, gpu_a: str | None, gpu_b: str | None,
         say(f"warning: {w}", style="yellow")
     say(f"A = {a.run_id} ({summary.gpu_a})")
     say(f"B = {b.run_id} ({summary.gpu_b})")
-    from faprof.report.compare import PCT_NOTE, compare_table
-
     t, pct = compare_table(df, summary.headline, _fmt)
     console.print(t)
     say("B vs A: A's median over B's ('1.30x faster': B takes 1/1.30 of A's time); significant: two-sided "
-        "Mann-Whitney U on the kept samples at p < 0.05 (the dashboard's Diff page uses the same test)")
+        "Mann-Whitney U on the kept samples at p < 0.05 (the dashboard's Diff page uses the same test); "
+        "rows with unstable timings are not tested")
+    for line in unstable_notes(df):
+        say(line, style="yellow")
     if pct:
         say(PCT_NOTE)
     for w in summary.warnings:
@@ -870,20 +910,30 @@ def sanitize(variant: str, scenario: str, shapes: str, tools: str | None, kernel
     specs = [*user_variants, *(make_spec(k) for k in kernels)]
     bundle = sz.run(variant, scenario, tool_list, out_dir, split_list(shapes), specs,
                     progress=lambda m: say(m, style="dim"))
+    df, totals = _print_sanitizer(bundle, f"compute-sanitizer: {variant} on {scenario}", tool_list)
+    say(f"bundle: {bundle.path}")
+    if not df.empty or any(n is None or n > 0 for n in totals.values()):
+        sys.exit(EXIT_ROWS_BAD)
+
+
+def _print_sanitizer(bundle: Any, title: str, tools: list[str] | None = None) -> tuple[Any, dict[str, Any]]:
+    """A sanitize bundle's findings table and each tool's ERROR SUMMARY; (findings, totals per tool)."""
+    from faprof.run.sanitize import tool_totals
+
     df = bundle.read("sanitizer")
-    totals = bundle.manifest().get("sanitizer_error_summary", {})
-    t = Table(title=f"compute-sanitizer: {variant} on {scenario}", header_style="bold")
+    per_tool = tool_totals(bundle)  # each tool's own ERROR SUMMARY, read again from its kept output
+    totals = {str(r.tool): (None if r.hazards is None or r.hazards != r.hazards else int(r.hazards))
+              for r in per_tool.itertuples()}
+    t = Table(title=title, header_style="bold")
     for col in ("tool", "severity", "kind", "kernel", "source", "count"):
         t.add_column(col, justify="right" if col == "count" else "left")
     for r in df.itertuples():
         t.add_row(r.tool, r.severity, escape(str(r.kind)), escape(str(r.kernel))[:60], escape(str(r.source)), str(r.count))
     console.print(t)
-    for tool in tool_list:
+    for tool in tools or list(totals):
         n = totals.get(tool)
         say(f"{tool}: " + ("did not finish (see raw/sanitizer_" + tool + ".txt)" if n is None else f"ERROR SUMMARY {n}"))
-    say(f"bundle: {bundle.path}")
-    if not df.empty or any(n is None or n > 0 for n in totals.values()):
-        sys.exit(EXIT_ROWS_BAD)
+    return df, totals
 
 
 # --------------------------------------------------------------------------- dashboard
@@ -901,7 +951,7 @@ def dashboard(runs: tuple[Path, ...], port: int | None, host: str, print_command
     import importlib.util
     import os
 
-    from faprof.analysis.runs import APP_PATH
+    from faprof.analysis.load import APP_PATH
 
     if importlib.util.find_spec("streamlit") is None or importlib.util.find_spec("plotly") is None:
         raise FaprofError("the dashboard needs streamlit and plotly: pip install 'faprof[app]'")

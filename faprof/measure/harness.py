@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from faprof.measure import adversarial, correctness, signatures, stats, wrong_text
+from faprof.measure import adversarial, correctness, signatures, stability, stats, wrong_text
 from faprof.measure.correctness import (  # noqa: F401  (re-exported: the Nsight target and tests use these names)
     CPU_REFERENCE_MAX_FLOPS,
     Inputs,
@@ -430,6 +430,10 @@ def measure(variant, problem: AttentionProblem, inputs: Inputs, ref: Reference |
         q1_ms=st["q1"], q3_ms=st["q3"], iqr_ms=st["iqr"], outliers=st["outliers"],
         mean_ms=st["mean"], std_ms=st["std"], rel_sem=st["rel_sem"], min_ms=st["min"],
     )
+    # Bimodal, drifting, or a CPU row that missed its stop rule: the median alone would mislead.
+    row["unstable"], why = stability.assess(res["samples"], res["timer"], res["stop"], st,
+                                            stability.host_stop_rule(dataclasses.asdict(settings)))
+    row["unstable_reason"] = why or None
     return row
 
 
