@@ -67,7 +67,8 @@ if problem != ALL and not diag.empty:
     d1 = diag[diag["shape_id"] == problem]
     if not d1.empty:
         st.markdown("**Ranked findings for this problem** (rank 1: the primary cause)")
-        st.dataframe(d1[["variant", "rank", "title", "kind", "estimated_gain_pct", "evidence", "fix"]]
+        st.dataframe(d1[[c for c in ("variant", "rank", "title", "kind", "estimated_gain_pct", "unit", "against",
+                                     "evidence", "source", "fix") if c in d1.columns]]
                      .rename(columns={"title": "cause", "estimated_gain_pct": "est. gain (%)"}),
                      hide_index=True, use_container_width=True,
                      column_config={"est. gain (%)": st.column_config.NumberColumn(format="%.0f")})

@@ -125,7 +125,9 @@ def _variant_lines(top: pd.DataFrame) -> list[str]:
     return [f"- **{r['variant']}** ({r['dtype']}{'' if r['direction'] == 'fwd' else ' ' + r['direction']}): "
             f"{f.md(r['title'])} on {r['n']} of {r['total']} shapes"
             + (f"; {_gain(r)}" if _gain(r) else "")
-            + f": {f.md(_short(r['evidence']))}. Fix: {f.md(r['fix'])}." for _, r in top.iterrows()]
+            + f": {f.md(_short(r['evidence']))}."
+            + (f" Where: {f.md(r['source'])}." if isinstance(r.get("source"), str) and r.get("source") else "")
+            + f" Fix: {f.md(r['fix'])}." for _, r in top.iterrows()]
 
 
 @dataclass
