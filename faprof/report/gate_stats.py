@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,3 +173,10 @@ def verdict(shift: Shift, threshold: float) -> str:
     if shift.low >= down and shift.high <= up:
         return SAME
     return AMBIGUOUS
+
+
+def hl_one_sample(x: Sequence[float] | np.ndarray) -> float:
+    """The one-sample Hodges-Lehmann estimate: the median of the Walsh averages (x_i + x_j) / 2, i <= j."""
+    a = np.asarray(x, dtype=float)
+    i, j = np.triu_indices(a.size)
+    return float(np.median((a[i] + a[j]) / 2.0))
