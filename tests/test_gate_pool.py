@@ -274,6 +274,23 @@ def test_confirm_clears_a_slowdown_the_second_run_does_not_show(tmp_path):
     assert res.kernels.set_index("variant").at["fa2_mma", "ratio"] < 1.02
 
 
+def test_rows_timed_by_another_clock_are_decided_by_a_retime_that_compares(tmp_path):
+    """fa2_mma timed by CUDA events in the candidate: undecided; re-timed here by CUPTI (s1, same code), decided."""
+    cand = _edit(_copy(R2, tmp_path, "cand"), lambda m: m.assign(timer=m["timer"].where(m["variant"] != "fa2_mma",
+                                                                                            "cuda_event")))
+    first = run_gate(Bundle(R1), cand)
+    fa2 = first.rows[first.rows["variant"] == "fa2_mma"]
+    assert fa2["undecided"].all() and first.exit_code == EXIT_AMBIGUOUS and "fa2_mma" not in set(first.kernels["variant"])
+
+    def retime(b: Bundle, pairs: list[tuple[str, str]]) -> list[Bundle]:
+        assert {v for v, _ in pairs} == {"fa2_mma"}
+        return [_edit(_copy(S1, tmp_path, "rerun"), lambda m: m[m["variant"] == "fa2_mma"])]
+    res = run_gate(Bundle(R1), cand, retime=retime)
+    rows = res.rows[res.rows["variant"] == "fa2_mma"]
+    assert (rows["verdict"] == SAME).all() and (rows["candidate_runs"] == 1).all() and res.exit_code == EXIT_OK
+    assert all("replaces the candidate's run" in " ".join(n) for n in rows["notes"])
+
+
 def test_without_confirm_a_slower_kernel_is_not_retimed(tmp_path):
     calls = []
     res = run_gate(Bundle(R1), _planted(R2, tmp_path, "fa2_mma", 1.03), GateOptions(),

@@ -58,9 +58,9 @@ DEFAULT_THRESHOLD = 0.02
 EXIT_OK = 0
 #: Exit code: at least one gated row is slower, or a candidate row is wrong or failed.
 EXIT_REGRESSION = 1
-#: Exit code: no regression, but gated rows the data cannot decide and whose interval reaches past
-#: +threshold (an interval crossing only the faster edge cannot be a regression) (2 is a usage
-#: error, 3 is `faprof profile`'s failed rows).
+#: Exit code: no regression, but gated rows that may be one: their kernel looks slower past the
+#: threshold, not significantly (faprof.report.gate_pool), or the row's own interval reaches past it
+#: where it could not be judged with its kernel (2 is a usage error, 3 is `faprof profile`'s failed rows).
 EXIT_AMBIGUOUS = 4
 
 #: Verdicts besides the four timing ones (faprof.report.gate_stats).
@@ -175,7 +175,7 @@ class GateResult:
 
     @property
     def undecided(self) -> pd.DataFrame:
-        """Gated ambiguous rows whose interval reaches past +threshold: they may be regressions."""
+        """Gated ambiguous rows that may be regressions (`EXIT_AMBIGUOUS`)."""
         return self.rows[self.rows["undecided"].astype(bool)] if not self.rows.empty else self.rows
 
     @property
@@ -685,8 +685,13 @@ def _add_run(r: pd.Series, got: dict[str, Any], threshold: float, options: GateO
     for col in ("samples_ms", "sm_clock_mhz", "timer", "throttled", "throttle_reasons", "status", "device"):
         r2[f"{col}_b"] = got.get(col)
     again = _judge(r2, stats.as_samples(got.get("samples_ms")), threshold, options)
-    if again.get("shift") is None or judged.get("shift") is None:
+    if again.get("shift") is None:
         judged["notes"].append(f"re-timed here, but not comparable: {again['reason']}")
+        return
+    if judged.get("shift") is None:  # the candidate's own run did not compare (another timer): the re-time does
+        judged.update(shift=again["shift"], ratio=again["ratio"], ci_low=again["ci_low"], ci_high=again["ci_high"],
+                      notes=[*judged["notes"], "re-timed here: the re-time replaces the candidate's run, which did "
+                                               "not compare"])
         return
     runs.append(again["shift"])
     judged["notes"].append(f"re-timed here: {math.exp(again['shift'][0]):.3f}x in the second run "

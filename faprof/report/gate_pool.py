@@ -1,8 +1,8 @@
 """The regression gate's verdicts with between-run noise: each kernel judged on all its rows, each row against its kernel.
 
 Why: two runs of one commit on the H100 differ row by row by far more than either run's samples
-say (within a run, a row's interval is 0.1-0.3% wide; between runs the same row moved by up to
-4% slower and 9% faster, faprof issue 27). The run-to-run part is noise the samples cannot see, so a
+say (a row's interval from its samples is 0.1-1% wide; between the runs the rows moved by 0.925x
+to 1.042x: tests/data/gate/h100/same, faprof issue 27). The run-to-run part is noise the samples cannot see, so a
 row's own interval cannot decide a 2% threshold. What can: the rows of one kernel (variant) move
 together when its code changes, and their run-to-run noise is largely independent from row to row.
 
