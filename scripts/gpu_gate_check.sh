@@ -21,6 +21,11 @@
 #       gk's rows, and only those, slower, in both runs. gate_attn_slow.cu runs the same machine code
 #       as gate_attn.cu with every 16th K/V tile processed twice (tests/gate/gate_attn.cuh).
 #
+# What to expect, simulated from the H100's floor (scripts/gate_power.py, a model, not a measurement):
+# a same-commit pair of these four kernels exits 0 in 88% of draws, 4 in 11% (fa3_wgmma_e's and
+# sdpa_cudnn's rows move 2.2-2.4% a run) and 1 in 1.4%; with --confirm 95%, 3.3% and 1.6%. So one
+# exit 4 among the same-stage gates is within the model; an exit 1 there is a false alarm.
+#
 # Time, from the 2026-11-25 run of the previous version (bundle timestamps): an h100_headline run of
 # four variants 28 s, the slow baseline with ncu on gk 1 min 45 s, the gate that profiles the slowed
 # candidate 1 min 50 s. This version adds a third run, four CPU-only gates (a few seconds each) and
