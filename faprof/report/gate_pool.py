@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -161,8 +161,7 @@ class RowDecision:
     undecided: bool
     unit: UnitDecision
     suspect: bool = False
-    """Slower alone in one candidate run, within the recorded moves of same-code rows: --confirm re-times it."""
-    notes: list[str] = field(default_factory=list)
+    """Slower alone in one candidate run: --confirm re-times it."""
 
 
 def verdict_of(est: float, se: float, q_adjusted: float, q_own: float, threshold: float) -> str:
@@ -211,9 +210,8 @@ def _moderated(rows: Sequence[RowShift], floor: NoiseFloor) -> tuple[float, floa
     return (d0 * floor.row_sd ** 2 + ss) / (d0 + df), d0 + df, observed
 
 
-def _unit(rows: Sequence[RowShift], floor: NoiseFloor, units: int, threshold: float,
-          alpha: float) -> tuple[UnitDecision, float, float]:
-    """The unit's decision, and (sigma~^2, df) for its rows' own intervals."""
+def _unit(rows: Sequence[RowShift], floor: NoiseFloor, units: int, threshold: float, alpha: float) -> UnitDecision:
+    """The unit's decision (steps 2 and 3 of the module docstring)."""
     k = len(rows)
     d = [r.shift for r in rows]
     est = hl_one_sample(d) if k > 1 else d[0]
@@ -229,7 +227,7 @@ def _unit(rows: Sequence[RowShift], floor: NoiseFloor, units: int, threshold: fl
                      gated and holds(v, est, threshold), observed, math.sqrt(var), floor, df, q,
                      max(len(r.runs) for r in rows))
     u.reason = _unit_text(u, threshold, units)
-    return u, var, df
+    return u
 
 
 def _pct(t: float) -> str:
@@ -281,7 +279,7 @@ def decide(shifts: Sequence[RowShift], floors: Sequence[NoiseFloor], threshold: 
             floor, note = floor_for(gpu, floors)
             if note and note not in notes:
                 notes.append(note)
-        unit, _, _ = _unit(rows, floor, len(groups), threshold, alpha)
+        unit = _unit(rows, floor, len(groups), threshold, alpha)
         units.append(unit)
         for r in rows:
             out[r.index] = _row(r, [o for o in rows if o is not r], unit, n_rows, alpha, threshold)
@@ -304,11 +302,11 @@ def _row(r: RowShift, others: list[RowShift], unit: UnitDecision, n_rows: int, a
     k = len(others)
     se_diff = math.sqrt(r.within_se ** 2 + r.f * var + HL_VARIANCE_FACTOR * sum(o.f for o in others) / k ** 2 * var
                         + sum(o.within_se ** 2 for o in others) / k ** 2)  # the shared offset cancels
-    if abs(d - hl_one_sample(rest)) <= q * se_diff:
+    move = abs(d - hl_one_sample(rest))
+    if move <= q * se_diff:
         return RowDecision(unit.verdict, f"{unit.reason}; {alone}", "kernel", lo, hi, r.gated and unit.undecided, unit)
     own = verdict_of(d, se, q, q_own, threshold)
     pct = _pct(threshold)
-    move = abs(d - hl_one_sample(rest))
     if own in (SLOWER, FASTER):
         sign = 1.0 if own == SLOWER else -1.0
         word = "slower" if own == SLOWER else "faster"
