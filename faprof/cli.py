@@ -776,6 +776,7 @@ def gate(baseline: str, candidate: str, threshold: str | None, allow_mismatch: b
     """
     from faprof.model.plan import split_list
     from faprof.report.gate import GateOptions, parse_threshold, run_gate
+    from faprof.report.gate_noise import load_floors
     from faprof.report.gate_render import (
         kernel_table,
         listed_rows,
@@ -794,6 +795,8 @@ def gate(baseline: str, candidate: str, threshold: str | None, allow_mismatch: b
     options = GateOptions(threshold=parse_threshold(threshold) if threshold is not None else None,
                           allow_mismatch=allow_mismatch, include_host=include_host, equal_clocks=equal_clocks,
                           confirm=confirm, noise_floor=noise_floor)
+    if noise_floor and noise_floor.lower() != "none":
+        load_floors(noise_floor)  # a bad floor file stops here, before a candidate scenario is profiled
     base = gate_run.open_bundle(baseline, runs_dir)
 
     def progress(event: str, info: dict[str, Any]) -> None:
