@@ -792,8 +792,13 @@ def compare(run_a: str, run_b: str | None, gpu_a: str | None, gpu_b: str | None,
 @click.option("--include-host", is_flag=True, help="Let rows timed by the host clock (CPU rows) gate too.")
 @click.option("--at-equal-clocks", "equal_clocks", is_flag=True, help="Judge rows on cycles (time x the row's SM clock) "
               "where both sides recorded it: for compute-bound kernels on power-capped GPUs.")
-@click.option("--rerun-ambiguous", is_flag=True, help="Re-time undecided rows on this machine and pool their samples "
-              "with the candidate's before deciding.")
+@click.option("--rerun-ambiguous", is_flag=True, help="Re-time the kernels with undecided rows on this machine (a second "
+              "candidate run) before deciding.")
+@click.option("--confirm", is_flag=True, help="Re-time the kernels with slower or undecided rows on this machine (a second "
+              "candidate run) before deciding: a slowdown must hold in both runs.")
+@click.option("--noise-floor", "noise_floor", help="The between-run noise floors (a TOML file written by "
+              "scripts/gate_noise_floor.py), or 'none' to judge on the runs' own samples and rows only "
+              "(default: faprof's recorded floors).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"), show_default=True,
               help="Folder for the bundles this command writes (a CANDIDATE scenario's run, re-timed rows).")
 @click.option("--variants", "-v", "variant_list", help="CANDIDATE scenario: variants to run instead of its own.")
@@ -810,26 +815,29 @@ def compare(run_a: str, run_b: str | None, gpu_a: str | None, gpu_b: str | None,
 @click.option("--show-all", is_flag=True, help="List every row, not only those that moved or are undecided.")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
 def gate(baseline: str, candidate: str, threshold: str | None, allow_mismatch: bool, include_host: bool,
-         equal_clocks: bool, rerun_ambiguous: bool, out_dir: Path, variant_list: str | None, kernels: tuple[str, ...], ncu: str | None,
+         equal_clocks: bool, rerun_ambiguous: bool, confirm: bool, noise_floor: str | None, out_dir: Path, variant_list: str | None, kernels: tuple[str, ...], ncu: str | None,
          ncu_variants: str | None, md_file: Path | None, junit_file: Path | None, json_file: Path | None,
          show_all: bool, runs_dir: Path) -> None:
     """Gate CANDIDATE against BASELINE (run bundles): is any kernel slower, and why?
 
-    Per (variant, shape) a verdict, faster / slower / same / ambiguous, from a 95% interval of the
-    candidate-over-baseline time ratio (Hodges-Lehmann on the kept samples) against the threshold;
-    wrong or failed candidate rows are regressions. Provenance (GPU, driver, CUDA, cuDNN, clocks,
-    throttling, timer) is checked first. CANDIDATE may be a scenario (name or .toml) to profile
-    now, into --out.
+    Per (variant, shape) a verdict, faster / slower / same / ambiguous: each kernel judged on all
+    its rows (Hodges-Lehmann shifts of the kept samples) with the GPU model's between-run noise
+    floor, against the threshold; wrong or failed candidate rows are regressions. Provenance
+    (GPU, driver, CUDA, cuDNN, clocks, throttling, timer) is checked first. CANDIDATE may be a
+    scenario (name or .toml) to profile now, into --out.
 
     \b
-    Exit codes: 0 nothing slower, wrong or failed; 1 a regression; 4 no regression but rows the
-    data cannot decide (their interval reaches past the threshold; try --rerun-ambiguous);
+    Exit codes: 0 nothing slower, wrong or failed; 1 a regression; 4 no regression but a kernel
+    that looks slower past the threshold, not significantly (--confirm re-times it);
     2 bad input, or GPU models that differ without --allow-mismatch.
     """
     from faprof.model.plan import split_list
     from faprof.report.gate import GateOptions, parse_threshold, run_gate
+    from faprof.report.gate_noise import load_floors
     from faprof.report.gate_render import (
+        kernel_table,
         listed_rows,
+        noise_line,
         provenance_table,
         render_json,
         render_junit,
@@ -842,7 +850,10 @@ def gate(baseline: str, candidate: str, threshold: str | None, allow_mismatch: b
     from faprof.store import write_files
 
     options = GateOptions(threshold=parse_threshold(threshold) if threshold is not None else None,
-                          allow_mismatch=allow_mismatch, include_host=include_host, equal_clocks=equal_clocks)
+                          allow_mismatch=allow_mismatch, include_host=include_host, equal_clocks=equal_clocks,
+                          confirm=confirm, noise_floor=noise_floor)
+    if noise_floor and noise_floor.lower() != "none":
+        load_floors(noise_floor)  # a bad floor file stops here, before a candidate scenario is profiled
     base = gate_run.open_bundle(baseline, runs_dir)
 
     def progress(event: str, info: dict[str, Any]) -> None:
@@ -862,13 +873,16 @@ def gate(baseline: str, candidate: str, threshold: str | None, allow_mismatch: b
                           f"now; {candidate} is a bundle")
     else:
         cand = gate_run.open_bundle(candidate, runs_dir)
-    retime = (lambda b, pairs: gate_run.retime(b, pairs, out_dir, progress)) if rerun_ambiguous else None
+    retime = (lambda b, pairs: gate_run.retime(b, pairs, out_dir, progress)) if rerun_ambiguous or confirm else None
     result = run_gate(base, cand, options, retime)
     say(f"baseline  = {result.baseline['run_id']} ({result.baseline['path']})")
     say(f"candidate = {result.candidate['run_id']} ({result.candidate['path']})")
     console.print(provenance_table(result))
     for w in result.warnings:
         say(f"warning: {w}", style="yellow")
+    if not result.kernels.empty:
+        console.print(kernel_table(result))
+        say(noise_line(result), style="dim")
     if show_all or not listed_rows(result).empty:
         console.print(gate_table(result, show_all))
     if not show_all and unlisted_line(result):

@@ -203,22 +203,13 @@ def test_same_code_resampled_twenty_times_raises_no_alarm(tmp_path):
     assert counts.get(SAME, 0) >= 0.95 * len(verdicts), counts
 
 
-def test_a_2_percent_shift_is_undecided_and_exits_ambiguous(tmp_path):
+def test_a_faster_kernel_does_not_hold_the_gate(tmp_path):
+    """(An undecided kernel needs real run-to-run noise: tests/test_gate_pool.py plants one in a recorded pair.)"""
     cand = _copy(HEADLINE, tmp_path, "cand")
-    _scale(cand, "fa3_wgmma_e", 1.02)
-    res = run_gate(Bundle(HEADLINE), cand)
-    moved = res.rows[res.rows["variant"] == "fa3_wgmma_e"]
-    timed = moved[moved["status_baseline"] == "ok"]
-    assert (timed["verdict"] == AMBIGUOUS).all() and timed["undecided"].all()
-    assert res.regressions.empty and res.exit_code == EXIT_AMBIGUOUS
-
-
-def test_an_interval_crossing_only_the_faster_edge_does_not_hold_the_gate(tmp_path):
-    cand = _copy(HEADLINE, tmp_path, "cand")
-    _scale(cand, "fa3_wgmma_e", 1 / 1.02)
+    _scale(cand, "fa3_wgmma_e", 1 / 1.021)
     res = run_gate(Bundle(HEADLINE), cand)
     timed = res.rows[(res.rows["variant"] == "fa3_wgmma_e") & res.rows["status_baseline"].eq("ok")]
-    assert (timed["verdict"] == AMBIGUOUS).all() and not timed["undecided"].any()
+    assert (timed["verdict"] == FASTER).all() and not timed["undecided"].any()
     assert res.exit_code == EXIT_OK
 
 
@@ -515,25 +506,36 @@ def test_cli_scenario_options_need_a_scenario_candidate():
 
 
 # ---------------------------------------------------------------------------- re-timing
-def test_rerun_ambiguous_retimes_only_the_undecided_rows_and_pools_their_samples(tmp_path):
-    cand = _copy(HEADLINE, tmp_path, "cand")
-    _scale(cand, "fa3_wgmma_e", 1.02)
+#: Two recorded runs of one commit on the H100 (tests/data/gate): fa3_wgmma_e's rows move 2.4% a run there.
+SAME_RUNS = sorted((Path(__file__).parent / "data" / "gate" / "h100" / "same").iterdir())
+
+
+def _undecided_pair(tmp_path: Path) -> tuple[Bundle, Bundle]:
+    """A 3% slowdown planted in fa3_wgmma_e's second real run: past the threshold, not significantly."""
+    cand = _copy(SAME_RUNS[1], tmp_path, "cand")
+    _scale(cand, "fa3_wgmma_e", 1.03)
+    return Bundle(SAME_RUNS[0]), cand
+
+
+def test_rerun_ambiguous_retimes_only_the_undecided_kernel_as_a_second_run(tmp_path):
+    base, cand = _undecided_pair(tmp_path)
+    assert run_gate(base, cand).exit_code == EXIT_AMBIGUOUS
     asked: list[list[tuple[str, str]]] = []
 
     def retime(b: Bundle, pairs: list[tuple[str, str]]) -> list[Bundle]:
         asked.append(pairs)
-        new = _copy(HEADLINE, tmp_path, f"rerun{len(asked)}")
+        new = _copy(SAME_RUNS[0], tmp_path, f"rerun{len(asked)}")
         rng = np.random.default_rng(0)
 
         def fn(m: pd.DataFrame) -> pd.DataFrame:
             keep = m[[(v, s) in pairs for v, s in zip(m["variant"], m["shape_id"], strict=True)]].copy()
-            # 200 new samples 3.5% slower than the baseline's median: pooled, the row is decided
+            # 200 new samples 3.5% slower than the baseline's median: a second run that decides the kernel
             keep["samples_ms"] = [np.median(s) * 1.035 * rng.lognormal(0, 0.002, 200) for s in keep["samples_ms"]]
             return keep
         _edit_rows(new, fn)
         return [new]
-    res = run_gate(Bundle(HEADLINE), cand, retime=retime)
-    planted = _gpu_timed(Bundle(HEADLINE)).query("variant == 'fa3_wgmma_e'")
+    res = run_gate(base, cand, retime=retime)
+    planted = _gpu_timed(cand).query("variant == 'fa3_wgmma_e'")
     assert len(asked) == 1 and set(asked[0]) == {("fa3_wgmma_e", s) for s in planted["shape_id"]}
     rows = res.rows[res.rows["variant"] == "fa3_wgmma_e"].set_index("shape_id").loc[planted["shape_id"]]
     assert (rows["rerun_samples"] == 200).all()
@@ -543,13 +545,12 @@ def test_rerun_ambiguous_retimes_only_the_undecided_rows_and_pools_their_samples
 
 
 def test_rerun_on_another_gpu_model_is_not_pooled(tmp_path):
-    cand = _copy(HEADLINE, tmp_path, "cand")
-    _scale(cand, "fa3_wgmma_e", 1.02)
+    base, cand = _undecided_pair(tmp_path)
 
     def retime(b: Bundle, pairs: list[tuple[str, str]]) -> list[Bundle]:
-        new = _copy(HEADLINE, tmp_path, "elsewhere")
+        new = _copy(SAME_RUNS[0], tmp_path, "elsewhere")
         _edit_rows(new, lambda m: m.assign(gpu_name="NVIDIA H200"))
         return [new]
-    res = run_gate(Bundle(HEADLINE), cand, retime=retime)
+    res = run_gate(base, cand, retime=retime)
     assert res.exit_code == EXIT_AMBIGUOUS
     assert any("not pooled" in n for n in res.notes)

@@ -2,9 +2,11 @@
 
 For every (variant, shape_id[, gpu_name]) row of the two bundles the gate gives one verdict:
 
-- `faster` / `slower` / `same` / `ambiguous`: both sides timed; the Hodges-Lehmann interval of
-  the candidate-over-baseline time ratio (`faprof.report.gate_stats`) against the practical
-  threshold (`--threshold`, a scenario's `[gate] threshold`, else `DEFAULT_THRESHOLD`);
+- `faster` / `slower` / `same` / `ambiguous`: both sides timed; each row's Hodges-Lehmann shift
+  (`faprof.report.gate_stats`), judged with the other rows of its kernel and the GPU model's
+  between-run noise floor (`faprof.report.gate_pool`, `faprof.report.gate_noise`: two runs of one
+  commit differ by more than either run's samples say) against the practical threshold
+  (`--threshold`, a scenario's `[gate] threshold`, else `DEFAULT_THRESHOLD`);
 - `wrong` / `failed`: the candidate's row is wrong or failed: a regression, whatever the baseline;
 - `untimed`: not timed on a side (unsupported, skipped, or failed on the baseline), listed only;
 - `missing`: the row is in one bundle only, listed only.
@@ -41,6 +43,8 @@ from faprof.errors import FaprofError
 from faprof.measure import stats
 from faprof.model.scenarios import gate_threshold
 from faprof.model.schema import TIMED
+from faprof.report import gate_pool
+from faprof.report.gate_noise import NoiseFloor, load_floors
 from faprof.report.gate_stats import AMBIGUOUS, FASTER, SAME, SLOWER, Shift, log_shift, verdict
 from faprof.report.gate_why import Nsight, why_moved
 from faprof.store import Bundle
@@ -54,9 +58,9 @@ DEFAULT_THRESHOLD = 0.02
 EXIT_OK = 0
 #: Exit code: at least one gated row is slower, or a candidate row is wrong or failed.
 EXIT_REGRESSION = 1
-#: Exit code: no regression, but gated rows the data cannot decide and whose interval reaches past
-#: +threshold (an interval crossing only the faster edge cannot be a regression) (2 is a usage
-#: error, 3 is `faprof profile`'s failed rows).
+#: Exit code: no regression, but gated rows that may be one: their kernel looks slower past the
+#: threshold, not significantly (faprof.report.gate_pool), or the row's own interval reaches past it
+#: where it could not be judged with its kernel (2 is a usage error, 3 is `faprof profile`'s failed rows).
 EXIT_AMBIGUOUS = 4
 
 #: Verdicts besides the four timing ones (faprof.report.gate_stats).
@@ -79,6 +83,9 @@ GATE_COLUMNS = (
     "status_baseline", "status_candidate", "timer_baseline", "timer_candidate",
     "clock_mhz_baseline", "clock_mhz_candidate", "throttled_baseline", "throttled_candidate",
     "rerun_samples", "notes", "why",
+    # between-run noise (faprof.report.gate_pool): the row's own interval with it, and its kernel's verdict
+    "decided_by", "row_ci_low", "row_ci_high", "kernel_ratio", "kernel_ci_low", "kernel_ci_high", "kernel_rows",
+    "candidate_runs",
 )
 
 #: Re-times (variant, shape_id) rows of the candidate on this machine; returns the new bundles.
@@ -101,6 +108,11 @@ class GateOptions:
     not follow the SM clock, so there this invents changes: off by default."""
     confidence: float = stats.CONFIDENCE
     """Confidence level of each row's interval."""
+    confirm: bool = False
+    """With a retime callback: re-time the kernels that are slower or undecided, not only the undecided
+    (`--confirm`); each re-time is a second candidate run in the between-run noise model."""
+    noise_floor: str | None = None
+    """The between-run noise floors: None faprof's recorded ones, a path a TOML file of them, 'none' no floor."""
 
 
 @dataclass(frozen=True)
@@ -140,7 +152,9 @@ class GateResult:
     notes: list[str] = field(default_factory=list)
     """Things said once (ncu missing on a side, rows re-timed where)."""
     reruns: list[str] = field(default_factory=list)
-    """Bundles written by --rerun-ambiguous."""
+    """Bundles written by --rerun-ambiguous / --confirm."""
+    kernels: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """One row per variant and GPU model judged on all its rows (`gate_pool.units_table`)."""
 
     @property
     def warnings(self) -> list[str]:
@@ -161,7 +175,7 @@ class GateResult:
 
     @property
     def undecided(self) -> pd.DataFrame:
-        """Gated ambiguous rows whose interval reaches past +threshold: they may be regressions."""
+        """Gated ambiguous rows that may be regressions (`EXIT_AMBIGUOUS`)."""
         return self.rows[self.rows["undecided"].astype(bool)] if not self.rows.empty else self.rows
 
     @property
@@ -332,6 +346,7 @@ def _judge(r: Any, samples_b: Any, threshold: float, options: GateOptions) -> di
     else:
         v = verdict(s, threshold)
         reason = _timing_reason(v, s, threshold, options.confidence)
+        out["shift"] = _shift(s, options.confidence)  # pooled with its kernel's rows (gate_pool)
     if options.equal_clocks and clocks:
         out["ratio_equal_clock"] = s.ratio
         notes.append(f"judged at equal SM clocks ({ca:.0f} vs {cb:.0f} MHz): {s.ratio * ca / cb:.3f}x in time")
@@ -347,7 +362,15 @@ def _judge(r: Any, samples_b: Any, threshold: float, options: GateOptions) -> di
     # an interval that stays under +threshold cannot hide a regression; one that reaches past it, or none, can
     may_regress = not s.has_interval or s.high > 1.0 + threshold or bool(ta and tb and ta != tb)
     return {**out, "verdict": v, "reason": reason, "regression": gated and v == SLOWER,
-            "undecided": gated and v == AMBIGUOUS and may_regress, "notes": notes}
+            "undecided": gated and v == AMBIGUOUS and may_regress, "notes": notes,
+            "host": _is_host(tb, _get(r, "device_b"))}
+
+
+def _shift(s: Shift, confidence: float) -> tuple[float, float]:
+    """(log ratio, its within-run standard error) of a row's interval (half its width over the normal quantile)."""
+    from scipy.stats import norm
+
+    return math.log(s.ratio), (math.log(s.high) - math.log(s.low)) / (2.0 * float(norm.ppf(0.5 + confidence / 2.0)))
 
 
 def _row_record(r: Any, judged: dict[str, Any]) -> dict[str, Any]:
@@ -363,9 +386,11 @@ def _row_record(r: Any, judged: dict[str, Any]) -> dict[str, Any]:
         "timer_baseline": _get(r, "timer_a"), "timer_candidate": _get(r, "timer_b"),
         "clock_mhz_baseline": _num(_get(r, "sm_clock_mhz_a")), "clock_mhz_candidate": _num(_get(r, "sm_clock_mhz_b")),
         "throttled_baseline": _get(r, "throttled_a"), "throttled_candidate": _get(r, "throttled_b"),
-        "rerun_samples": 0, "why": None,
+        "rerun_samples": 0, "why": None, "decided_by": None, "row_ci_low": math.nan, "row_ci_high": math.nan,
+        "kernel_ratio": math.nan, "kernel_ci_low": math.nan, "kernel_ci_high": math.nan, "kernel_rows": 0,
+        "candidate_runs": 1,
     }
-    rec.update(judged)
+    rec.update({k: v for k, v in judged.items() if k in GATE_COLUMNS})
     return rec
 
 
@@ -508,11 +533,6 @@ def _info(b: Bundle) -> dict[str, Any]:
             "gpu_name": env.get("gpu_name"), "git_sha": env.get("git_sha"), "has_ncu": not b.read("ncu_summary").empty}
 
 
-def _pooled(rerun: dict[tuple[str, str], dict[str, Any]], key: tuple[str, str], old: Any) -> tuple[np.ndarray, int]:
-    new = stats.as_samples(rerun[key].get("samples_ms")) if key in rerun else np.array([])
-    return np.concatenate([stats.as_samples(old), new]), int(new.size)
-
-
 def _rerun_rows(bundles: Sequence[Bundle], want_gpu: dict[tuple[str, str], str], cand_sha: Any,
                 notes: list[str]) -> dict[tuple[str, str], dict[str, Any]]:
     """The re-timed rows by (variant, shape_id): those on the candidate's GPU model only."""
@@ -541,9 +561,10 @@ def run_gate(baseline: Bundle, candidate: Bundle, options: GateOptions | None = 
     Args:
         baseline: the reference bundle (in CI, usually a committed one).
         candidate: the bundle of the change under test.
-        options: threshold, --allow-mismatch, --include-host, confidence.
-        retime: when given, ambiguous gated rows are re-timed through it (on this machine) and
-            their new samples pooled with the candidate's before the verdict is given again.
+        options: threshold, --allow-mismatch, --include-host, confidence, --confirm, the noise floors.
+        retime: when given, every timed row of a kernel with an undecided row (with options.confirm,
+            or a slower one) is re-timed through it (on this machine); each re-timed row is a second
+            candidate run in the between-run noise model, and the verdicts are given again.
 
     Returns:
         The GateResult: regressions first, then undecided rows, then the rest in VERDICT_ORDER,
@@ -573,10 +594,13 @@ def run_gate(baseline: Bundle, candidate: Bundle, options: GateOptions | None = 
     notes: list[str] = []
     samples_b = {i: stats.as_samples(r.get("samples_ms_b")) for i, r in paired.iterrows()}
     judged = {i: _judge(r, samples_b[i], threshold, options) for i, r in paired.iterrows()}
+    floors: list[NoiseFloor] = [] if (options.noise_floor or "").lower() == "none" else load_floors(options.noise_floor)
+    extra: dict[int, list[tuple[float, float]]] = {}  # re-timed candidate runs' (shift, error) per row
+    final, units, pool_notes = _pool(paired, judged, extra, floors, threshold, options)
     reruns: list[str] = []
     rerun_n: dict[int, int] = {}
     if retime is not None:
-        todo = {i: (paired.at[i, "variant"], paired.at[i, "shape_id"]) for i, j in judged.items() if j["undecided"]}
+        todo = _to_retime(paired, judged, final, options.confirm)
         if todo:
             new_bundles = retime(candidate, list(dict.fromkeys(todo.values())))
             reruns = [str(nb.path) for nb in new_bundles]
@@ -584,22 +608,21 @@ def run_gate(baseline: Bundle, candidate: Bundle, options: GateOptions | None = 
                     for i, key in todo.items()}
             got = _rerun_rows(new_bundles, want, (candidate.manifest().get("env") or {}).get("git_sha"), notes)
             for i, key in todo.items():
-                r = paired.loc[i]
+                status = got[key].get("status") if key in got else None
                 if key not in got:
                     judged[i]["notes"].append("re-timing gave no row on the candidate's GPU model")
-                    continue
-                status = got[key].get("status")
-                if status not in TIMED or status == "wrong":
+                elif status not in TIMED or status == "wrong":
                     judged[i] = {**judged[i], "verdict": WRONG if status == "wrong" else FAILED, "regression": True,
                                  "reason": f"{status} when re-timed here: {got[key].get('check_reason') or got[key].get('reason') or ''}"}
-                    continue
-                pooled, n_new = _pooled(got, key, r.get("samples_ms_b"))
-                rerun_n[i] = n_new
-                judged[i] = _judge(r, pooled, threshold, options)
-                judged[i]["notes"].append(f"re-timed here: {n_new} more samples pooled with the candidate's")
+                    judged[i].pop("shift", None)
+                else:
+                    _add_run(paired.loc[i], got[key], threshold, options, judged[i], extra.setdefault(i, []))
+                    rerun_n[i] = stats.as_samples(got[key].get("samples_ms")).size
+            final, units, pool_notes = _pool(paired, judged, extra, floors, threshold, options)
+    notes += [n for n in pool_notes if n not in notes]
     records = []
     for i, r in paired.iterrows():
-        rec = _row_record(r, judged[i])
+        rec = _row_record(r, final[i])
         rec["rerun_samples"] = rerun_n.get(i, 0)
         if i in rerun_n:
             rec["n_candidate"] += rerun_n[i]
@@ -611,7 +634,68 @@ def run_gate(baseline: Bundle, candidate: Bundle, options: GateOptions | None = 
     rows = rows.assign(_o=rank, _r=-rows["ratio"].fillna(0.0))
     rows = rows.sort_values(["_o", "_r", "variant", "shape_id"], kind="stable").drop(columns=["_o", "_r"])
     return GateResult(_info(baseline), _info(candidate), threshold, source, options.confidence, checks,
-                      rows.reset_index(drop=True), notes, reruns)
+                      rows.reset_index(drop=True), notes, reruns, pd.DataFrame(gate_pool.units_table(units)))
+
+
+def _pool(paired: pd.DataFrame, judged: dict[int, dict[str, Any]], extra: dict[int, list[tuple[float, float]]],
+          floors: list[NoiseFloor], threshold: float, options: GateOptions
+          ) -> tuple[dict[int, dict[str, Any]], list[gate_pool.UnitDecision], list[str]]:
+    """The rows' final verdicts: timed rows judged with their kernel and the between-run noise
+    (`gate_pool.decide`), every other row as `_judge` left it."""
+    shifts = [gate_pool.RowShift(i, str(paired.at[i, "variant"]), str(paired.at[i, "gpu_name"]), bool(j["gated"]),
+                                 bool(j.get("host")), (j["shift"], *extra.get(i, [])))
+              for i, j in judged.items() if j.get("shift") is not None]
+    decisions, units, notes = gate_pool.decide(shifts, floors, threshold, options.confidence,
+                                               use_floor=(options.noise_floor or "").lower() != "none")
+    final = {}
+    for i, j in judged.items():
+        d = decisions.get(i)
+        if d is None:
+            final[i] = j
+            continue
+        runs = (j["shift"], *extra.get(i, []))
+        final[i] = {**j, "verdict": d.verdict, "reason": d.reason, "regression": j["gated"] and d.verdict == SLOWER,
+                    "undecided": d.undecided, "decided_by": d.decided_by, "row_ci_low": d.row_ci_low,
+                    "row_ci_high": d.row_ci_high, "kernel_ratio": d.unit.ratio, "kernel_ci_low": d.unit.ci_low,
+                    "kernel_ci_high": d.unit.ci_high, "kernel_rows": d.unit.rows, "candidate_runs": len(runs),
+                    "suspect": d.suspect,
+                    "ratio": math.exp(float(np.mean([x for x, _ in runs])))}
+    return final, units, notes
+
+
+def _to_retime(paired: pd.DataFrame, judged: dict[int, dict[str, Any]], final: dict[int, dict[str, Any]],
+               confirm: bool) -> dict[int, tuple[str, str]]:
+    """The rows to re-time: every timed row of a kernel (variant, GPU model) with an undecided row, or, when
+    confirming, with a slower one or one that moved alone (a kernel is judged on all its rows, so all of
+    them get a second run)."""
+    def flagged(f: dict[str, Any]) -> bool:
+        return bool(f["undecided"]) or (confirm and ((f["verdict"] == SLOWER and bool(f["regression"]))
+                                                     or bool(f.get("suspect"))))
+
+    units = {(paired.at[i, "variant"], paired.at[i, "gpu_name"]) for i, f in final.items() if flagged(f)}
+    return {i: (paired.at[i, "variant"], paired.at[i, "shape_id"]) for i, j in judged.items()
+            if (paired.at[i, "variant"], paired.at[i, "gpu_name"]) in units
+            and (j.get("shift") is not None or flagged(final[i]))}
+
+
+def _add_run(r: pd.Series, got: dict[str, Any], threshold: float, options: GateOptions, judged: dict[str, Any],
+             runs: list[tuple[float, float]]) -> None:
+    """A re-timed row as a second candidate run: its shift against the baseline, judged like the first."""
+    r2 = r.copy()
+    for col in ("samples_ms", "sm_clock_mhz", "timer", "throttled", "throttle_reasons", "status", "device"):
+        r2[f"{col}_b"] = got.get(col)
+    again = _judge(r2, stats.as_samples(got.get("samples_ms")), threshold, options)
+    if again.get("shift") is None:
+        judged["notes"].append(f"re-timed here, but not comparable: {again['reason']}")
+        return
+    if judged.get("shift") is None:  # the candidate's own run did not compare (another timer): the re-time does
+        judged.update(shift=again["shift"], ratio=again["ratio"], ci_low=again["ci_low"], ci_high=again["ci_high"],
+                      notes=[*judged["notes"], "re-timed here: the re-time replaces the candidate's run, which did "
+                                               "not compare"])
+        return
+    runs.append(again["shift"])
+    judged["notes"].append(f"re-timed here: {math.exp(again['shift'][0]):.3f}x in the second run "
+                           f"({stats.as_samples(got.get('samples_ms')).size} samples)")
 
 
 def _attach_why(rows: pd.DataFrame, baseline: Bundle, candidate: Bundle, notes: list[str]) -> None:

@@ -27,7 +27,7 @@ from faprof.report.gate_stats import AMBIGUOUS, FASTER, SAME, SLOWER
 from faprof.report.gate_why import fmt_value
 
 #: Version of the JSON document `--json` writes (bumped when a key changes meaning).
-JSON_SCHEMA = "faprof-gate/1"
+JSON_SCHEMA = "faprof-gate/2"  # 2: verdicts with between-run noise, per-kernel `kernels`, row_ci_* and kernel_* columns
 
 _STYLE = {SLOWER: "bold red", WRONG: "bold red", FAILED: "bold red", AMBIGUOUS: "yellow", FASTER: "green",
           SAME: "", UNTIMED: "dim", MISSING: "dim"}
@@ -42,7 +42,8 @@ _LISTED = (WRONG, FAILED, SLOWER, AMBIGUOUS, FASTER)
 
 EXIT_MEANING = {EXIT_OK: "pass: no gated row slower, wrong or failed, none undecided",
                 EXIT_REGRESSION: "fail: a gated row is slower, or a candidate row is wrong or failed",
-                EXIT_AMBIGUOUS: "ambiguous: no regression, but rows whose interval reaches past the threshold"}
+                EXIT_AMBIGUOUS: "ambiguous: no regression, but a kernel that looks slower past the threshold, "
+                                "not significantly (--confirm re-times it)"}
 
 
 def _f(x: Any, spec: str = ".3f") -> str:
@@ -54,8 +55,19 @@ def _f(x: Any, spec: str = ".3f") -> str:
 
 
 def _ci(r: Any) -> str:
-    lo, hi = _f(r["ci_low"]), _f(r["ci_high"])
+    """The row's interval with the run-to-run noise when it has one, else its samples' interval."""
+    lo, hi = _f(r.get("row_ci_low")), _f(r.get("row_ci_high"))
+    if not (lo and hi):
+        lo, hi = _f(r["ci_low"]), _f(r["ci_high"])
     return f"{lo}-{hi}" if lo and hi else ""
+
+
+def _kernel(r: Any) -> str:
+    """'0.996x (0.962-1.031)' for a row judged with its kernel, 'row alone' for one judged alone."""
+    if r.get("decided_by") == "row":
+        return "row alone"
+    k = _f(r.get("kernel_ratio"))
+    return f"{k}x ({_f(r.get('kernel_ci_low'))}-{_f(r.get('kernel_ci_high'))})" if k else ""
 
 
 def _names(rows: pd.DataFrame) -> str:
@@ -114,17 +126,19 @@ def verdict_table(result: GateResult, show_all: bool = False) -> Table:
     """The rows that need a look (`listed_rows`; every row with show_all)."""
     rows = result.rows if show_all else listed_rows(result)
     clocks = rows["ratio_equal_clock"].notna().any() if not rows.empty else False
-    caption = (f"* undecided: the interval reaches past +{pct_text(result.threshold)}, so it may be a regression "
-               "(--rerun-ambiguous re-times it)") if rows["undecided"].astype(bool).any() else None
-    t = Table(title=f"Verdicts (threshold {pct_text(result.threshold)}, {result.confidence:.0%} intervals of candidate "
-                    "time / baseline time)", header_style="bold", caption=caption)
-    cols = ["variant", "shape", "GPU", "verdict", "ratio", "CI", *(["at equal clock"] if clocks else []),
+    caption = (f"* undecided: its kernel looks slower by more than {pct_text(result.threshold)}, not significantly "
+               "(--confirm re-times it)") if rows["undecided"].astype(bool).any() else None
+    t = Table(title=f"Rows (threshold {pct_text(result.threshold)}; {result.confidence:.0%} intervals of candidate "
+                    "time / baseline time with the run-to-run noise; each row judged with its kernel)",
+              header_style="bold", caption=caption)
+    cols = ["variant", "shape", "GPU", "verdict", "ratio", "CI", "kernel", *(["at equal clock"] if clocks else []),
             "baseline ms", "candidate ms", "why / notes"]
     multi_gpu = result.rows["gpu_name"].nunique() > 1
     for c in cols:
         if c == "GPU" and not multi_gpu:
             continue
-        t.add_column(c, justify="right" if c in ("ratio", "CI", "at equal clock", "baseline ms", "candidate ms") else "left",
+        t.add_column(c, justify="right" if c in ("ratio", "CI", "kernel", "at equal clock", "baseline ms", "candidate ms")
+                     else "left",
                      overflow="fold" if c == "why / notes" else "ellipsis")
     for _, r in rows.iterrows():
         v = r["verdict"]
@@ -136,10 +150,47 @@ def verdict_table(result: GateResult, show_all: bool = False) -> Table:
         if v in (WRONG, FAILED, UNTIMED, MISSING):
             detail = "; ".join(x for x in (str(r["reason"]), detail) if x)
         t.add_row(r["variant"], r["shape_id"], *([str(r["gpu_name"])] if multi_gpu else []),
-                  f"[{style}]{escape(label)}[/]" if style else escape(label), _f(r["ratio"]), _ci(r),
+                  f"[{style}]{escape(label)}[/]" if style else escape(label), _f(r["ratio"]), _ci(r), _kernel(r),
                   *([_f(r["ratio_equal_clock"])] if clocks else []),
                   _f(r["median_ms_baseline"], ".4g"), _f(r["median_ms_candidate"], ".4g"), escape(detail))
     return t
+
+
+def kernel_table(result: GateResult) -> Table:
+    """One line per kernel (variant and GPU model) judged on all its rows: the gate's decisions."""
+    t = Table(title=f"Kernels (all rows of a variant together; {result.confidence:.0%} interval, and adjusted for the "
+                    "number of kernels, with the run-to-run noise)", header_style="bold")
+    multi_gpu = not result.kernels.empty and result.kernels["gpu_name"].nunique() > 1
+    for c in ("variant", *(["GPU"] if multi_gpu else []), "rows", "verdict", "ratio", "CI", "adjusted CI",
+              "row spread", "noise used", "reason"):
+        t.add_column(c, justify="right" if c in ("rows", "ratio", "CI", "adjusted CI", "row spread", "noise used")
+                     else "left", overflow="fold" if c == "reason" else "ellipsis")
+    for _, k in result.kernels.iterrows():
+        v = k["verdict"] + ("" if k["gated"] else " (not gated)") + (" *" if k["undecided"] else "")
+        style = _STYLE.get(k["verdict"], "") if k["gated"] else "dim"
+        t.add_row(k["variant"], *([str(k["gpu_name"])] if multi_gpu else []), str(k["rows"]),
+                  f"[{style}]{escape(v)}[/]" if style else escape(v), _f(k["ratio"]),
+                  f"{_f(k['ci_low'])}-{_f(k['ci_high'])}", f"{_f(k['adj_low'])}-{_f(k['adj_high'])}",
+                  _f(k["row_spread"], ".2%"), _f(k["noise_sd"], ".2%"), escape(_short(k["reason"])))
+    return t
+
+
+def _short(reason: str) -> str:
+    """A kernel's reason without its figures (they are in the columns): what follows the last '): '."""
+    return reason.rsplit("): ", 1)[-1]
+
+
+def noise_line(result: GateResult) -> str:
+    """Which between-run noise floors the kernels were judged with, in one line ('' when none)."""
+    k = result.kernels
+    if k.empty:
+        return ""
+    used = k[k["floor_gpu"] != "none"].drop_duplicates("floor_gpu")
+    if used.empty:
+        return "between-run noise: no floor (the runs' own samples and rows only)"
+    return "between-run noise floor: " + "; ".join(
+        f"{r['floor_gpu']}'s, a row {r['floor_row_sd']:.2%} and a kernel's offset {r['floor_offset_sd']:.2%} per run"
+        for _, r in used.iterrows())
 
 
 def unlisted_line(result: GateResult) -> str:
@@ -186,24 +237,36 @@ def render_markdown(result: GateResult) -> str:
     lines = [f"## faprof gate: {result.outcome.upper()} (exit {result.exit_code})", "",
              f"- baseline: `{b['run_id']}` ({b.get('gpu_name') or 'CPU only'}, commit {b.get('git_sha') or '?'})",
              f"- candidate: `{c['run_id']}` ({c.get('gpu_name') or 'CPU only'}, commit {c.get('git_sha') or '?'})",
-             f"- threshold {pct_text(result.threshold)} ({result.threshold_source}); verdicts from {result.confidence:.0%} "
-             "Hodges-Lehmann intervals of candidate time / baseline time on the kept samples",
+             f"- threshold {pct_text(result.threshold)} ({result.threshold_source}); each kernel judged on all its rows "
+             f"(Hodges-Lehmann shifts of the kept samples) with the between-run noise, {result.confidence:.0%} intervals",
+             *([f"- {noise_line(result)}"] if noise_line(result) else []),
              f"- {counts_text(result)}", ""]
     for w in [*result.warnings, *result.notes]:
         lines.append(f"> warning: {w}" if w in result.warnings else f"> note: {w}")
     if result.warnings or result.notes:
         lines.append("")
+    if not result.kernels.empty:
+        head = ["variant", "GPU", "rows", "verdict", "ratio", f"{result.confidence:.0%} CI", "adjusted CI",
+                "row spread", "noise used", "why"]
+        lines += ["### Kernels (all rows of a variant together)", "", _md_row(head), _md_row(["---"] * len(head))]
+        for _, k in result.kernels.iterrows():
+            v = k["verdict"] + ("" if k["gated"] else " (not gated)") + (" (undecided)" if k["undecided"] else "")
+            lines.append(_md_row([k["variant"], k["gpu_name"], k["rows"], f"**{v}**" if k["regression"] else v,
+                                  _f(k["ratio"]), f"{_f(k['ci_low'])}-{_f(k['ci_high'])}",
+                                  f"{_f(k['adj_low'])}-{_f(k['adj_high'])}", _f(k["row_spread"], ".2%"),
+                                  _f(k["noise_sd"], ".2%"), _short(k["reason"])]))
+        lines.append("")
     listed = listed_rows(result)
     clocks = bool(listed["ratio_equal_clock"].notna().any()) if not listed.empty else False
-    header = ["variant", "shape", "verdict", "ratio", "95% CI", *(["at equal clock"] if clocks else []),
-              "baseline ms", "candidate ms", "n (b / c)", "reason"]
+    header = ["variant", "shape", "verdict", "ratio", f"{result.confidence:.0%} CI (runs)", "kernel",
+              *(["at equal clock"] if clocks else []), "baseline ms", "candidate ms", "n (b / c)", "reason"]
     if not listed.empty:
         lines += ["### Rows that moved or could not be decided", "", _md_row(header), _md_row(["---"] * len(header))]
         for _, r in listed.iterrows():
             v = r["verdict"] + ("" if r["gated"] else " (not gated)") + (" (undecided)" if r["undecided"] else "")
             reason = "; ".join([str(r["reason"]), *(r["notes"] or [])])
             lines.append(_md_row([r["variant"], f"`{r['shape_id']}`", f"**{v}**" if r["regression"] else v,
-                                  _f(r["ratio"]), _ci(r), *([_f(r["ratio_equal_clock"])] if clocks else []),
+                                  _f(r["ratio"]), _ci(r), _kernel(r), *([_f(r["ratio_equal_clock"])] if clocks else []),
                                   _f(r["median_ms_baseline"], ".4g"), _f(r["median_ms_candidate"], ".4g"),
                                   f"{r['n_baseline']} / {r['n_candidate']}", reason]))
         lines.append("")
@@ -219,7 +282,7 @@ def render_markdown(result: GateResult) -> str:
         lines.append(_md_row([ch.item, ch.baseline, ch.candidate, {"same": "", "info": "differs",
                                                                    "warn": "**warning**"}.get(ch.level, ch.level)]))
     lines += ["", f"<details><summary>All {len(result.rows)} rows</summary>", "",
-              _md_row(["variant", "shape", "GPU", "verdict", "ratio", "95% CI", "status (b / c)"]), _md_row(["---"] * 7)]
+              _md_row(["variant", "shape", "GPU", "verdict", "ratio", "CI (runs)", "status (b / c)"]), _md_row(["---"] * 7)]
     for _, r in result.rows.iterrows():
         lines.append(_md_row([r["variant"], f"`{r['shape_id']}`", r["gpu_name"], r["verdict"], _f(r["ratio"]), _ci(r),
                               f"{r['status_baseline'] or '-'} / {r['status_candidate'] or '-'}"]))
@@ -283,11 +346,14 @@ def result_dict(result: GateResult) -> dict[str, Any]:
         "schema": JSON_SCHEMA, "outcome": result.outcome, "exit_code": result.exit_code,
         "exit_meaning": EXIT_MEANING[result.exit_code],
         "threshold": result.threshold, "threshold_source": result.threshold_source, "confidence": result.confidence,
-        "method": "Hodges-Lehmann estimate of candidate/baseline time on log samples, Mann-Whitney interval",
+        "method": ("per row, the Hodges-Lehmann shift of candidate/baseline time on log samples; per kernel, the "
+                   "one-sample Hodges-Lehmann shift of its rows with a between-run noise model (a GPU model's "
+                   "recorded floor updated by the rows' own spread; faprof/report/gate_pool.py)"),
         "baseline": result.baseline, "candidate": result.candidate,
         "counts": {v: result.count(v) for v in (WRONG, FAILED, SLOWER, AMBIGUOUS, FASTER, SAME, UNTIMED, MISSING)},
         "provenance": [dataclasses.asdict(c) for c in result.checks], "warnings": result.warnings, "notes": result.notes,
         "reruns": result.reruns,
+        "kernels": result.kernels.to_dict("records"),
         "rows": result.rows.to_dict("records"),
     })
 

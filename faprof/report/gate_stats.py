@@ -19,16 +19,19 @@ bootstrap of the ratio of medians:
   distinct values and its percentile interval under-covers;
 - on log times the threshold is symmetric: 2% slower and 2% faster are the same distance from 1.
 
-The verdict puts the interval against the practical threshold t: `slower` when the whole interval
-lies above 1 + t, `faster` when it lies below 1 / (1 + t), `same` when it lies inside
-[1 / (1 + t), 1 + t], and `ambiguous` when it crosses an edge (the data cannot tell whether the
-change exceeds the threshold; more samples, `faprof gate --rerun-ambiguous`, can).
+`verdict` puts one row's interval against the practical threshold t: `slower` when the whole
+interval lies above 1 + t, `faster` when it lies below 1 / (1 + t), `same` when it lies inside
+[1 / (1 + t), 1 + t], and `ambiguous` when it crosses an edge. That interval covers the row's own
+samples only; two runs of one commit differ by more (faprof issue 27), so `faprof gate` gives it
+only to rows it cannot judge with their kernel and the GPU's between-run noise
+(`faprof.report.gate_pool`, which also uses `hl_one_sample` below).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,3 +175,10 @@ def verdict(shift: Shift, threshold: float) -> str:
     if shift.low >= down and shift.high <= up:
         return SAME
     return AMBIGUOUS
+
+
+def hl_one_sample(x: Sequence[float] | np.ndarray) -> float:
+    """The one-sample Hodges-Lehmann estimate: the median of the Walsh averages (x_i + x_j) / 2, i <= j."""
+    a = np.asarray(x, dtype=float)
+    i, j = np.triu_indices(a.size)
+    return float(np.median((a[i] + a[j]) / 2.0))
