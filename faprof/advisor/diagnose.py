@@ -208,8 +208,9 @@ def diagnose(source: Any, against: str | None = None) -> pd.DataFrame:
         attach([f for f, _ in ranked], lines, call.variant, call.shape_id)
         for rank, (f, is_primary) in enumerate(ranked, start=1):
             rows.append(_row(f, call, rank, is_primary))
-    for f in notes:
-        rows.append(_row(f, None, 1, False))
+    at = {c.shape_id: c for c in calls}
+    for f in notes:  # a shape's dtype and group from any call at it
+        rows.append(_row(f, at.get(f.shape_id), 1, False))
     out = pd.DataFrame(rows, columns=list(DIAG_COLUMNS))
     out["rank"] = out["rank"].astype("int64")
     out["primary"] = out["primary"].astype(bool)
