@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from faprof.errors import FaprofError
-from faprof.variants import build
+from faprof.variants import build, occupancy
 from faprof.variants import ptxas as build_report
 
 DATA = Path(__file__).parent / "data"
@@ -60,7 +60,7 @@ def test_report_values_are_sane(report):
     # Every kernel here carries a faprof:launch annotation, so occupancy is known for each row.
     assert report.threads.notna().all() and report.blocks_per_sm.notna().all()
     assert (report.blocks_per_sm >= 1).all(), report[report.blocks_per_sm < 1]
-    assert set(report.limiter) <= set(build_report.LIMITER_ORDER)
+    assert set(report.limiter) <= set(occupancy.LIMITER_ORDER)
     # The naive matmul kernels use two static 32x33 fp32 tiles, everything else dynamic smem only.
     mm = report[report.name.isin(["naive_scores_kernel", "naive_pv_kernel"])]
     assert (mm.smem_static_bytes == 2 * 32 * 33 * 4).all()

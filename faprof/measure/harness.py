@@ -29,6 +29,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from faprof.measure import correctness, stats
@@ -148,88 +149,150 @@ def _open_timer(settings: TimingSettings) -> tuple[Any, str]:
         return None, f"CUPTI unavailable: {e}"
 
 
+#: Warm-up stops after this many calls even when `warmup_ms` has not passed (a call of a few
+#: microseconds would otherwise make tens of thousands of calls in a long warm-up).
+WARMUP_MAX_CALLS = 10_000
+
+#: Timed calls in the first batch: few, so a slow call cannot spend the budget before the first
+#: look at the stop rule; each later batch doubles, up to MAX_BATCH.
+FIRST_BATCH = 10
+
+#: The most timed calls between two looks at the stop rule.
+MAX_BATCH = 100
+
+
+@dataclass
+class _CudaSamples:
+    """The samples of one `time_cuda`: CUPTI kernel time (while the timer lasts) and CUDA events."""
+
+    timer: Any
+    """The KernelTimer, or None once events are the timer (asked for, unavailable, or fallen back)."""
+    note: str
+    """Why events are the timer ('' with CUPTI)."""
+    kernel: list[float] = field(default_factory=list)
+    span: list[float] = field(default_factory=list)
+    nkern: list[int] = field(default_factory=list)
+    event: list[float] = field(default_factory=list)
+    last: Any = None
+    """The last timed call's result (checked against the verified output by the caller)."""
+
+    def primary(self) -> list[float]:
+        """The samples the statistics are of: kernel time with CUPTI, else the events'."""
+        return self.kernel if self.timer is not None else self.event
+
+
 def time_cuda(fn: Callable[[], Any], settings: TimingSettings, flusher: L2Flusher | None,
               monitor: Any = None) -> dict[str, Any]:
     """Kernel time (CUPTI) and call latency (events) of `fn` with warm-up, clean-L2 flush, a
-    GPU-side lead and adaptive repeats on the median's CI. Times in ms."""
+    GPU-side lead and adaptive repeats on the median's CI.
+
+    Args:
+        fn: one call of the variant (inputs bound).
+        settings: the scenario's timing settings.
+        flusher: the L2 flush run before every timed call (None: no flush).
+        monitor: a GPU monitor read after every batch (None: none).
+
+    Returns:
+        The samples and their statistics, the stop reason, the timer used and why, and the side
+        figures (enqueue cost, event and span medians, kernels per call, SM clock). Times in ms.
+    """
+    _warm_up(fn, settings.warmup_ms)
+    enqueue_ms = host_enqueue_ms(fn)
+    lead_cycles = int(cycles_per_us() * (LEAD_MIN_US + LEAD_FACTOR * enqueue_ms * 1e3))
+    smp = _CudaSamples(*_open_timer(settings))
+    batch = FIRST_BATCH
+    start_wall = time.perf_counter()
+    stop_reason = "max_repeats"
+    try:
+        while len(smp.event) < settings.max_repeats:
+            batch = min(batch, settings.max_repeats - len(smp.event))
+            _timed_batch(fn, batch, smp, flusher, lead_cycles)
+            if monitor is not None:
+                monitor.read()
+            reason = _stop_reason(smp.primary(), settings, start_wall)
+            if reason:
+                stop_reason = reason
+                break
+            batch = min(MAX_BATCH, batch * 2)
+    finally:
+        if smp.timer is not None:
+            smp.timer.close()
+    clock = sm_clock_mhz()
+    used = "cupti" if smp.timer is not None else "cuda_event"
+    primary = smp.primary()
+    return {"samples": primary, "stats": stats.summarize(primary), "stop": stop_reason, "timer": used,
+            "timer_note": smp.note, "host_enqueue_ms": enqueue_ms, "event_ms": statistics.median(smp.event),
+            "span_ms": statistics.median(smp.span) if smp.span else None,
+            "kernels_per_call": statistics.median(smp.nkern) if smp.nkern else None,
+            "sm_clock_mhz": clock, "last_result": smp.last}
+
+
+def _warm_up(fn: Callable[[], Any], warmup_ms: float) -> None:
+    """At least 3 synchronized calls and `warmup_ms` of wall time (at most WARMUP_MAX_CALLS calls)."""
     import torch
 
     t0 = time.perf_counter()
     calls = 0
-    while calls < 3 or (time.perf_counter() - t0) * 1e3 < settings.warmup_ms:
+    while calls < 3 or (time.perf_counter() - t0) * 1e3 < warmup_ms:
         fn()
         calls += 1
         torch.cuda.synchronize()
-        if calls >= 10_000:
+        if calls >= WARMUP_MAX_CALLS:
             break
-    enqueue_ms = host_enqueue_ms(fn)
-    lead_cycles = int(cycles_per_us() * (LEAD_MIN_US + LEAD_FACTOR * enqueue_ms * 1e3))
-    timer, note = _open_timer(settings)
-    kernel: list[float] = []
-    span: list[float] = []
-    nkern: list[int] = []
-    event: list[float] = []
-    last = None
-    batch = 10
-    start_wall = time.perf_counter()
-    stop_reason = "max_repeats"
-    try:
-        while len(event) < settings.max_repeats:
-            batch = min(batch, settings.max_repeats - len(event))
-            evs = []
-            ids = timer.new_ids(batch) if timer is not None else [0] * batch
-            for cid in ids:
-                if flusher is not None:
-                    flusher()
-                torch.cuda._sleep(lead_cycles)
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                if timer is not None:
-                    with timer.call(cid):
-                        last = fn()
-                else:
-                    last = fn()
-                e.record()
-                evs.append((s, e))
-            torch.cuda.synchronize()
-            event.extend(s.elapsed_time(e) for s, e in evs)
-            if timer is not None:
-                got = timer.collect(expect=ids)
-                seen = [got[i] for i in ids if i in got]
-                if len(seen) < CUPTI_MIN_COVERAGE * len(ids):
-                    note = (f"CUPTI recorded kernels for {len(seen)} of {len(ids)} calls "
-                            f"(records: {timer.last_counts}); CUDA events used")
-                    timer.close()
-                    timer = None
-                    kernel, span, nkern = [], [], []
-                else:
-                    kernel.extend(c.sum_ns / 1e6 for c in seen)
-                    span.extend(c.span_ns / 1e6 for c in seen)
-                    nkern.extend(c.kernels for c in seen)
-            if monitor is not None:
-                monitor.read()
-            primary = kernel if timer is not None else event
-            st = stats.summarize(primary)
-            enough = stats.enough_samples(st["n"], st["median"], settings.min_repeats, settings.min_repeats_short,
-                                          settings.short_call_ms)
-            if enough and st["rel_ci"] <= settings.target_rel_ci:
-                stop_reason = "converged"
-                break
-            if time.perf_counter() - start_wall > settings.budget_s and enough:
-                stop_reason = "budget"
-                break
-            batch = min(100, batch * 2)
-    finally:
-        if timer is not None:
-            timer.close()
-    clock = sm_clock_mhz()
-    used = "cupti" if timer is not None else "cuda_event"
-    primary = kernel if used == "cupti" else event
-    return {"samples": primary, "stats": stats.summarize(primary), "stop": stop_reason, "timer": used,
-            "timer_note": note, "host_enqueue_ms": enqueue_ms, "event_ms": statistics.median(event),
-            "span_ms": statistics.median(span) if span else None,
-            "kernels_per_call": statistics.median(nkern) if nkern else None,
-            "sm_clock_mhz": clock, "last_result": last}
+
+
+def _timed_batch(fn: Callable[[], Any], n: int, smp: _CudaSamples, flusher: L2Flusher | None,
+                 lead_cycles: int) -> None:
+    """`n` timed calls, each after a flush and a GPU-side lead; their samples added to `smp`.
+
+    A batch whose CUPTI records cover less than CUPTI_MIN_COVERAGE of its calls closes the timer:
+    from then on (and for the whole row) CUDA events are the timer, and `smp.note` says why.
+    """
+    import torch
+
+    evs = []
+    ids = smp.timer.new_ids(n) if smp.timer is not None else [0] * n
+    for cid in ids:
+        if flusher is not None:
+            flusher()
+        torch.cuda._sleep(lead_cycles)
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        if smp.timer is not None:
+            with smp.timer.call(cid):
+                smp.last = fn()
+        else:
+            smp.last = fn()
+        e.record()
+        evs.append((s, e))
+    torch.cuda.synchronize()
+    smp.event.extend(s.elapsed_time(e) for s, e in evs)
+    if smp.timer is None:
+        return
+    got = smp.timer.collect(expect=ids)
+    seen = [got[i] for i in ids if i in got]
+    if len(seen) < CUPTI_MIN_COVERAGE * len(ids):
+        smp.note = (f"CUPTI recorded kernels for {len(seen)} of {len(ids)} calls "
+                    f"(records: {smp.timer.last_counts}); CUDA events used")
+        smp.timer.close()
+        smp.timer = None
+        smp.kernel, smp.span, smp.nkern = [], [], []
+    else:
+        smp.kernel.extend(c.sum_ns / 1e6 for c in seen)
+        smp.span.extend(c.span_ns / 1e6 for c in seen)
+        smp.nkern.extend(c.kernels for c in seen)
+
+
+def _stop_reason(primary: list[float], settings: TimingSettings, start_wall: float) -> str | None:
+    """'converged' (the median's CI is narrow enough), 'budget' (time is up), or None: time more calls."""
+    st = stats.summarize(primary)
+    enough = stats.enough_samples(st["n"], st["median"], settings.min_repeats, settings.min_repeats_short,
+                                  settings.short_call_ms)
+    if enough and st["rel_ci"] <= settings.target_rel_ci:
+        return "converged"
+    if time.perf_counter() - start_wall > settings.budget_s and enough:
+        return "budget"
+    return None
 
 
 def time_host(fn: Callable[[], Any], settings: TimingSettings, sync: Callable[[], None] | None = None) -> dict[str, Any]:
