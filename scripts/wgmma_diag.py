@@ -1,6 +1,7 @@
 """wgmma building blocks on the GPU, before any attention: one warpgroup GEMM per case against torch.
 
-Runs torch.ops.faprof.wgmma_gemm_test (kernels/wgmma_test.cu) over every form the fa3 kernels use:
+Runs torch.ops.faprof_test.wgmma_gemm_test (tests/kernels/wgmma_test.cu, built as the test-only
+extension by tests/kernels/testonly_variants.py) over every form the fa3 kernels use:
 SS (A and B from shared-memory descriptors) and RS (A from registers), B K-major (as K in Q·Kᵀ) and
 MN-major (transpose-B, as V in P·V), K = 16 (one instruction) and 128 (8 steps over two 128-byte
 swizzle blocks), N = 64 and 128, fp16 and bf16; C = A·B in fp32 against float64 torch.matmul of the
@@ -18,9 +19,23 @@ per case and a summary; writes the same as JSON with --out. Exit 0 when every de
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import json
 import sys
+from pathlib import Path
+
+#: The test-only kernels' variants file, whose module builds and loads torch.ops.faprof_test.
+TESTONLY_VARIANTS = Path(__file__).resolve().parent.parent / "tests" / "kernels" / "testonly_variants.py"
+
+
+def _testonly_ops():
+    """torch.ops.faprof_test, the test-only extension built (or loaded from faprof's build cache)."""
+    spec = importlib.util.spec_from_file_location("faprof_testonly_variants", TESTONLY_VARIANTS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ops()
 
 
 def main() -> int:
@@ -30,13 +45,10 @@ def main() -> int:
 
     import torch
 
-    from faprof.variants import build
-
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("wgmma_diag: needs a compute capability 9.0 GPU (H100/H200)")
         return 2
-    build.load()
-    op = torch.ops.faprof.wgmma_gemm_test
+    op = _testonly_ops().wgmma_gemm_test
     torch.manual_seed(0)
     rows: list[dict] = []
 

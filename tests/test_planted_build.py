@@ -24,7 +24,8 @@ needs_nvcc = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def report():
-    return build_report.resource_report(archs=ARCHS, sources=sorted((PLANTED / "kernels").glob("*.cu")))
+    return build_report.resource_report(archs=ARCHS, sources=sorted((PLANTED / "kernels").glob("*.cu")),
+                                        include_dirs=[build.KERNELS_DIR])  # mma_ptx.cuh
 
 
 @needs_nvcc
@@ -68,3 +69,16 @@ def test_planted_variants_are_hidden_and_registered_only_on_request():
     s = load_scenario(str(PLANTED / "planted.toml"))
     assert sorted(s.variants) == sorted(v.name for v in planted)
     assert {p.causal for p in s.problems} == {False, True}
+
+
+def test_planted_kernels_share_the_ptx_wrappers_instead_of_copying_them():
+    """planted_mma.cu includes kernels/mma_ptx.cuh (as fa2_mma.cu does) and defines none of its wrappers."""
+    import re
+
+    text = (PLANTED / "kernels" / "planted_mma.cu").read_text()
+    shared = re.findall(r"__device__ __forceinline__ \S+ (\w+)\(", (build.KERNELS_DIR / "mma_ptx.cuh").read_text())
+    assert {"ldmatrix_x4", "mma_16816", "pack2", "fast_exp2"} <= set(shared)
+    assert '#include "mma_ptx.cuh"' in text and "using namespace faprof_ptx;" in text
+    defined = set(re.findall(r"__device__ __forceinline__ \S+ (\w+)\(", text))
+    assert not defined & set(shared), defined & set(shared)
+    assert "mma.sync.aligned" not in text and "ldmatrix.sync.aligned" not in text

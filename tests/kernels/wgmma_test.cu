@@ -11,6 +11,9 @@
 // K in {16, 128} (one step; two 64-wide swizzle blocks of 4 steps each), N in {64, 128}; fp16 or bf16. lbo/sbo (bytes, < 0: the kernel's own
 // choice) override B's descriptor offsets so that a failing layout can be diagnosed by trying
 // the alternatives in one GPU run (scripts/gpu_wgmma_check.sh).
+//
+// Built only by tests/kernels/testonly_variants.py as its own small extension (torch.ops.faprof_test.*),
+// never part of faprof's; the CPU build tests (tests/test_build.py, test_fa3_build.py) compile it for sm_80, sm_89 and sm_90a.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -19,7 +22,7 @@
 #include <type_traits>
 
 #include "fa3_common.cuh"
-#include "faprof_kernels.h"
+#include "testonly_kernels.h"
 
 namespace faprof_fa3 {
 
