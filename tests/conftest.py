@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from testonly import testonly_module
+from testonly import load_testonly
 
 
 def _cuda() -> bool:
@@ -56,6 +56,6 @@ def ops():
 @pytest.fixture(scope="module")
 def testonly_ops():
     """torch.ops.faprof_test with the test-only kernels' extension built (or loaded from its cache)."""
-    info = testonly_module().load_extension()
+    info = load_testonly().load_extension()
     print(f"test-only extension: {info.summary()}")
-    return testonly_module().ops()
+    return load_testonly().ops()

@@ -18,7 +18,7 @@ from types import ModuleType
 TESTONLY_VARIANTS = Path(__file__).resolve().parent / "kernels" / "testonly_variants.py"
 
 
-def testonly_module() -> ModuleType:
+def load_testonly() -> ModuleType:
     """tests/kernels/testonly_variants.py as a module (imported once; importing registers its variants)."""
     name = "faprof_testonly_variants"
     if name not in sys.modules:
