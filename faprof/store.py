@@ -36,6 +36,7 @@ from typing import Any
 
 import pandas as pd
 
+from faprof import store_error_maps
 from faprof.errors import FaprofError
 from faprof.measure import stats
 
@@ -60,7 +61,8 @@ def next_row_seq() -> str:
 SCHEMA_VERSION = 1
 
 #: Tables a bundle may hold, by file stem.
-TABLES = ("measurements", "ncu_metrics", "ncu_summary", "stalls", "roofline", "nsys_kernels", "nsys_summary")
+TABLES = ("measurements", "ncu_metrics", "ncu_summary", "stalls", "roofline", "nsys_kernels", "nsys_summary",
+          "error_maps")
 
 
 def utc_stamp(now: datetime | None = None) -> str:
@@ -198,15 +200,19 @@ class Bundle:
         return self.path / f"{name}.parquet"
 
     def has(self, name: str) -> bool:
-        if name == "measurements" and self.pending_rows():
-            return True
+        if name in ("measurements", "error_maps") and self.pending_rows():
+            return name == "measurements" or not self.read(name).empty
         return self.table_path(name).exists()
 
     def read(self, name: str) -> pd.DataFrame:
         """A table of the bundle; an empty frame when it was not collected. `measurements` includes
         the rows appended since the last compaction."""
         if name == "measurements":
-            return self._merged_measurements()[0]
+            return store_error_maps.without_maps(self._merged_measurements()[0])
+        if name == "error_maps":  # wrong rows' maps: the table, plus those pending rows still carry
+            p = self.table_path(name)
+            return store_error_maps.merge(read_table_file(p) if p.exists() else pd.DataFrame(),
+                                          self._merged_measurements()[0])
         p = self.table_path(name)
         if not p.exists():
             return pd.DataFrame()
@@ -264,7 +270,10 @@ class Bundle:
         df, files = self._merged_measurements()
         if not files:
             return 0
-        self.write("measurements", df)
+        maps = self.read("error_maps")  # before the rows lose their maps: the table first, then the rows
+        if not maps.empty or self.table_path("error_maps").exists():
+            self.write("error_maps", maps)
+        self.write("measurements", store_error_maps.without_maps(df))
         for f in files:
             f.unlink(missing_ok=True)
         with contextlib.suppress(OSError):

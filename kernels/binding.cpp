@@ -404,3 +404,80 @@ TORCH_LIBRARY_IMPL(faprof, CPU, m) {
     m.impl("fa3_wgmma_d_fwd", &fa3_wgmma_d_fwd);
     m.impl("fa3_wgmma_e_fwd", &fa3_wgmma_e_fwd);
 }
+
+// ------------------------------------------------------------------- fa3 backward (issue 28)
+// Hopper backward steps (kernels/fa3_bwd_a.cu, fa3_bwd_b.cu): gradients of an fa3 forward from its
+// out and lse. lse2 and delta are fp32 [B, H, Sq_pad] workspaces (Sq rounded up to
+// kFaprofFa3BwdSeqPad), dq_accum an fp32 [B, H, Sq, D] workspace; Python allocates all three.
+namespace {
+
+using Fa3BwdLauncher = cudaError_t (*)(const void*, const void*, const void*, const void*, const void*, const float*,
+                                       void*, void*, void*, float*, float*, float*, int, int, int, int, int, float,
+                                       bool, bool, cudaStream_t);
+
+void fa3_bwd(const char* op, const char* variant, Fa3BwdLauncher launcher, const at::Tensor& q, const at::Tensor& k,
+             const at::Tensor& v, const at::Tensor& out, const at::Tensor& dout, const at::Tensor& lse, at::Tensor& dq,
+             at::Tensor& dk, at::Tensor& dv, at::Tensor& lse2, at::Tensor& delta, at::Tensor& dq_accum, bool causal,
+             double scale) {
+    const Dims d = check_qkv(op, q, k, v, check_tc_tensor);
+    check_head_dim(variant, d.D, kFaprofFa3HeadDims);
+    check_scale(op, scale);
+    TORCH_CHECK(scale > 0, op, ": scale must be > 0, got ", scale);
+    TORCH_CHECK(d.B <= 65535 && d.H <= 65535, op, ": B and H must be at most 65535 (grid z and y), got B=", d.B,
+                " H=", d.H);
+    const int64_t pad = kFaprofFa3BwdSeqPad;
+    const int64_t sq_pad = (d.Sq + pad - 1) / pad * pad;
+    TORCH_CHECK(int64_t{d.B} * d.H * sq_pad <= kIntMax, op, ": B*H*Sq (Sq rounded up to ", pad,
+                ") must fit in int32, got B=", d.B, " H=", d.H, " Sq=", d.Sq);
+    check_output(op, "out", out, q, {d.B, d.H, d.Sq, d.D}, check_tc_tensor);
+    check_output(op, "dout", dout, q, {d.B, d.H, d.Sq, d.D}, check_tc_tensor);
+    check_output(op, "lse", lse, q, {d.B, d.H, d.Sq});
+    check_output(op, "dq", dq, q, {d.B, d.H, d.Sq, d.D}, check_tc_tensor);
+    check_output(op, "dk", dk, q, {d.B, d.H, d.Sk, d.D}, check_tc_tensor);
+    check_output(op, "dv", dv, q, {d.B, d.H, d.Sk, d.D}, check_tc_tensor);
+    check_output(op, "lse2", lse2, q, {d.B, d.H, sq_pad});
+    check_output(op, "delta", delta, q, {d.B, d.H, sq_pad});
+    check_output(op, "dq_accum", dq_accum, q, {d.B, d.H, d.Sq, d.D});
+    for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"q", &q}, {"k", &k}, {"v", &v},
+                                  {"out", &out}, {"dout", &dout}, {"dq", &dq}, {"dk", &dk}, {"dv", &dv},
+                                  {"lse2", &lse2}, {"delta", &delta}, {"dq_accum", &dq_accum}})
+        check_aligned(op, name, *t);
+    check_sm90a(op, q);
+    c10::cuda::CUDAGuard guard(q.device());
+    check_launch(op, launcher(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), dout.data_ptr(),
+                              lse.data_ptr<float>(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+                              lse2.data_ptr<float>(), delta.data_ptr<float>(), dq_accum.data_ptr<float>(), d.B, d.H,
+                              d.Sq, d.Sk, d.D, static_cast<float>(scale), causal, q.scalar_type() == at::kBFloat16,
+                              stream_of(q)));
+}
+
+void fa3_bwd_a(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+               const at::Tensor& dout, const at::Tensor& lse, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv,
+               at::Tensor& lse2, at::Tensor& delta, at::Tensor& dq_accum, bool causal, double scale) {
+    fa3_bwd("faprof::fa3_bwd_a", "fa3_bwd_a backward", faprof_fa3_bwd_a, q, k, v, out, dout, lse, dq, dk, dv, lse2,
+            delta, dq_accum, causal, scale);
+}
+
+void fa3_bwd_b(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+               const at::Tensor& dout, const at::Tensor& lse, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv,
+               at::Tensor& lse2, at::Tensor& delta, at::Tensor& dq_accum, bool causal, double scale) {
+    fa3_bwd("faprof::fa3_bwd_b", "fa3_bwd_b backward", faprof_fa3_bwd_b, q, k, v, out, dout, lse, dq, dk, dv, lse2,
+            delta, dq_accum, causal, scale);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(faprof, m) {
+    m.def("fa3_bwd_a(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor(d!) lse2, Tensor(e!) delta, Tensor(f!) dq_accum, bool causal, float scale) -> ()");
+    m.def("fa3_bwd_b(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor(d!) lse2, Tensor(e!) delta, Tensor(f!) dq_accum, bool causal, float scale) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(faprof, CUDA, m) {
+    m.impl("fa3_bwd_a", &fa3_bwd_a);
+    m.impl("fa3_bwd_b", &fa3_bwd_b);
+}
+
+TORCH_LIBRARY_IMPL(faprof, CPU, m) {
+    m.impl("fa3_bwd_a", &fa3_bwd_a);
+    m.impl("fa3_bwd_b", &fa3_bwd_b);
+}

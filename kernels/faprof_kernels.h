@@ -137,3 +137,31 @@ cudaError_t faprof_fa3_wgmma_d_fwd(const void* q, const void* k, const void* v, 
                                    int Sq, int Sk, int D, float scale, bool causal, bool bf16, cudaStream_t stream);
 cudaError_t faprof_fa3_wgmma_e_fwd(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
                                    int Sq, int Sk, int D, float scale, bool causal, bool bf16, cudaStream_t stream);
+
+// ------------------------------------------------------------------- fa3 backward (issue 28)
+// Hopper backward steps (kernels/fa3_bwd_a.cu, fa3_bwd_b.cu, fa3_bwd_pre.cu): gradients of the fa3
+// forward that wrote `o` and `lse` (natural log). FlashAttention-2's KV-block-parallel backward
+// with all five GEMMs on wgmma.mma_async; dQ summed with fp32 red.global.add.v4 into dq_accum, then
+// converted. Same conventions as fa2_mma_bwd (fp16 or bf16 tensors in one dtype, contiguous,
+// 16-byte aligned; scale > 0; B and H at most 65535); D in kFaprofFa3HeadDims. sm_90a only: on a GPU
+// that is not compute capability 9.0 the launchers return cudaErrorNotSupported before launching.
+//   fa3_bwd_a: cp.async loads, Q/dO/lse2/delta double-buffered.
+//   fa3_bwd_b: (a) with TMA loads: K/V by tensor map once, Q/dO by tensor map and lse2/delta by 1-D
+//              bulk copies through a 2-stage mbarrier ring.
+// lse2 and delta are fp32 [B, H, Sq_pad] workspaces, Sq_pad = Sq rounded up to kFaprofFa3BwdSeqPad
+// (written by the launcher's preprocess kernel); dq_accum is an fp32 [B, H, Sq, D] workspace.
+inline constexpr int kFaprofFa3BwdSeqPad = 128;
+cudaError_t faprof_fa3_bwd_a(const void* q, const void* k, const void* v,
+                             const void* o,      // [B, H, Sq, D] the forward's output
+                             const void* dout,   // [B, H, Sq, D] upstream gradient
+                             const float* lse,   // [B, H, Sq] the forward's lse
+                             void* dq, void* dk, void* dv,
+                             float* lse2,        // [B, H, Sq_pad] workspace
+                             float* delta,       // [B, H, Sq_pad] workspace
+                             float* dq_accum,    // [B, H, Sq, D] workspace
+                             int B, int H, int Sq, int Sk, int D, float scale, bool causal, bool bf16,
+                             cudaStream_t stream);
+cudaError_t faprof_fa3_bwd_b(const void* q, const void* k, const void* v, const void* o, const void* dout,
+                             const float* lse, void* dq, void* dk, void* dv, float* lse2, float* delta,
+                             float* dq_accum, int B, int H, int Sq, int Sk, int D, float scale, bool causal, bool bf16,
+                             cudaStream_t stream);

@@ -61,7 +61,7 @@ echo "ncu: $NCU ($("$NCU" --version | tail -1)); GPU CC $GPU_CC -> $ARCH"
 
 # Build faprof's extension in the background (CPU only) while the tiny fixtures are recorded.
 if [ "$SKIP_FAPROF" = 0 ]; then
-  ( time $PY -c "from faprof import build; print(build.load().summary())" ) > "$LOGS/build.log" 2>&1 &
+  ( time $PY -c "from faprof.variants import build; print(build.load().summary())" ) > "$LOGS/build.log" 2>&1 &
   BUILD_PID=$!
 fi
 

@@ -71,7 +71,7 @@ pack
 
 log "CUDA extension (naive, fa2)"
 VARIANTS=torch_standard,sdpa_flash,sdpa_math
-T=$(budget 130); [ "$T" -gt 0 ] && clean timeout "$T" python3 -c "from faprof import build; print(build.load())" > "$F/build.txt" 2>&1 \
+T=$(budget 130); [ "$T" -gt 0 ] && clean timeout "$T" python3 -c "from faprof.variants import build; print(build.load())" > "$F/build.txt" 2>&1 \
   && VARIANTS=$VARIANTS,naive,fa2
 log "smoke under faprof profile --nsys: $VARIANTS"
 T=$(budget 120); [ "$T" -gt 0 ] && clean timeout "$T" python3 -m faprof profile --scenario smoke --variants "$VARIANTS" --nsys \

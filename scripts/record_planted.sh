@@ -12,7 +12,8 @@
 #                        .nsys-rep/.sqlite left out, its tables are in the bundle)
 #   explain.txt          `faprof explain` on it, per shape
 #   profile.log          faprof's output
-# and prints last a table: variant, shape, primary cause, expected cause, OK/MISMATCH.
+# and prints last a table: variant, shape, time over its control twin's (CONTROL_OF), primary cause,
+# expected cause, OK/MISMATCH (rows of a dtype the variant does not take are left out).
 # To commit: mkdir -p tests/data/planted && tar xzf planted_bundle.tgz -C tests/data/planted
 set -u
 export PYTHONUNBUFFERED=1
@@ -51,14 +52,18 @@ b = Bundle.open(sys.argv[1])
 m = b.measurements().set_index(["variant", "shape_id"])
 d = advisor.diagnose(b)
 p = d[d["primary"]].set_index(["variant", "shape_id"])
-print(f"{'variant':26} {'shape':42} {'status':7} {'primary cause':22} {'gain':>5}  {'expected':20} check")
+print(f"{'variant':26} {'shape':42} {'status':7} {'x ctrl':>6} {'primary cause':22} {'gain':>5}  {'expected':22} check")
 for (v, sid), r in m.iterrows():
+    if r["status"] == "unsupported":
+        continue
     exp = pv.EXPECTED_CAUSE.get(v)
+    ctrl = (pv.CONTROL_OF.get(v), sid)
+    ratio = r["median_ms"] / m.loc[ctrl, "median_ms"] if ctrl in m.index else float("nan")
     if v == "planted_no_causal_skip" and not r["causal"]:
         exp = None
     got = p.loc[(v, sid)] if (v, sid) in p.index else None
     cause = got["cause"] if got is not None else "-"
     gain = f"{got['estimated_gain_pct']:.0f}%" if got is not None and got["estimated_gain_pct"] == got["estimated_gain_pct"] else ""
     ok = (cause == exp) if exp else (cause not in advisor.DEFECT_CAUSES)
-    print(f"{v:26} {sid:42} {r['status']:7} {cause:22} {gain:>5}  {str(exp or 'not a defect'):20} {'OK' if ok else 'MISMATCH'}")
+    print(f"{v:26} {sid:42} {r['status']:7} {ratio:6.2f} {cause:22} {gain:>5}  {str(exp or 'not a defect'):22} {'OK' if ok else 'MISMATCH'}")
 PY

@@ -2,8 +2,10 @@
 H100 by scripts/record_planted.sh and committed under tests/data/planted/.
 
 For each planted kernel the primary finding must name its defect on every shape where the defect
-exists, and the clean control's primary finding must not be a defect. The fixture is required: a
-missing one FAILS this test (it is how the advisor is validated), it does not skip.
+exists, and each clean control's primary finding must not be a defect. The fixture is required: a
+missing one FAILS this test (it is how the advisor is validated), it does not skip. The kinds whose
+expected cause is a term of the issue-24 accounting are strict xfails until the advisor names them
+and the fixture is recorded again (PENDING below).
 """
 
 from __future__ import annotations
@@ -21,15 +23,34 @@ PLANTED_DATA = ROOT / "data" / "planted"
 RECORD = "scripts/record_planted.sh (on an H100; unpack its planted_bundle.tgz under tests/data/planted/)"
 
 
-def _expected() -> dict[str, str | None]:
+def _planted():
     spec = importlib.util.spec_from_file_location("faprof_planted_variants_for_test", ROOT / "planted" / "planted_variants.py")
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return dict(mod.EXPECTED_CAUSE)
+    return mod
 
 
-EXPECTED = _expected()
+_MOD = _planted()
+EXPECTED: dict[str, str | None] = dict(_MOD.EXPECTED_CAUSE)
+CONTROL_OF: dict[str, str] = dict(_MOD.CONTROL_OF)
+
+#: The kinds added for issue 24 (item 5) and their control: their expected causes are terms of the
+#: cycle/pipe/thread accounting (`stall:barrier`, `pipe:fp64`, ...), which the advisor does not name
+#: yet, and the committed bundle predates their kernels. Strict xfail: once the accounting names them
+#: and scripts/record_planted.sh has recorded them, these tests pass (XPASS fails) and this set must go.
+PENDING = {v for v, c in EXPECTED.items() if c is not None and c not in advisor.CAUSES}
+PENDING |= {CONTROL_OF[v] for v in PENDING} - {CONTROL_OF[v] for v, c in EXPECTED.items() if c and v not in PENDING}
+_PENDING_MARK = pytest.mark.xfail(strict=True, reason="issue 24: awaits the accounting's cause names and an H100 "
+                                  "recording with scripts/record_planted.sh")
+
+
+def _params(names):
+    return [pytest.param(v, marks=_PENDING_MARK) if v in PENDING else v for v in names]
+
+
+DEFECTS = _params(v for v, c in EXPECTED.items() if c is not None)
+CONTROLS = _params(v for v, c in EXPECTED.items() if c is None)
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +69,18 @@ def diag(bundle):
     return advisor.diagnose(bundle)
 
 
-def test_every_planted_kernel_ran_and_passed_the_correctness_check(bundle):
+def _rows(bundle, variant):
+    """The variant's rows on the shapes of its dtype (other dtypes' rows are `unsupported`)."""
     m = bundle.measurements()
-    for variant in EXPECTED:
-        rows = m[m["variant"] == variant]
-        assert not rows.empty, f"{variant} missing from {bundle.path.name}"
-        assert set(rows["status"]) == {"ok"}, rows[["shape_id", "status", "reason"]]
+    rows = m[m["variant"] == variant]
+    return rows[~((rows["status"] == "unsupported") & rows["reason"].str.contains("supports dtypes", na=False))]
+
+
+@pytest.mark.parametrize("variant", _params(EXPECTED))
+def test_every_planted_kernel_ran_and_passed_the_correctness_check(bundle, variant):
+    rows = _rows(bundle, variant)
+    assert not rows.empty, f"{variant} missing from {bundle.path.name}"
+    assert set(rows["status"]) == {"ok"}, rows[["shape_id", "status", "reason"]]
 
 
 def _primary(diag, variant, shape):
@@ -61,10 +88,9 @@ def _primary(diag, variant, shape):
     return None if p.empty else p.iloc[0]
 
 
-@pytest.mark.parametrize("variant", [v for v, c in EXPECTED.items() if c is not None])
+@pytest.mark.parametrize("variant", DEFECTS)
 def test_the_primary_finding_names_the_planted_defect(bundle, diag, variant):
-    m = bundle.measurements()
-    rows = m[m["variant"] == variant]
+    rows = _rows(bundle, variant)
     checked = 0
     for _, r in rows.iterrows():
         p = _primary(diag, variant, r["shape_id"])
@@ -80,10 +106,12 @@ def test_the_primary_finding_names_the_planted_defect(bundle, diag, variant):
     assert checked >= 1
 
 
-def test_the_control_has_no_defect_as_its_primary_finding(bundle, diag):
-    m = bundle.measurements()
-    for sid in m[m["variant"] == "planted_clean"]["shape_id"]:
-        p = _primary(diag, "planted_clean", sid)
+@pytest.mark.parametrize("control", CONTROLS)
+def test_the_control_has_no_defect_as_its_primary_finding(bundle, diag, control):
+    sids = _rows(bundle, control)["shape_id"]
+    assert not sids.empty, f"{control} missing from {bundle.path.name}"
+    for sid in sids:
+        p = _primary(diag, control, sid)
         assert p is None or p["cause"] not in advisor.DEFECT_CAUSES, (sid, p["cause"], p["evidence"])
 
 
@@ -105,10 +133,11 @@ def diag_without_mwa_rules(bundle, tmp_path_factory):
     return advisor.diagnose(b)
 
 
-@pytest.mark.parametrize("variant", [v for v, c in EXPECTED.items() if c is not None])
+@pytest.mark.parametrize("variant", DEFECTS)
 def test_the_primary_finding_needs_no_memory_workload_rules(bundle, diag_without_mwa_rules, variant):
     test_the_primary_finding_names_the_planted_defect(bundle, diag_without_mwa_rules, variant)
 
 
-def test_the_control_stays_clean_without_memory_workload_rules(bundle, diag_without_mwa_rules):
-    test_the_control_has_no_defect_as_its_primary_finding(bundle, diag_without_mwa_rules)
+@pytest.mark.parametrize("control", CONTROLS)
+def test_the_control_stays_clean_without_memory_workload_rules(bundle, diag_without_mwa_rules, control):
+    test_the_control_has_no_defect_as_its_primary_finding(bundle, diag_without_mwa_rules, control)

@@ -3,9 +3,8 @@
 Every table is optional. A `Call` is one (variant, shape_id): its measured row, its nsys row and
 its ncu launches; a `Launch` is one profiled kernel launch: its ncu_summary row, every metric ncu
 recorded for it (the long ncu_metrics table, read by name), its stall shares and its roofline row.
-Metric names come from the catalogue (`faprof.nsight.metrics`) where it has the concept, else from
-METRICS below (names checked against reports recorded on an H100 with Nsight Compute 2025.3.1);
-the first name a report holds wins, and a metric a set did not collect is NaN.
+Metric names come from the catalogue (`faprof.nsight.ncu.catalogue`), by concept key: the first
+name a report holds wins, and a metric a set did not collect is NaN.
 """
 
 from __future__ import annotations
@@ -17,47 +16,11 @@ from typing import Any
 
 import pandas as pd
 
-from faprof.nsight.ncu import tables as catalogue
+from faprof.nsight.ncu import catalogue
 
 #: Tables diagnose() reads, by bundle file stem.
 TABLES = ("measurements", "ncu_summary", "ncu_metrics", "stalls", "roofline", "nsys_summary", "nsys_kernels",
           "ncu_rules")
-
-#: Metrics the advisor reads that are not catalogue concepts: key -> names in order of preference.
-METRICS: dict[str, tuple[str, ...]] = {
-    "spill_requests": ("derived__local_spilling_requests", "sass__inst_executed_register_spilling",
-                       "sass__inst_executed_register_spilling.sum"),
-    "local_ld_inst": ("smsp__sass_inst_executed_op_local_ld.sum",),
-    "local_st_inst": ("smsp__sass_inst_executed_op_local_st.sum",),
-    "local_ld_sectors": ("l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum",),
-    "local_st_sectors": ("l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum",),
-    "global_ld_requests": ("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",),
-    "global_st_requests": ("l1tex__t_requests_pipe_lsu_mem_global_op_st.sum",),
-    "global_ldgsts_requests": ("sm__sass_l1tex_t_requests_pipe_lsu_mem_global_op_ldgsts.sum",),
-    "global_ld_sectors": ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",),
-    "global_st_sectors": ("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",),
-    "global_ldgsts_sectors_bypass": ("sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts_cache_bypass.sum",),
-    "global_ldgsts_sectors_access": ("sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts_cache_access.sum",),
-    "global_excess_sectors": ("derived__memory_l2_theoretical_sectors_global_excessive",
-                              "derived__memory_l1_theoretical_sectors_global_excessive"),
-    "global_ld_bytes_per_sector": ("smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.ratio",),
-    "shared_wavefronts": ("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",),
-    "shared_ld_wavefronts": ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",),
-    "shared_st_wavefronts": ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",),
-    "shared_excess_wavefronts": ("derived__memory_l1_wavefronts_shared_excessive",),
-    "shared_util_pct": ("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed",),
-    "shared_ld_inst": ("smsp__sass_inst_executed_op_shared_ld.sum",),
-    "shared_st_inst": ("smsp__sass_inst_executed_op_shared_st.sum",),
-    "shared_ld_conflicts": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",),
-    "shared_st_conflicts": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",),
-    "fma_util_pct": ("sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active",
-                     "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active",
-                     "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_elapsed"),
-    "hmma_util_pct": ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
-                      "sm__pipe_tensor_op_hmma_cycles_active_v2.avg.pct_of_peak_sustained_active"),
-    "gmma_util_pct": ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",),
-}
-
 
 def _num(x: Any) -> float:
     try:
@@ -96,12 +59,10 @@ class Launch:
         return _num(self.row.get(name))
 
     def metric(self, key: str) -> float:
-        """A metric by catalogue concept key or METRICS key; NaN when the report lacks it."""
-
-        names: tuple[str, ...] = METRICS.get(key, ())
-        if not names and key in catalogue.CATALOGUE:
-            names = catalogue.names_for(key, self.cc)
-        for n in names:
+        """A metric by catalogue concept key (`faprof.nsight.ncu.catalogue`); NaN when the report
+        lacks it. A key the catalogue does not know is a KeyError: every metric a rule reads is
+        one the catalogue can request (tests/test_advise_metrics.py)."""
+        for n in catalogue.names_for(key, self.cc):
             v = self.metrics.get(n)
             if v is not None and ok(v):
                 return float(v)

@@ -5,23 +5,30 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from faprof.nsight.ncu import catalogue
+
 #: Kinds of finding, in the order a ranked list shows them after the primary one.
 #:   correctness: wrong results (always first);
-#:   defect: something in the kernel or the call that costs time and can be removed;
+#:   defect: a mechanism in the kernel or the call that costs time and can be removed, named from
+#:     its own evidence (spills, bank conflicts, fp64 math, divergence, ...);
 #:   limit: a limit of the chosen design (instruction, grid shape, host) with a measurable cost;
+#:   term: a term of the accounting no mechanism claims: a warp state (stall reason), a pipe's
+#:     instructions, lanes, warps resident or idle SMs, with its share of the time or of the gap;
 #:   position: where the kernel sits on the roofline (memory-, compute- or latency-bound): primary
-#:     only when no defect or limit explains PRIMARY_MIN_GAIN of the call;
+#:     only when no defect, limit or term explains PRIMARY_MIN_GAIN of the call;
 #:   ncu: a rule result of Nsight Compute's own with its estimated speedup (never primary);
 #:   note: a fact that prevents a wrong conclusion (no gain, never primary).
-KINDS = ("correctness", "defect", "limit", "position", "ncu", "note")
+KINDS = ("correctness", "defect", "limit", "term", "position", "ncu", "note")
 
-#: cause key -> (title, kind). Planted-fault tests and the report refer to causes by key.
+#: cause key -> (title, kind). Planted-fault tests and the report refer to causes by key; a finding
+#: naming a cause that is not here is an error (Finding.__post_init__).
 CAUSES: dict[str, tuple[str, str]] = {
     "correctness": ("wrong results", "correctness"),
     "register_spills": ("register spills", "defect"),
     "uncoalesced_global": ("uncoalesced global access", "defect"),
     "smem_bank_conflicts": ("shared-memory bank conflicts", "defect"),
     "tensor_cores_unused": ("tensor cores unused", "defect"),
+    "fp64_arithmetic": ("fp64 arithmetic", "defect"),
     "wasted_work": ("wasted work", "defect"),
     "too_few_ctas": ("too few CTAs", "defect"),
     "launch_split": ("one launch per slice", "defect"),
@@ -29,11 +36,25 @@ CAUSES: dict[str, tuple[str, str]] = {
     "mma_sync_on_hopper": ("mma.sync on Hopper", "limit"),
     "wave_tail": ("wave quantization / tail", "limit"),
     "launch_overhead": ("launch overhead", "limit"),
+    "occupancy_limit": ("fewer warps resident (occupancy)", "limit"),
     "memory_bound": ("memory-bound", "position"),
     "compute_bound": ("compute-bound", "position"),
     "latency_bound": ("latency-bound", "position"),
     "ncu_rule": ("Nsight Compute rule", "ncu"),
     "tf32_emulation": ("fp32 emulated with TF32", "note"),
+    "shape_note": ("the shape, not the kernel", "note"),
+    "missing_counters": ("accounting not possible", "note"),
+    "ahead": ("where it is ahead of the reference", "note"),
+    # ---- accounting terms (faprof.advisor.differential / accounting), one per warp state and pipe
+    **{f"stall:{r}": (f"warps stalled: {r.replace('_', ' ')}", "term") for r in catalogue.STALL_ADVICE
+       if r != "selected"},
+    **{f"pipe:{p}": (f"{p.replace('_', ' ')} instructions", "term") for p in catalogue.PIPE_ADVICE},
+    "lanes:inactive": ("inactive lanes (warp divergence)", "term"),
+    "lanes:predicated_off": ("predicated-off lanes", "term"),
+    "occupancy": ("fewer warps resident", "term"),
+    "idle": ("idle SMs (active fraction)", "term"),
+    "smsps": ("fewer schedulers (another GPU)", "term"),
+    "clock": ("lower SM clock", "term"),
 }
 
 #: Causes that are defects (what the planted-fault kernels plant); the control must not get one.
@@ -49,26 +70,8 @@ LIMITER_ADVICE = {
 }
 LIMITER_ADVICE["shared memory"] = LIMITER_ADVICE["shared_memory"]
 
-#: What each warp stall reason means and what usually fixes it (Nsight Compute's stall reasons).
-STALL_ADVICE = {
-    "long_scoreboard": ("global/local memory results (L1TEX)", "prefetch the next tile (cp.async/TMA), keep more loads in flight, remove spills"),
-    "short_scoreboard": ("shared-memory or MUFU results", "fewer dependent shared-memory reads (ldmatrix, registers), fold scales into exp2"),
-    "mio_throttle": ("a full shared-memory instruction queue", "wider, fewer shared-memory accesses; remove bank conflicts"),
-    "lg_throttle": ("a full global-memory instruction queue", "vectorized (16-byte) or cp.async loads, fewer local-memory accesses"),
-    "barrier": ("__syncthreads", "fewer block-wide barriers, balanced warps"),
-    "math_pipe_throttle": ("a saturated math pipe", "fine on the tensor pipe; otherwise move math to tensor cores"),
-    "wait": ("fixed-latency dependencies", "more independent instructions per warp (ILP)"),
-    "not_selected": ("a busy scheduler", "compute-bound at issue"),
-    "no_instructions": ("instruction fetch", "smaller unrolled code"),
-    "tex_throttle": ("a full texture/L1 pipe", "fewer, wider memory instructions"),
-    "membar": ("memory fences", "fewer fences"),
-    "branch_resolving": ("branch targets", "fewer divergent branches"),
-    "dispatch_stall": ("dispatch", "rare; pipe conflicts"),
-    "drain": ("stores draining at exit", "normal at kernel end"),
-    "sleeping": ("sleeping warps", "producer/consumer balance"),
-    "gmma": ("warp-group MMA (wgmma) results", "deeper wgmma pipelining"),
-    "warpgroup_arrive": ("warp-group arrive", "balanced warp groups"),
-}
+#: What each warp stall reason means and what usually fixes it: (meaning, fix), from the catalogue.
+STALL_ADVICE = {k: (v.meaning, v.fix) for k, v in catalogue.STALL_ADVICE.items()}
 
 
 @dataclass
@@ -87,9 +90,22 @@ class Finding:
     kernel: str = ""
     kind: str = ""
     title: str = ""
+    unit: str = "call"
+    """What `gain` is a share of: 'call' (the call's GPU time), 'kernel' or 'gap' (the measured gap
+    to `against`)."""
+    against: str = ""
+    """The variant the gap is measured to (unit 'gap')."""
+    gap_share: float = math.nan
+    """Share of the gap (unit 'gap'; not clamped: terms that offset others can exceed 1)."""
+    gap_ms: float = math.nan
+    """The milliseconds of the gap the cause accounts for."""
+    source: str = ""
+    """Where in the source it happens ('file.cu:48 (52% of barrier samples)'), when line info was collected."""
 
     def __post_init__(self) -> None:
-        title, kind = CAUSES.get(self.cause, (self.cause, "ncu"))
+        if self.cause not in CAUSES:
+            raise KeyError(f"advisor cause {self.cause!r} is not in faprof.advisor.findings.CAUSES")
+        title, kind = CAUSES[self.cause]
         self.kind = self.kind or kind
         self.title = self.title or title
         if isinstance(self.gain, float) and not math.isnan(self.gain):

@@ -197,13 +197,13 @@ ACCESS_PATTERN_SPACES = (("global", "uncoalesced_global"), ("local", "register_s
 #: Causes whose own rule needs a counter that a cheap section set may lack (the excessive-wavefront
 #: count comes from ncu's source counters, in `full` only). Where the launch has no such counter,
 #: ncu's own rule for the cause, from the counters its section did collect, stands in for it.
-STAND_IN_CAUSES = {"smem_bank_conflicts": "shared_excess_wavefronts"}
+STAND_IN_CAUSES = {"smem_bank_conflicts": "smem_excessive_wavefronts"}
 
 
 def _shared_busy(lzs) -> float:
     """How much the shared-memory pipe bounds these launches: its utilization, or the warps' stalls
     on it (mio_throttle, short_scoreboard); 1 when neither was measured."""
-    busy_vals = [v for lz in lzs for v in (lz.metric("shared_util_pct") / 100,
+    busy_vals = [v for lz in lzs for v in (lz.metric("smem_pipe_util") / 100,
                                             lz.stall_share("mio_throttle", "short_scoreboard")) if ok(v)]
     return min(1.0, max(busy_vals)) if busy_vals else 1.0
 

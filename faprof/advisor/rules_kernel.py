@@ -13,10 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from faprof.advisor.accounting import WARP_SIZE, launch_account
 from faprof.advisor.evidence import Call, Launch, nansum, ok
 from faprof.advisor.evidence import _num as _numf
 from faprof.advisor.findings import LIMITER_ADVICE, STALL_ADVICE, Finding, big, num, pct
 from faprof.advisor.thresholds import value as T
+from faprof.nsight.ncu import catalogue
 from faprof.model import gpus
 
 
@@ -63,9 +65,9 @@ def register_spills(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     local = nansum(lz.metric("local_ld_sectors"), lz.metric("local_st_sectors"))
     if not (ok(spill) and spill > 0) and not (ok(local) and local > 0):
         return None
-    shared = lz.metric("shared_wavefronts")
+    shared = lz.metric("smem_wavefronts")
     if not ok(shared):
-        shared = nansum(lz.metric("shared_ld_wavefronts"), lz.metric("shared_st_wavefronts"))
+        shared = nansum(lz.metric("smem_wavefronts_ld"), lz.metric("smem_wavefronts_st"))
     glob = nansum(lz.metric("global_ld_sectors"), lz.metric("global_st_sectors"),
                   lz.metric("global_ldgsts_sectors_bypass"), lz.metric("global_ldgsts_sectors_access"))
     if ok(local) and local > 0 and (ok(shared) or ok(glob)):
@@ -74,7 +76,7 @@ def register_spills(lz: Launch, call: Call, ctx: Context) -> Finding | None:
         what = f"{big(local)} local-memory sectors = {pct(share)} of the kernel's L1 bytes (global sectors, shared wavefronts)"
     else:
         mem = nansum(spill, lz.metric("global_ld_requests"), lz.metric("global_st_requests"),
-                     lz.metric("global_ldgsts_requests"), lz.metric("shared_ld_inst"), lz.metric("shared_st_inst"))
+                     lz.metric("global_ldgsts_requests"), lz.metric("smem_inst_ld"), lz.metric("smem_inst_st"))
         share = spill / mem if ok(mem) and mem > 0 else math.nan
         what = f"{pct(share)} of the kernel's memory instructions"
     if not ok(share) or share < T("SPILL_MIN_SHARE"):
@@ -92,7 +94,7 @@ def register_spills(lz: Launch, call: Call, ctx: Context) -> Finding | None:
 def uncoalesced_global(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     """Global sectors beyond what the accessed bytes need (ncu's excessive-sector analysis)."""
     sectors = nansum(lz.metric("global_ld_sectors"), lz.metric("global_st_sectors"))
-    excess = lz.metric("global_excess_sectors")
+    excess = lz.metric("global_excessive_sectors")
     bps = lz.metric("global_ld_bytes_per_sector")
     requests = lz.metric("global_ld_requests")
     if ok(excess) and ok(sectors) and sectors > 0:
@@ -124,14 +126,14 @@ def smem_bank_conflicts(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     section set has none (the `faprof` set), the bank-conflict counters over the wavefronts, the
     ratio Nsight Compute's own SharedMemoryConflicts rule reads (it counts arbitration conflicts too,
     so the threshold is the same 10% ncu uses)."""
-    excess = lz.metric("shared_excess_wavefronts")
-    total = lz.metric("shared_wavefronts")
-    ld_w, st_w = lz.metric("shared_ld_wavefronts"), lz.metric("shared_st_wavefronts")
+    excess = lz.metric("smem_excessive_wavefronts")
+    total = lz.metric("smem_wavefronts")
+    ld_w, st_w = lz.metric("smem_wavefronts_ld"), lz.metric("smem_wavefronts_st")
     if not ok(total):
         total = nansum(ld_w, st_w)
     source = "derived__memory_l1_wavefronts_shared_excessive"
     if not ok(excess):
-        conflicts = nansum(lz.metric("shared_ld_conflicts"), lz.metric("shared_st_conflicts"))
+        conflicts = nansum(lz.metric("smem_bank_conflicts_ld"), lz.metric("smem_bank_conflicts_st"))
         if not ok(conflicts) or not ok(ld_w) and not ok(st_w):
             return None
         excess, total = conflicts, nansum(ld_w, st_w)
@@ -141,7 +143,7 @@ def smem_bank_conflicts(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     share = min(1.0, excess / total)
     if share < T("SMEM_EXCESS_MIN_SHARE"):
         return None
-    util = lz.metric("shared_util_pct") / 100
+    util = lz.metric("smem_pipe_util") / 100
     stall = lz.stall_share("mio_throttle", "short_scoreboard")
     busy_vals = [v for v in (util, stall) if ok(v)]
     busy = min(1.0, max(busy_vals)) if busy_vals else 0.5
@@ -172,29 +174,102 @@ def _tensor_over_fma(lz: Launch, ctx: Context, dtype: str) -> tuple[float, str]:
 
 
 def tensor_cores_unused(lz: Launch, call: Call, ctx: Context) -> Finding | None:
-    """fp16/bf16 attention whose math runs on the FMA pipe while the tensor pipes idle."""
+    """fp16/bf16 attention whose matrix products run as CUDA-core multiply-adds while the tensor
+    pipes idle: the FLOPs the problem needs ran on the wrong pipe (not extra work).
+
+    Evidence, in order of preference: FLOP counters (tensor FLOPs under TENSOR_MIN_FLOP_SHARE of the
+    exact FLOPs while CUDA-core FLOPs carry at least CUDA_CORE_MATH_SHARE of them), else the pipes'
+    utilization (tensor idle, FMA busy)."""
     if call.dtype not in ("fp16", "bf16"):
         return None
-    tensor = lz.col("tensor_pipe_util_pct")
-    if not ok(tensor):
-        tensor = lz.col("tensor_fp_util_pct")
-    fma = lz.metric("fma_util_pct")
     cuda_flops = nansum(lz.col("fp32_flops"), lz.col("fp16_flops"))
     tflops = lz.col("tensor_flops")
-    idle = (ok(tensor) and tensor < T("TENSOR_IDLE_PCT")) or (not ok(tensor) and ok(tflops) and ok(cuda_flops)
-                                                             and tflops < 0.01 * cuda_flops)
-    if not idle:
-        return None
+    exact = call.analytic_flops * lz.share if ok(call.analytic_flops) and ok(lz.share) else math.nan
+    fma = lz.metric("fma_pipe_util")
     busy = fma / 100 if ok(fma) else lz.col("sm_throughput_pct") / 100
-    if not ok(busy) or 100 * busy < T("FMA_BUSY_PCT"):
-        return None
+    if ok(exact) and exact > 0 and ok(tflops) and ok(cuda_flops):
+        if tflops >= T("TENSOR_MIN_FLOP_SHARE") * exact or cuda_flops < T("CUDA_CORE_MATH_SHARE") * exact:
+            return None
+        how = (f"{big(cuda_flops)} CUDA-core FLOPs and {big(tflops)} tensor FLOPs for this kernel's "
+               f"{big(exact)} exact FLOPs ({cuda_flops / exact:.2f}x of them on CUDA cores)")
+    else:
+        tensor = lz.col("tensor_pipe_util_pct")
+        if not ok(tensor):
+            tensor = lz.col("tensor_fp_util_pct")
+        if not (ok(tensor) and tensor < T("TENSOR_IDLE_PCT")) or not ok(busy) or 100 * busy < T("FMA_BUSY_PCT"):
+            return None
+        how = f"tensor pipes {num(tensor, '.1f')}% active while the FMA pipe is {pct(busy)} busy"
     ratio, src = _tensor_over_fma(lz, ctx, call.dtype)
-    ev = (f"{call.dtype} problem; tensor pipes {num(tensor, '.1f')}% active while the FMA pipe is {pct(busy)} busy"
-          + (f"; {big(cuda_flops)} CUDA-core FLOPs" if ok(cuda_flops) else "")
-          + f"; tensor peak is {ratio:.1f}x the fp32 FMA peak ({src}); {_share_text(lz)}")
+    ev = (f"{call.dtype} problem; {how}; FMA pipe {pct(busy)} busy; tensor peak is {ratio:.1f}x the fp32 FMA "
+          f"peak ({src}); {_share_text(lz)}")
     fix = "do QKᵀ and PV with tensor-core MMA (mma.sync/wgmma, or wmma) on fp16/bf16 operands with fp32 accumulation"
-    gain = lz.share * min(1.0, busy) * (1 - 1 / ratio) if ratio > 1 else 0.0
+    b = min(1.0, busy) if ok(busy) else 1.0
+    gain = lz.share * b * (1 - 1 / ratio) if ratio > 1 else 0.0
     return _f(call, lz, "tensor_cores_unused", gain, ev, fix, "tensor_cores_unused")
+
+
+def fp64_arithmetic(lz: Launch, call: Call, ctx: Context) -> Finding | None:
+    """Double-precision math in a kernel whose problem is not fp64: the FP64 pipe runs at a fraction
+    of the fp32 rate (1/2 on an H100 SXM, 1/64 on consumer parts), so a little of it costs a lot."""
+    if call.dtype in (None, "fp64"):
+        return None
+    fp64 = lz.metric("thread_inst_fp64")
+    total = lz.metric("thread_inst_executed")
+    flops64 = lz.col("fp64_flops")
+    if not (ok(fp64) and ok(total) and total > 0) or fp64 < T("FP64_MIN_INST_SHARE") * total:
+        return None
+    acc = launch_account(call, lz)
+    stalled = nansum(acc.state_share("math_pipe_throttle"), acc.state_share("wait")) if acc else math.nan
+    pipe_share = acc.pipe_share("fp64") if acc else math.nan
+    gain = lz.share * (stalled if ok(stalled) else min(1.0, 8 * fp64 / total))
+    ev = (f"{call.dtype} problem; {big(fp64)} fp64 thread instructions = {pct(fp64 / total, '.1f')} of all "
+          + (f"({pct(pipe_share, '.1f')} of warp instructions on the FP64 pipe)" if ok(pipe_share) else "")
+          + (f", {big(flops64)} fp64 FLOPs" if ok(flops64) and flops64 > 0 else "")
+          + (f"; warps stalled on math-pipe throttle and fixed-latency waits {pct(stalled)} of cycles" if ok(stalled) else "")
+          + f"; {_share_text(lz)}")
+    fix = "compute in fp32 (accumulators, softmax statistics): fp32 keeps attention's accuracy at a fraction of fp64's cost"
+    return _f(call, lz, "fp64_arithmetic", gain, ev, fix, "fp64_arithmetic")
+
+
+def thread_divergence(lz: Launch, call: Call, ctx: Context) -> Finding | None:
+    """Few active lanes per executed warp instruction: a warp runs both sides of lane-dependent branches
+    (or keeps most lanes idle), so the same work takes more instructions."""
+    acc = launch_account(call, lz)
+    lanes = acc.active_lanes if acc else lz.metric("thread_inst_executed") / lz.metric("inst_executed")
+    if not ok(lanes) or lanes >= T("DIVERGENCE_MAX_LANES"):
+        return None
+    util = acc.issue_util if acc and ok(acc.issue_util) else 1.0
+    gain = lz.share * (1 - lanes / WARP_SIZE) * max(util, T("DIVERGENCE_MIN_WEIGHT"))
+    ev = (f"{num(lanes, '.1f')} of 32 lanes active per executed warp instruction; scheduler issuing "
+          f"{pct(util)} of cycles; {_share_text(lz)}")
+    fix = ("keep a warp's 32 lanes on one path: no lane-dependent branches in the inner loop, whole rows or tiles per "
+           "warp, work spread over lanes rather than over iterations")
+    return _f(call, lz, "lanes:inactive", gain, ev, fix, "thread_divergence")
+
+
+def stall_terms(lz: Launch, call: Call, ctx: Context) -> list[Finding]:
+    """The accounting's stall reasons as causes: a reason holding at least STALL_TERM_MIN_SHARE of the
+    kernel's warp cycles is a finding, its gain that share of the cycles times the scheduler's idle
+    share (stalls cost time only when no other warp can issue) times the kernel's share of the call."""
+    acc = launch_account(call, lz)
+    if acc is None:
+        return []
+    idle_issue = 1 - acc.issue_util if ok(acc.issue_util) else 1.0
+    out = []
+    for state in acc.warp_cycles:
+        if state in ("selected", "not_selected"):
+            continue
+        share = acc.state_share(state)
+        if not ok(share) or share < T("STALL_TERM_MIN_SHARE"):
+            continue
+        advice = catalogue.STALL_ADVICE.get(state)
+        cpi = acc.warp_cycles[state] / acc.inst if acc.inst > 0 else math.nan
+        ev = (f"{pct(share)} of the kernel's warp cycles ({num(cpi)} cycles per instruction"
+              + (f": {advice.meaning}" if advice else "") + f"); the schedulers issue {pct(acc.issue_util)} of cycles; "
+              + _share_text(lz))
+        fix = f"{advice.fix} (points to: {advice.points_to})" if advice else "see Nsight Compute's source view"
+        out.append(_f(call, lz, f"stall:{state}", lz.share * share * idle_issue, ev, fix, "stall_terms"))
+    return out
 
 
 def mma_sync_on_hopper(lz: Launch, call: Call, ctx: Context) -> Finding | None:
@@ -204,7 +279,7 @@ def mma_sync_on_hopper(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     hmma, gmma = lz.col("tensor_hmma_inst"), lz.col("tensor_gmma_inst")
     moves = lz.metric("tensor_hmma_hfma2_inst")
     real = hmma - moves if ok(moves) else hmma
-    util = lz.metric("hmma_util_pct")
+    util = lz.metric("hmma_pipe_util")
     if not ok(util):
         util = lz.col("tensor_fp_util_pct")
     if not (ok(real) and real > 0 and ok(gmma) and gmma == 0 and ok(util)) or util < T("HOPPER_MMA_MIN_UTIL_PCT"):
@@ -311,6 +386,9 @@ KernelRule = Callable[[Launch, Call, Context], "Finding | None"]
 
 #: The per-launch rules, in the order they run (the order does not rank them).
 KERNEL_RULES: tuple[KernelRule, ...] = (
-    register_spills, uncoalesced_global, smem_bank_conflicts, tensor_cores_unused, mma_sync_on_hopper,
-    tf32_emulation, too_few_ctas, wave_tail, roofline_position,
+    register_spills, uncoalesced_global, smem_bank_conflicts, tensor_cores_unused, fp64_arithmetic,
+    thread_divergence, mma_sync_on_hopper, tf32_emulation, too_few_ctas, wave_tail, roofline_position,
 )
+
+#: Per-launch rules that return several findings (the accounting's terms).
+KERNEL_TERM_RULES = (stall_terms,)

@@ -29,6 +29,12 @@ THRESHOLDS: dict[str, Threshold] = {
     # ---- compute
     "TENSOR_IDLE_PCT": Threshold(1.0, "% of peak", "tensor pipes below this are idle"),
     "FMA_BUSY_PCT": Threshold(20.0, "% of peak", "an FMA pipe above this does the math on CUDA cores"),
+    "TENSOR_MIN_FLOP_SHARE": Threshold(0.01, "of exact FLOPs", "tensor FLOPs below this share of the problem's exact FLOPs: the matrix products are not on tensor cores"),
+    "CUDA_CORE_MATH_SHARE": Threshold(0.5, "of exact FLOPs", "CUDA-core FLOPs carrying at least this share of the exact FLOPs: the matrix products run on CUDA cores"),
+    "FP64_MIN_INST_SHARE": Threshold(0.01, "of thread instructions", "fp64 instructions above this share in a non-fp64 problem are a finding (the FP64 pipe is 2x to 64x slower than fp32)"),
+    "DIVERGENCE_MAX_LANES": Threshold(28.0, "lanes of 32", "fewer active lanes per executed instruction than this is divergence (tails and causal masks predicate lanes off; they do not deactivate them)"),
+    "DIVERGENCE_MIN_WEIGHT": Threshold(0.5, "share", "the least weight the idle lanes' share gets when the schedulers are not issue-bound (inactive lanes still cost issue slots and latency)"),
+    "STALL_TERM_MIN_SHARE": Threshold(0.15, "of warp cycles", "a stall reason holding at least this share of a kernel's warp cycles is a finding of its own (with the catalogue's meaning and fix)"),
     "TENSOR_OVER_FMA_DEFAULT": Threshold(8.0, "x", "tensor over fp32 FMA peak when neither ncu nor the GPU database gives both peaks"),
     "HOPPER_WGMMA_OVER_MMA": Threshold(1.5, "x", "on sm_90 the warp-group MMA (wgmma) roof is 1.5x the warp-level mma.sync one (540,672 vs 360,448 dense fp16 FLOP/cycle on an H100 SXM)"),
     "HOPPER_MMA_MIN_UTIL_PCT": Threshold(5.0, "% of peak", "mma.sync on Hopper is a finding only when the HMMA pipe is at least this busy"),
@@ -43,6 +49,12 @@ THRESHOLDS: dict[str, Threshold] = {
     "BUSY_PCT": Threshold(60.0, "% of peak", "a unit (SM, DRAM, memory) above this is the bottleneck"),
     "IDLE_PCT": Threshold(40.0, "% of peak", "with SM and memory both below this the kernel is latency-bound"),
     "STALL_SHARE": Threshold(0.15, "of stall cycles", "stall reasons above this share are quoted"),
+    # ---- the comparative diagnosis (a gap to the fastest variant, or to --against)
+    "MIN_GAP_SHARE": Threshold(0.05, "of the gap", "causes explaining less of the gap than this are left out"),
+    "PRIMARY_MIN_GAP_SHARE": Threshold(0.10, "of the gap", "the primary cause of a gap must explain at least this much of it"),
+    "MAX_UNEXPLAINED_GAP": Threshold(0.15, "of the gap", "a residual (ncu replay vs timing) above this is said with the causes"),
+    "SHARED_GAIN_RATIO": Threshold(0.5, "x", "a cause the reference (faster) call has with at least this share of the slower call's gain does not explain the gap; when the fastest call has it, it is a note about the shape"),
+    "SHAPE_NOTE_MIN_SHARE": Threshold(0.5, "of the variants", "a cause the fastest call and at least this share of the other profiled calls at a shape have is said once, as a note about the shape"),
     # ---- calls
     "LAUNCH_IDLE_MIN_SHARE": Threshold(0.20, "of the call's GPU span", "GPU idle between the kernels of one call (nsys) above this share: the GPU waits for the host"),
     "NCU_RULE_MIN_SPEEDUP_PCT": Threshold(5.0, "%", "ncu rule results with a smaller estimated speedup are left out"),

@@ -2,7 +2,7 @@
 
 `app` holds the click group and the printing helpers; the commands live in modules by theme and
 register themselves on the group when imported here: `run` (profile, ncu, sanitize), `inspect`
-(show, export, report, explain, compare), `setup` (list, doctor, build, dashboard). Every command
+(show, export, report, explain, compare, gate), `setup` (list, doctor, build, dashboard). Every command
 imports the stage it calls inside its function, so `faprof --help` does not load torch or pandas.
 """
 

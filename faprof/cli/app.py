@@ -56,6 +56,7 @@ def main() -> None:
       faprof list                                  # scenarios, variants, GPUs
       faprof doctor                                # what this machine can do
       faprof explain runs/<run>                    # why each variant is as fast as it is
+      faprof gate perf/baseline runs/<run>         # CI: is any kernel slower than the baseline, and why
       faprof report runs/<run>                     # Markdown/HTML report that leads with the answer
     """
 

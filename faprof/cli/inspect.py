@@ -1,8 +1,10 @@
-"""`faprof show`, `export`, `report`, `explain` and `compare`: the commands that read run bundles."""
+"""`faprof show`, `export`, `report`, `explain`, `compare` and `gate`: the commands that read run bundles."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -103,15 +105,22 @@ def explain(run: str, variant: str | None, shape: str | None, per_shape: bool, f
     secondary findings; by default aggregated across shapes (one row per variant and cause).
     """
     from faprof import advisor
+    from faprof.measure.wrong_text import explain_wrong_rows
     from faprof.store import resolve_run
 
     bundle = resolve_run(run, runs_dir)
+    # wrong rows first: which bug it looks like and where (the timing findings wait for a right result)
+    wrong = explain_wrong_rows(bundle.measurements(), bundle.read("error_maps"), variant, shape)
+    for line in wrong:
+        console.print(line, markup=False, soft_wrap=True, style="bold red" if not line.startswith(" ") else None)
     diag = advisor.diagnose(bundle)
     for key, val in (("variant", variant), ("shape_id", shape)):
         if val and not diag.empty and val not in set(diag[key]):
             known = ", ".join(dict.fromkeys(diag[key]))
             raise FaprofError(f"no findings for {key} {val!r} in {bundle.path.name}; with findings: {known}")
     diag = advisor.select(diag, variant, shape)
+    if diag.empty and wrong:
+        return
     if diag.empty:
         console.print(f"No findings for {bundle.path.name}: the advisor needs timed rows with ncu and/or nsys tables "
                       "(run `faprof profile ... --ncu --nsys`).")
@@ -169,3 +178,104 @@ def compare(run_a: str, run_b: str | None, gpu_a: str | None, gpu_b: str | None,
         say(PCT_NOTE)
     for w in summary.warnings:
         say(f"warning: {w}", style="yellow")
+
+
+# ------------------------------------------------------------------------------- gate
+@main.command()
+@click.argument("baseline")
+@click.argument("candidate")
+@click.option("--threshold", help="The relative change that counts, '2%' or 0.02 (default: the scenario's [gate] "
+              "threshold, else 2%).")
+@click.option("--allow-mismatch", is_flag=True, help="Compare runs on different GPU models (refused otherwise).")
+@click.option("--include-host", is_flag=True, help="Let rows timed by the host clock (CPU rows) gate too.")
+@click.option("--at-equal-clocks", "equal_clocks", is_flag=True, help="Judge rows on cycles (time x the row's SM clock) "
+              "where both sides recorded it: for compute-bound kernels on power-capped GPUs.")
+@click.option("--rerun-ambiguous", is_flag=True, help="Re-time undecided rows on this machine and pool their samples "
+              "with the candidate's before deciding.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"), show_default=True,
+              help="Folder for the bundles this command writes (a CANDIDATE scenario's run, re-timed rows).")
+@click.option("--variants", "-v", "variant_list", help="CANDIDATE scenario: variants to run instead of its own.")
+@click.option("--kernel", "kernels", multiple=True, help="CANDIDATE scenario: your kernel as a variant, as for "
+              "`faprof profile --kernel` (repeatable).")
+@click.option("--ncu", is_flag=False, flag_value="faprof", type=click.Choice(["none", "faprof", "basic", "detailed", "full"]),
+              help="CANDIDATE scenario: collect Nsight Compute metrics (for why rows moved).")
+@click.option("--ncu-variants", help="CANDIDATE scenario: the variants ncu profiles.")
+@click.option("--markdown", "md_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write a Markdown summary here (e.g. $GITHUB_STEP_SUMMARY).")
+@click.option("--junit", "junit_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write JUnit XML here (one test case per row, regressions as failures).")
+@click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), help="Write the verdicts as JSON here.")
+@click.option("--show-all", is_flag=True, help="List every row, not only those that moved or are undecided.")
+@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
+def gate(baseline: str, candidate: str, threshold: str | None, allow_mismatch: bool, include_host: bool,
+         equal_clocks: bool, rerun_ambiguous: bool, out_dir: Path, variant_list: str | None, kernels: tuple[str, ...], ncu: str | None,
+         ncu_variants: str | None, md_file: Path | None, junit_file: Path | None, json_file: Path | None,
+         show_all: bool, runs_dir: Path) -> None:
+    """Gate CANDIDATE against BASELINE (run bundles): is any kernel slower, and why?
+
+    Per (variant, shape) a verdict, faster / slower / same / ambiguous, from a 95% interval of the
+    candidate-over-baseline time ratio (Hodges-Lehmann on the kept samples) against the threshold;
+    wrong or failed candidate rows are regressions. Provenance (GPU, driver, CUDA, cuDNN, clocks,
+    throttling, timer) is checked first. CANDIDATE may be a scenario (name or .toml) to profile
+    now, into --out.
+
+    \b
+    Exit codes: 0 nothing slower, wrong or failed; 1 a regression; 4 no regression but rows the
+    data cannot decide (their interval reaches past the threshold; try --rerun-ambiguous);
+    2 bad input, or GPU models that differ without --allow-mismatch.
+    """
+    from faprof.model.plan import split_list
+    from faprof.report.gate import GateOptions, parse_threshold, run_gate
+    from faprof.report.gate_render import (
+        listed_rows,
+        provenance_table,
+        render_json,
+        render_junit,
+        render_markdown,
+        summary_line,
+        unlisted_line,
+    )
+    from faprof.report.gate_render import verdict_table as gate_table
+    from faprof.run import gate as gate_run
+    from faprof.store import write_files
+
+    options = GateOptions(threshold=parse_threshold(threshold) if threshold is not None else None,
+                          allow_mismatch=allow_mismatch, include_host=include_host, equal_clocks=equal_clocks)
+    base = gate_run.open_bundle(baseline, runs_dir)
+
+    def progress(event: str, info: dict[str, Any]) -> None:
+        if event == "bundle":
+            say(f"bundle: {info['path']}")
+        elif event == "row":
+            say(f"  {info['variant']} {info['shape_id']} -> {info['status']}", style="dim")
+        elif event in ("warning", "nsight"):
+            say(str(info.get("message", "")), style="yellow")
+
+    if gate_run.is_scenario(candidate, runs_dir):
+        say(f"profiling the candidate scenario {candidate} into {out_dir}")
+        cand = gate_run.profile_candidate(candidate, split_list(variant_list) or None, kernels, ncu,
+                                          split_list(ncu_variants) or None, out_dir, progress)
+    elif variant_list or kernels or ncu or ncu_variants:
+        raise FaprofError("--variants, --kernel, --ncu and --ncu-variants apply when CANDIDATE is a scenario to run "
+                          f"now; {candidate} is a bundle")
+    else:
+        cand = gate_run.open_bundle(candidate, runs_dir)
+    retime = (lambda b, pairs: gate_run.retime(b, pairs, out_dir, progress)) if rerun_ambiguous else None
+    result = run_gate(base, cand, options, retime)
+    say(f"baseline  = {result.baseline['run_id']} ({result.baseline['path']})")
+    say(f"candidate = {result.candidate['run_id']} ({result.candidate['path']})")
+    console.print(provenance_table(result))
+    for w in result.warnings:
+        say(f"warning: {w}", style="yellow")
+    if show_all or not listed_rows(result).empty:
+        console.print(gate_table(result, show_all))
+    if not show_all and unlisted_line(result):
+        say(unlisted_line(result))
+    for n in result.notes:
+        say(f"note: {n}", style="yellow")
+    for path, render in ((md_file, render_markdown), (junit_file, render_junit), (json_file, render_json)):
+        if path is not None:
+            write_files(path.parent, {path.name: render(result)})
+            say(f"wrote {path}")
+    say(summary_line(result), style={0: "green", 1: "bold red"}.get(result.exit_code, "yellow"))
+    sys.exit(result.exit_code)

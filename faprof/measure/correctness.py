@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from faprof.measure import errormap, signatures
 from faprof.model.problem import AttentionProblem, torch_dtype
 from faprof.model.scenarios import Tolerance
 from faprof.variants.torch_variants import masked_scores as _scores
@@ -211,8 +212,12 @@ def _max_abs(a, ref) -> float:
 
 
 # ---------------------------------------------------------------------------- rules
-def compare(result, ref, tol: Tolerance, baseline_err: float | None) -> dict[str, Any]:
+def compare(result, ref, tol: Tolerance, baseline_err: float | None,
+            position: Callable[[int], str] | None = None) -> dict[str, Any]:
     """Check one output against its reference under both rules.
+
+    `position` turns a flat index into the text the reason gives for the worst element (the
+    output's (b, h, i, d) and tile: faprof.measure.errormap.describe_position).
 
     Returns max_abs, rel (norm-wise), ref_max, bad_elems (elements over atol + rtol|ref|),
     worst_elem (its flat index, or -1), baseline_err, bound (rule 2's bound or nan), ok.
@@ -228,7 +233,11 @@ def compare(result, ref, tol: Tolerance, baseline_err: float | None) -> dict[str
     r = result.detach().to(ref.device, ref.dtype)
     if not torch.isfinite(r).all():
         out["bad_elems"] = int((~torch.isfinite(r)).sum())
-        out["reason"] = f"{out['bad_elems']} non-finite elements (unwritten output?)"
+        unw = int(errormap.unwritten_mask(result).sum())
+        first = int((~torch.isfinite(r)).reshape(-1).nonzero()[0])
+        where = position(first) if position else f"flat index {first}"
+        out["reason"] = (f"{out['bad_elems']} non-finite elements ({unw} unwritten: the NaN poison is still there; "
+                         f"{out['bad_elems'] - unw} inf/NaN computed), first at {where}")
         return out
     diff = (r - ref).abs()
     ref_norm = float(torch.linalg.vector_norm(ref))
@@ -247,7 +256,8 @@ def compare(result, ref, tol: Tolerance, baseline_err: float | None) -> dict[str
     if not ok:
         parts = []
         if out["bad_elems"]:
-            parts.append(f"{out['bad_elems']} elements over atol+rtol*|ref| (first worst at flat index {out['worst_elem']})")
+            where = position(out["worst_elem"]) if position else f"flat index {out['worst_elem']}"
+            parts.append(f"{out['bad_elems']} elements over atol+rtol*|ref| (worst at {where})")
         if math.isfinite(out["bound"]) and out["max_abs"] > out["bound"]:
             parts.append(f"max error {out['max_abs']:.3g} > {tol.factor:g} x PyTorch's {baseline_err:.3g} + {tol.eps:g}")
         out["reason"] = "; ".join(parts)
@@ -266,8 +276,16 @@ def _outputs(problem: AttentionProblem, result) -> tuple[list[str], list[Any]]:
     return ["out"], [result]
 
 
-def check_outputs(problem: AttentionProblem, result, ref: Reference, tol: Tolerance) -> dict[str, Any]:
-    """Both rules on every output of one call; the summary fields of a row."""
+def _position_text(name: str, shape: tuple[int, ...], tile: tuple[int, int] | None) -> Callable[[int], str]:
+    def text(flat: int) -> str:
+        return errormap.describe_position(name, shape, flat, tile)
+    return text
+
+
+def check_outputs(problem: AttentionProblem, result, ref: Reference, tol: Tolerance,
+                  tile: Callable[[str], tuple[int, int] | None] | None = None) -> dict[str, Any]:
+    """Both rules on every output of one call; the summary fields of a row (positions in reasons as
+    (b, h, i, d) with the tile of `tile(output)` when known)."""
     names, results = _outputs(problem, result)
     refs = {"out": ref.out}
     if "lse" in names:
@@ -282,7 +300,7 @@ def check_outputs(problem: AttentionProblem, result, ref: Reference, tol: Tolera
             continue
         if name == "lse":
             r = r.reshape(rf.shape) if r.numel() == rf.numel() else r
-        c = compare(r, rf, tol, ref.baseline_err.get(name))
+        c = compare(r, rf, tol, ref.baseline_err.get(name), _position_text(name, tuple(rf.shape), tile(name) if tile else None))
         per[name] = {k: v for k, v in c.items() if k != "worst_elem"}
         ok = ok and c["ok"]
         if not c["ok"]:
@@ -315,13 +333,11 @@ def prepare(problem: AttentionProblem, inputs: Inputs, device: str, variant_name
 
 
 def poison_allocator(nbytes: int, device: str) -> None:
-    """Fill `nbytes` of freed CUDA caching-allocator memory with NaN, so a torch op that allocates
-    its output there and fails to write part of it shows NaN instead of stale valid values."""
-    import torch
-
+    """Fill `nbytes` of freed CUDA caching-allocator memory with the poison NaN, so a torch op that
+    allocates its output there and fails to write part of it shows NaN instead of stale valid values."""
     if device != "cuda" or nbytes <= 0:
         return
-    junk = torch.full((nbytes // 4 + 1,), float("nan"), dtype=torch.float32, device=device)
+    junk = errormap.poison_words(nbytes, device)
     del junk
 
 
@@ -362,21 +378,40 @@ def snapshot(problem: AttentionProblem, result) -> list[Any]:
     return [r.detach().clone() for r in results]
 
 
-def check_correctness(variant, problem, inputs, ref: Reference, device: str, tol: Tolerance) -> dict[str, Any]:
-    """Run the variant once on poisoned outputs and check it against the reference."""
+def check_correctness(variant, problem, inputs, ref: Reference, device: str, tol: Tolerance,
+                      check_input: str = "randn") -> dict[str, Any]:
+    """Run the variant once on poisoned outputs and check it against the reference.
+
+    A wrong call also gets its error map records (`error_map`) and bug signatures (`signatures`,
+    dicts, best first) from faprof.measure, labelled with `check_input` (the inputs' name)."""
     import torch
 
     ts, dout = prepare(problem, inputs, device, variant.name)
     out = None
     if variant.kind in ("cuda", "user") and problem.direction == "fwd":
-        out = torch.full_like(ts[0], float("nan"))
+        out = errormap.poison_like(ts[0])  # a NaN no arithmetic makes: unwritten elements are told apart
     else:
         poison_allocator(4 * problem.B * problem.H * max(problem.Sq, problem.Sk) * problem.D * 4, device)
     checked, _ = make_call(variant, problem, ts, dout, out)
     result = checked()
     if device == "cuda":
         torch.cuda.synchronize()
-    res = check_outputs(problem, result, ref, tol)
+    tile_for = getattr(variant, "tile_for", None)
+
+    def tile(name: str) -> tuple[int, int] | None:
+        return tile_for(problem, name) if tile_for else None
+
+    res = check_outputs(problem, result, ref, tol, tile)
+    res["error_map"], res["signatures"] = [], []
+    if not res["correct"]:
+        names, results = _outputs(problem, result)
+        refs = {n: (ref.lse if n == "lse" else ref.out if n == "out" else
+                    ref.grads[("dq", "dk", "dv").index(n)] if ref.grads is not None else None) for n in names}
+        bounds = {n: e.get("bound", float("nan")) for n, e in res["errors"].items()}
+        with torch.no_grad():
+            res["error_map"], sigs = signatures.diagnose_wrong(problem, inputs, names, results, refs, tol.atol, tol.rtol,
+                                                               bounds, tile, check_input)
+        res["signatures"] = [sg.to_dict() for sg in sigs]
     outs = snapshot(problem, result)
     res["out_sample"] = outs[0].reshape(-1)[:SAMPLE_ELEMENTS].to("cpu", torch.float64).tolist()
     res["ref_sample"] = ref.out.detach().reshape(-1)[:SAMPLE_ELEMENTS].to("cpu", torch.float64).tolist()

@@ -31,12 +31,17 @@ def _run(cmd: list[str], timeout: float = 20.0) -> str | None:
 
 
 def git_sha() -> str | None:
-    """The faprof source tree's commit (with '-dirty' when it has uncommitted changes)."""
+    """The faprof source tree's commit (with '-dirty' when it has uncommitted changes).
+
+    FAPROF_GIT_SHA, when set, wins: a copy of the tree (as on a lent GPU machine) may carry a stale
+    .git of another commit, and the one who copied it knows which commit it is."""
+    told = os.environ.get("FAPROF_GIT_SHA")
+    if told:
+        return told
     root = resources.source_root()
     sha = _run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"]) if root is not None else None
     if sha is None:
-        # A copy of the tree without .git (as on a lent GPU machine) can be told its commit.
-        return os.environ.get("FAPROF_GIT_SHA")
+        return None
     dirty = _run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"])
     return sha + ("-dirty" if dirty else "")
 

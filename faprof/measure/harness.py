@@ -26,13 +26,14 @@ kept as call latency (`event_ms`), and are the fallback timer where CUPTI cannot
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from faprof.measure import correctness, stats
+from faprof.measure import adversarial, correctness, signatures, stats, wrong_text
 from faprof.measure.correctness import (  # noqa: F401  (re-exported: the Nsight target and tests use these names)
     CPU_REFERENCE_MAX_FLOPS,
     Inputs,
@@ -392,8 +393,13 @@ def peak_memory(fn: Callable[[], Any]) -> tuple[int, int]:
 
 def measure(variant, problem: AttentionProblem, inputs: Inputs, ref: Reference | None, device: str,
             settings: TimingSettings, tol: Tolerance | None = None, l2_bytes: int = 0,
-            flusher: L2Flusher | None = None, do_timing: bool = True, monitor: Any = None) -> dict[str, Any]:
+            flusher: L2Flusher | None = None, do_timing: bool = True, monitor: Any = None,
+            probes: adversarial.ProbeSet | None = None) -> dict[str, Any]:
     """Check then time one variant on one problem. Returns the measurement fields of a row.
+
+    With `probes` (the problem's adversarial inputs, faprof.measure.adversarial), the variant is
+    also checked on each of them; a wrong one makes the row wrong and is named in `check_input`.
+    Wrong rows carry their error maps and bug signatures (faprof.measure.signatures.row_fields).
 
     Raises whatever the variant raises; the caller turns that into status 'failed' or 'unsupported'.
     """
@@ -412,6 +418,25 @@ def measure(variant, problem: AttentionProblem, inputs: Inputs, ref: Reference |
             check_reason=chk["check_reason"], lse_checked=chk["lse_checked"],
             baseline_max_err=ref.baseline_err.get("out"),
         )
+        wrong_on = [] if chk["correct"] else ["randn"]
+        maps, sigs = list(chk["error_map"]), list(chk["signatures"])
+        if probes is not None:
+            cuda_ok = device == "cuda"
+            adv = adversarial.run(probes, lambda p: variant.supports(p, cuda_available=cuda_ok),
+                                  lambda pr, inp, rf: correctness.check_correctness(variant, pr.problem, inp, rf, device,
+                                                                                    tol, check_input=pr.name))
+            row["probes"] = json.dumps(adv["probes"])
+            wrong_on += adv["failed"]
+            maps += adv["error_map"]
+            sigs += adv["signatures"]
+            if adv["failed"]:
+                # the reason quotes one failure in full (randn's, else the first input's), names the rest
+                first = [] if wrong_on[0] == "randn" else adv["reasons"][:1]
+                rest = adv["failed"] if wrong_on[0] == "randn" else adv["failed"][1:]
+                also = [f"also wrong on {', '.join(rest)}"] if rest else []
+                row["correct"] = False
+                row["check_reason"] = "; ".join(x for x in (row["check_reason"], *first, *also) if x)
+        row.update(_wrong_fields(row, wrong_on, maps, sigs))
     if not do_timing:
         return row
     ts, dout = correctness.prepare(problem, inputs, device, variant.name)
@@ -443,6 +468,13 @@ def measure(variant, problem: AttentionProblem, inputs: Inputs, ref: Reference |
         if not rep["repeat_ok"]:
             row["correct"] = False
             row["check_reason"] = "; ".join(x for x in (row.get("check_reason"), rep["repeat_reason"]) if x)
+            names = correctness._outputs(problem, res["last_result"])[0]
+            race = signatures.race_signature(names, checked_outputs, correctness.snapshot(problem, res["last_result"]))
+            old = json.loads(row["signatures"]) if row.get("signatures") else []
+            maps = json.loads(row["error_map"]) if row.get("error_map") else []
+            wrong_on = row["check_input"].split(", ") if row.get("check_input") else []
+            row.update(_wrong_fields(row, wrong_on or ["randn (timed call)"], maps,
+                                     [race.to_dict(), *old] if race is not None else old))
     row.update(
         timer=res["timer"], timer_note=res["timer_note"], stop=res["stop"], samples_ms=res["samples"], n=st["n"],
         median_ms=st["median"], ci95_low_ms=st["ci95_low"], ci95_high_ms=st["ci95_high"], rel_ci=st["rel_ci"],
@@ -450,3 +482,15 @@ def measure(variant, problem: AttentionProblem, inputs: Inputs, ref: Reference |
         mean_ms=st["mean"], std_ms=st["std"], rel_sem=st["rel_sem"], min_ms=st["min"],
     )
     return row
+
+
+def _wrong_fields(row: dict[str, Any], wrong_on: list[str], maps: list[dict[str, Any]],
+                  sigs: list[dict[str, Any]]) -> dict[str, Any]:
+    """check_input, error_map, signatures, bug_signature of a row, and its check_reason with the best
+    signature named once."""
+    f = wrong_text.row_fields(wrong_on, maps, sigs)
+    text = f.pop("signature_text")
+    # the signature clause goes last, once (a repeat failure found after it is added before it)
+    parts = [x for x in (row.get("check_reason") or "").split("; ") if x and not x.startswith("looks like ")]
+    f["check_reason"] = "; ".join([*parts, text] if text else parts) or row.get("check_reason")
+    return f

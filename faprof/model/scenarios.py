@@ -27,6 +27,7 @@ Layout of a file (every key is checked; unknown keys are errors, so typos do not
                 target_rel_ci, target_rel_ci_host, timer = "auto"|"cupti"|"events", flush_l2, graph,
                 e2e_repeats
     [tolerance] fp16 = {rtol = .., atol = .., factor = .., eps = ..}
+    [gate]      threshold = 0.02            # `faprof gate`: the relative change that counts (a fraction)
     [[published]]  gpu, what, subject, value, unit, shape = {...}, maps_to, section, note
 """
 
@@ -50,12 +51,13 @@ NCU_SETS = ("none", "faprof", "basic", "detailed", "full")
 
 _TOP_KEYS = {
     "name", "description", "source", "baseline", "variants", "defaults", "groups", "problems", "grid",
-    "collect", "timing", "tolerance", "published", "notes",
+    "collect", "timing", "tolerance", "published", "notes", "gate",
 }
 _PROBLEM_KEYS = {"B", "H", "S", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale"}
 _GROUP_KEYS = {"name", "description", "problems", "grid", "defaults", "baseline"}
 _COLLECT_KEYS = {"timing", "ncu", "nsys", "ncu_metrics"}
 _PUBLISHED_KEYS = {"gpu", "what", "subject", "value", "unit", "shape", "maps_to", "section", "note", "stat"}
+_GATE_KEYS = {"threshold"}
 
 
 #: Values of `[timing] timer`.
@@ -181,6 +183,8 @@ class Scenario:
     published: list[Published]
     source: str = ""
     notes: str = ""
+    gate_threshold: float | None = None
+    """`[gate] threshold`: the relative time change `faprof gate` counts for this scenario (None: its default)."""
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -306,6 +310,28 @@ def _group(ctx: _Ctx, key: str, table: dict, defaults: dict) -> ProblemGroup:
     return ProblemGroup(name=name, problems=problems, description=str(table.get("description", "")), baseline=baseline)
 
 
+def gate_threshold(data: dict[str, Any], where: str) -> float | None:
+    """A scenario's `[gate] threshold` (a fraction: 0.02 is 2%), validated; None when it sets none.
+
+    Args:
+        data: the scenario as parsed TOML (or a manifest's `scenario.raw`).
+        where: names the file in errors.
+
+    Raises:
+        FaprofError: `[gate]` is not a table, has another key, or a threshold outside (0, 1).
+    """
+    ctx = _Ctx(where)
+    table = data.get("gate", {})
+    _expect(ctx, "gate", table, (dict,), "a table, e.g. [gate] threshold = 0.02")
+    _check_keys(ctx, "gate.", table, _GATE_KEYS)
+    if "threshold" not in table:
+        return None
+    t = table["threshold"]
+    if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t < 1:
+        raise ctx.fail("gate.threshold", "a fraction between 0 and 1 (0.02 for 2%)", t)
+    return float(t)
+
+
 def parse_scenario(data: dict[str, Any], where: str, path: Path | None = None) -> Scenario:
     """Validate a scenario given as a dict (the parsed TOML).
 
@@ -331,10 +357,12 @@ def parse_scenario(data: dict[str, Any], where: str, path: Path | None = None) -
     timing = _timing(ctx, data.get("timing", {}))
     tolerance = _tolerance(ctx, data.get("tolerance", {}))
     published = _published(ctx, data.get("published", []))
+    threshold = gate_threshold(data, where)
     return Scenario(
         name=name, path=path, description=str(data.get("description", "")), baseline=baseline,
         variants=variants, groups=groups, collect=collect, timing=timing, tolerance=tolerance,
-        published=published, source=str(data.get("source", "")), notes=str(data.get("notes", "")), raw=data,
+        published=published, source=str(data.get("source", "")), notes=str(data.get("notes", "")),
+        gate_threshold=threshold, raw=data,
     )
 
 

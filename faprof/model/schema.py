@@ -21,6 +21,7 @@ ROW_COLUMNS = (
     "B", "H", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale",
     "status", "reason", "device", "reference", "correct", "max_abs_err", "rel_err", "rtol", "atol", "tol_factor",
     "tol_eps", "baseline_max_err", "check_reason", "lse_checked", "repeatable", "errors",
+    "check_input", "bug_signature", "signatures", "probes", "error_map",
     "timer", "timer_note", "stop", "n", "median_ms", "ci95_low_ms", "ci95_high_ms", "rel_ci", "q1_ms", "q3_ms",
     "iqr_ms", "outliers", "mean_ms", "std_ms", "min_ms", "rel_sem",
     "samples_ms", "event_ms", "span_ms", "kernels_per_call", "e2e_ms", "graph_ms", "host_enqueue_ms",
@@ -39,7 +40,7 @@ ROW_COLUMNS = (
 
 #: Tables a bundle can hold (parquet files named after them), in the order exports list them.
 TABLES = ("measurements", "ncu_metrics", "ncu_summary", "stalls", "roofline", "ncu_rules", "nsys_kernels",
-          "nsys_summary", "sanitizer")
+          "nsys_summary", "error_maps", "sanitizer")
 
 #: The tables a Nsight Compute session writes (`faprof.nsight.ncu`).
 NCU_TABLES = ("ncu_metrics", "ncu_summary", "stalls", "roofline", "ncu_rules")

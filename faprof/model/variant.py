@@ -62,6 +62,18 @@ class Variant:
     timed call's output with the checked call's bitwise for these, within the correctness rules
     for the others (backward kernels that accumulate with atomics are not deterministic)."""
 
+    tile: tuple[int, int] | Callable[[AttentionProblem, str], tuple[int, int] | None] | None = None
+    """(query rows, keys) of the tile a kernel block works on, for wrong-result reports (which tile a
+    wrong element falls in); a callable (problem, output name) -> tile where it depends on the head
+    dim or on the kernel writing that output ('out', 'lse': the forward's; 'dq', 'dk', 'dv': the
+    backward's). None: not known (torch baselines)."""
+
+    def tile_for(self, problem: AttentionProblem, output: str = "out") -> tuple[int, int] | None:
+        """The (query rows, keys) tile behind `output` of `problem`, or None when not known."""
+        if callable(self.tile):
+            return self.tile(problem, output)
+        return self.tile
+
     def resolved_device(self, cuda_available: bool) -> str:
         if self.device == "auto":
             return "cuda" if cuda_available else "cpu"

@@ -36,6 +36,7 @@ from faprof import advisor
 from faprof.analysis import core as analysis
 from faprof.errors import FaprofError
 from faprof.measure import stats
+from faprof.measure.wrong_text import explain_wrong_rows
 from faprof.model import schema
 from faprof.report import charts as rc
 from faprof.report import fmt as f
@@ -480,6 +481,10 @@ def render_markdown(bundle: Bundle, chart_hook: ChartHook | None = None, charts:
     parts = [f"# {m['scenario']['name']} on {gpu}", "", _meta(m, df), "", "## The answer", ""]
     for b in blks:
         parts += _headline(b, env.get("gpu_name"))
+    wrong = explain_wrong_rows(meas, bundle.read("error_maps"))
+    if wrong:  # which bug each wrong row looks like, and where: before any timing is read
+        parts += ["## Wrong results", "", "Each wrong row's bug signature and error map (`faprof explain RUN` prints "
+                  "the same):", "", "```text", *wrong, "```", ""]
     order = list(dict.fromkeys(v for b in blks for v in b.ranking["variant"]))
     diag, adv = _diagnosis_section(bundle, df, order)
     parts += diag

@@ -12,7 +12,7 @@ import warnings
 from typing import Any
 
 from faprof import variants
-from faprof.measure import cupti_timer, env, harness
+from faprof.measure import adversarial, cupti_timer, env, harness
 from faprof.measure.gpu_monitor import Monitor
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import TimingSettings, Tolerance
@@ -98,7 +98,10 @@ def _measure(task: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
         state.pop("ref", None)
         inputs = harness.make_inputs(problem, "cuda" if cuda_ok else "cpu", seed=task.get("seed"))
         ref = harness.compute_reference(problem, inputs, cuda_ok) if task.get("check", True) else None
-        state.update(shape_id=problem.shape_id, inputs=inputs, ref=ref)
+        # the adversarial inputs of this shape: made (with their references) on first use, then shared
+        probes = adversarial.ProbeSet(problem, "cuda" if cuda_ok else "cpu",
+                                      lambda p, i: harness.compute_reference(p, i, cuda_ok), inputs.seed)
+        state.update(shape_id=problem.shape_id, inputs=inputs, ref=ref, probes=probes if ref is not None else None)
         info["reference_s"] = time.perf_counter() - t0
     inputs, ref = state["inputs"], state["ref"]
 
@@ -121,7 +124,8 @@ def _measure(task: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
         try:
             row = harness.measure(variant, problem, inputs, ref, device, settings, tol,
                                   l2_bytes=int(task.get("l2_bytes") or 0), flusher=flusher,
-                                  do_timing=task.get("timing", True), monitor=monitor)
+                                  do_timing=task.get("timing", True), monitor=monitor,
+                                  probes=state.get("probes") if task.get("probes", True) else None)
         except Exception as e:
             msg = str(e)
             notes = "; ".join(sorted({str(w.message).splitlines()[0] for w in caught}))[:2000]

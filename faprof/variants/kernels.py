@@ -15,9 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 from faprof.model.problem import AttentionProblem
-from faprof.model.variant import Variant, register
+from faprof.model.variant import Variant, get, register
 from faprof.variants import backward as kernel_bwd
 from faprof.variants import build
+from faprof.variants import fa3_backward as kernel_fa3_bwd
 
 #: Head dimensions the fa1 and fa2 CUDA-core kernels are instantiated for (kernels/fa1.cu,
 #: kernels/fa2.cu: kFaprofFa1HeadDims / kFaprofFa2HeadDims in faprof_kernels.h).
@@ -359,3 +360,61 @@ def register_all() -> None:
     _register_cuda_core()
     _register_tensor_core()
     _register_fa3()
+    # Hopper backward steps (issue 28; faprof/variants/fa3_backward.py): fa3_bwd_a, fa3_bwd_b, with fa3_wgmma_e's forward
+    kernel_fa3_bwd.register_variants(_fa3_check, fa3_wgmma_e_fwd)
+    for _name, _kernel, _bwd in (("naive", "naive", None), ("fa1", "fa1", None), ("fa2", "fa2", "fa2"),
+                                 ("fa2_det", "fa2", "fa2"), ("fa2_wmma", "fa2_wmma", None),
+                                 ("fa2_mma", "fa2_mma", "fa2_mma"), ("fa2_mma_det", "fa2_mma", "fa2_mma"),
+                                 ("_fa2_mma_bwd_1buf", "fa2_mma", "fa2_mma"),
+                                 *((f"fa3_wgmma_{s}", "fa3_wgmma", None) for s in "abcde")):
+        get(_name).tile = _tile_of(_kernel, _bwd)
+
+
+# ------------------------------------------------------------------------------- tiles
+#: (query rows, keys) a block of each forward kernel works on, by head dim (None: every D), from
+#: the tile configs in kernels/: NaiveTile::kTile (naive's score and P·V kernels both use 32x32),
+#: Fa1Tile / Fa2Tile (Br = kWarps·kRowsPerWarp = 32, Bc = 64), fa2_wmma's CfgD* (BR = 64),
+#: fa2_mma's CfgD* (MmaConfig<D, BR, BC, ...>), fa3's Config<D, 128, 2, 2> (BR = 64·NWG = 128).
+#: Wrong-result reports use them to say which tile a wrong element falls in.
+FWD_TILES: dict[str, dict[int | None, tuple[int, int]]] = {
+    "naive": {None: (32, 32)},
+    "fa1": {None: (32, 64)},
+    "fa2": {None: (32, 64)},
+    "fa2_wmma": {64: (64, 64), 128: (64, 64), 256: (64, 32)},
+    "fa2_mma": {64: (128, 128), 128: (128, 64), 256: (64, 32)},
+    "fa3_wgmma": {None: (128, 128)},
+}
+
+#: (query rows, keys) of the backward kernels: fa2_bwd.cu's kBwdBlock = 32 for both; fa2_mma_bwd.cu's
+#: BwdConfig<D, BN keys, BM query rows>: D = 64 -> 64 x 64; D = 128 -> 64 x 128 where BwdD128's 112 KB of
+#: shared memory fit (sm_80, sm_90), else BwdD128Small's 64 x 64 (sm_86, sm_89).
+FA2_MMA_BWD_D128_SMEM = 2 * 128 * (2 * 128 + 2 * 64) + 2 * 128 * 64
+
+
+def _bwd_tile(kernel: str, D: int) -> tuple[int, int] | None:
+    if kernel == "fa2":
+        return (32, 32)
+    if D == 64:
+        return (64, 64)
+    if D != 128:
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        optin = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "shared_memory_per_block_optin", 0)
+        if optin and optin < FA2_MMA_BWD_D128_SMEM:
+            return (64, 64)
+    return (64, 128)
+
+
+def _tile_of(kernel: str, bwd: str | None):
+    fwd = FWD_TILES[kernel]
+
+    def tile(problem: AttentionProblem, output: str) -> tuple[int, int] | None:
+        if output in ("dq", "dk", "dv"):
+            return _bwd_tile(bwd, problem.D) if bwd else None
+        return fwd.get(problem.D, fwd.get(None))
+
+    return tile
+
+

@@ -77,27 +77,31 @@ void race_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at:
 
 // One warpgroup GEMM through wgmma (wgmma_test.cu).
 void wgmma_gemm_test(const at::Tensor& a, const at::Tensor& b, at::Tensor& c, bool b_mn_major, bool a_in_regs,
-                     int64_t lbo, int64_t sbo) {
+                     int64_t lbo, int64_t sbo, bool a_mn_major, int64_t a_lbo, int64_t a_sbo) {
     constexpr const char* op = "faprof_test::wgmma_gemm_test";
     check_tensor(op, "a", a, a, true);
     check_tensor(op, "b", b, a, true);
     check_tensor(op, "c", c, a);
-    TORCH_CHECK(a.dim() == 2 && a.size(0) == 64, op, ": a must be [64, K], got ", a.sizes());
-    const int64_t K = a.size(1);
+    TORCH_CHECK(!(a_in_regs && a_mn_major), op, ": a_in_regs and a_mn_major exclude each other");
+    TORCH_CHECK(a.dim() == 2 && a.size(a_mn_major ? 1 : 0) == 64, op, ": a must be ",
+                a_mn_major ? "[K, 64] (a_mn_major: A = aᵀ)" : "[64, K]", ", got ", a.sizes());
+    const int64_t K = a.size(a_mn_major ? 0 : 1);
     TORCH_CHECK(c.dim() == 2 && c.size(0) == 64, op, ": c must be [64, N], got ", c.sizes());
     const int64_t N = c.size(1);
     const std::vector<int64_t> b_shape = b_mn_major ? std::vector<int64_t>{K, N} : std::vector<int64_t>{N, K};
     TORCH_CHECK(b.sizes() == at::IntArrayRef(b_shape), op, ": b must be ", at::IntArrayRef(b_shape), ", got ",
                 b.sizes());
-    TORCH_CHECK((N == 64 || N == 128) && (K == 16 || K == 128), op, ": N must be 64 or 128 and K 16 or 128, got N=",
-                N, " K=", K);
-    TORCH_CHECK(lbo < (1 << 18) && sbo < (1 << 18), op, ": lbo and sbo must be below 2^18 bytes");
+    TORCH_CHECK((N == 64 || N == 128) && (K == 16 || K == 64 || K == 128), op,
+                ": N must be 64 or 128 and K 16, 64 or 128, got N=", N, " K=", K);
+    TORCH_CHECK(lbo < (1 << 18) && sbo < (1 << 18) && a_lbo < (1 << 18) && a_sbo < (1 << 18), op,
+                ": lbo, sbo, a_lbo and a_sbo must be below 2^18 bytes");
     check_sm90a(op, a);
     c10::cuda::CUDAGuard guard(a.device());
     check_launch(op, faprof_wgmma_gemm_test(a.data_ptr(), b.data_ptr(), c.data_ptr<float>(), static_cast<int>(N),
                                             static_cast<int>(K), b_mn_major, a_in_regs,
                                             a.scalar_type() == at::kBFloat16, static_cast<int>(lbo),
-                                            static_cast<int>(sbo), stream_of(a)));
+                                            static_cast<int>(sbo), a_mn_major, static_cast<int>(a_lbo),
+                                            static_cast<int>(a_sbo), stream_of(a)));
 }
 
 }  // namespace
@@ -105,7 +109,7 @@ void wgmma_gemm_test(const at::Tensor& a, const at::Tensor& b, at::Tensor& c, bo
 TORCH_LIBRARY(faprof_test, m) {
     m.def("fault_oob(Tensor q, Tensor(a!) out) -> ()");
     m.def("race_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale, bool atomic) -> ()");
-    m.def("wgmma_gemm_test(Tensor a, Tensor b, Tensor(a!) c, bool b_mn_major, bool a_in_regs, int lbo, int sbo) -> ()");
+    m.def("wgmma_gemm_test(Tensor a, Tensor b, Tensor(a!) c, bool b_mn_major, bool a_in_regs, int lbo, int sbo, bool a_mn_major=False, int a_lbo=-1, int a_sbo=-1) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(faprof_test, CUDA, m) {

@@ -31,11 +31,13 @@ cudaError_t faprof_race_fwd(const float* q,   // [B, H, Sq, D]
                             cudaStream_t stream);
 
 // -------------------------------------------------------------------------------- wgmma_test
-// c[64, N] = a[64, K] · B with one warpgroup's wgmma m64nNk16 (wgmma_test.cu), through the same
-// descriptors and fragments as kernels/fa3_wgmma.cu: B = b[N, K] (b_mn_major = false) or b[K, N]
-// (true, transpose-B descriptor); A from swizzled shared memory or (a_in_regs) from registers. fp16
-// or bf16 (a and b), c fp32; N in {64, 128}, K in {16, 128}; lbo/sbo in bytes override B's
-// descriptor offsets (< 0: the kernels' choice). cudaErrorNotSupported on a GPU that is not
-// compute capability 9.0.
+// c[64, N] = A · B with one warpgroup's wgmma m64nNk16 (wgmma_test.cu), through the same
+// descriptors and fragments as kernels/fa3_wgmma.cu and fa3_bwd.cuh: B = b[N, K] (b_mn_major =
+// false) or b[K, N] (true, transpose-B descriptor); A = a[64, K] from swizzled shared memory or
+// (a_in_regs) from registers, or (a_mn_major) A = aᵀ with a[K, 64] read MN-major through the
+// transpose-A bit. fp16 or bf16 (a and b), c fp32; N in {64, 128}, K in {16, 64, 128}; lbo/sbo
+// (a_lbo/a_sbo) in bytes override B's (an MN-major A's) descriptor offsets (< 0: the kernels'
+// choice). cudaErrorNotSupported on a GPU that is not compute capability 9.0.
 cudaError_t faprof_wgmma_gemm_test(const void* a, const void* b, float* c, int N, int K, bool b_mn_major,
-                                   bool a_in_regs, bool bf16, int lbo, int sbo, cudaStream_t stream);
+                                   bool a_in_regs, bool bf16, int lbo, int sbo, bool a_mn_major, int a_lbo, int a_sbo,
+                                   cudaStream_t stream);

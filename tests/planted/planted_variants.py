@@ -1,19 +1,27 @@
 """TEST ONLY: the planted-fault kernels as hidden user variants (never part of `faprof list`).
 
-Each kernel is FlashAttention-2 with one deliberate performance defect (results stay exact, so
-they pass faprof's correctness check), plus a clean control; the advisor must name each defect as
-its primary finding from the hardware counters alone (tests/test_advise_planted.py, on a bundle
-recorded on an H100 by scripts/record_planted.sh). The kernels are copies of GPU-verified ones with
-small changes marked `PLANTED FAULT` (kernels/planted_mma.cu from kernels/fa2_mma.cu,
-kernels/planted_cuda_core.cu from kernels/fa2.cu) and are built as their own small extension
-(`faprof_planted_ext`, ops torch.ops.faprof_planted.*) the first time one runs, so faprof's own
-build does not grow. Load with
+Each kernel is a FlashAttention forward with one deliberate performance defect (results stay within
+rounding, so they pass faprof's correctness check), beside a clean control of the same design; the
+diagnosis must name each defect as its primary finding from the hardware counters alone
+(tests/test_advise_planted.py, on a bundle recorded on an H100 by scripts/record_planted.sh). The
+kernels are built as their own small extension (`faprof_planted_ext`, ops torch.ops.faprof_planted.*)
+the first time one runs, so faprof's own build does not grow. Three designs:
+
+- kernels/planted_mma.cu: kernels/fa2_mma.cu (mma.sync, ldmatrix, swizzled shared memory, cp.async;
+  fp16) with a fault per template value (`PLANTED FAULT`); control planted_clean.
+- kernels/planted_cuda_core.cu: kernels/fa2.cu reading and writing fp16 (planted_no_tensor_cores).
+- kernels/planted_rowthread.cu: an fp32 CUDA-core design unlike faprof's kernels (a query row owned by
+  D/32 threads holding q and O slices in registers, K/V tiles broadcast from shared memory, xor
+  shuffles summing a row's partial dot products, one block of 8 warps per SM); control
+  planted_rowthread_clean.
+
+Load with
 
     faprof profile --scenario tests/planted/planted.toml --user-variants tests/planted/planted_variants.py
 
-=========================  ===================================================  ==================
-variant                    defect                                               advisor cause
-=========================  ===================================================  ==================
+=========================  ===================================================  ======================
+variant                    defect                                               expected cause
+=========================  ===================================================  ======================
 planted_clean              none (the control: fa2_mma as it is)                 not a defect
 planted_bank_conflicts     shared-memory rows not swizzled (8-way ldmatrix)     smem_bank_conflicts
 planted_spills             registers capped at 128/thread: local-memory spills  register_spills
@@ -22,7 +30,90 @@ planted_no_tensor_cores    fp16 attention on CUDA cores (fa2 with fp16 I/O)     
 planted_no_causal_skip     causal blocks visit tiles above the diagonal         wasted_work
 planted_few_ctas           one block per (b, h): grid (1, H, B)                 too_few_ctas
 planted_launch_per_head    the clean kernel launched once per (b, h)            launch_split
-=========================  ===================================================  ==================
+planted_barrier            __syncthreads() between every ldmatrix and its HMMAs stall:barrier
+planted_fence              __threadfence() after every k16 MMA step             stall:membar
+planted_transcendental     softmax weights as expf((s - m) / temperature)       pipe:xu
+planted_fp64               softmax weights (2^x) and row sums in double         pipe:fp64
+planted_rowthread_clean    none (the row-thread control)                        not a defect
+planted_dependency         QKᵀ one score at a time, one FFMA chain per score    stall:wait
+planted_index_math         64-bit signed / and % per V float4 address           pipe:alu
+planted_divergence         QKᵀ once per owner (if part == 0 ... else if ...)    threads:inactive
+planted_predicated_off     PV walks every chunk of V, acts on its own only      threads:predicated_off
+planted_scalar_loads       K/V rows at a runtime stride: unaligned, split LDS   pipe:lsu
+=========================  ===================================================  ======================
+
+The new kinds' evidence: what each adds to the instruction stream (SASS of sm_90, nvcc 13.0, the
+extension's flags; `python3 tests/planted/sass_census.py` prints it, tests/test_planted_sass.py keeps
+it true), and the cost that implies on an H100 (estimates, not measurements: each SM sub-partition
+issues one warp instruction per cycle, an FFMA per cycle, a DFMA/DADD per 2 (16 fp64 lanes), an ALU
+instruction per 2, a MUFU per 8 (4 XU lanes), an HMMA.16816 per 6 (ncu's 360,448 fp16 FLOP/cycle per
+GPU); both families run 2 warps per sub-partition, so two warps' work is what one sub-partition issues).
+
+fa2_mma family, per warp and key tile (D=64: 128 keys; D=128: 64 keys), non-causal; the control is
+tensor-bound: 256 HMMA = 1,536 tensor cycles per warp, 3,072 per sub-partition.
+
+==============  ==============================================  ========================================
+kind            SASS per warp and key tile (control -> fault)   expected cost on the planted shapes
+==============  ==============================================  ========================================
+barrier         BAR.SYNC 2 -> 66 (D64 and D128); the rest as   each of the 64 steps (1 LDSM, then 4
+                the control (1,334 -> 1,393 instructions)       HMMA: 24 tensor cycles) waits at the
+                                                                barrier for the block's slowest warp
+                                                                and for its own LDSM (~30 cycles, which
+                                                                can no longer issue early); the other
+                                                                block's warp on the sub-partition fills
+                                                                part of it: ~1.5-2x, the added cycles
+                                                                stalled at BAR
+fence           MEMBAR.SC.GPU 0 -> 12 (+ERRBAR, CGAERRBAR)     a GPU-scope fence waits until the warp's
+                                                                memory operations, the next tile's
+                                                                cp.async copies included, are visible;
+                                                                hundreds of cycles each: >= 2x
+transcendental  D64: MUFU.RCP 0 -> 132, FCHK 0 -> 132, FFMA     issue 8,230 vs 3,072 cycles per sub-
+                136 -> 1,192; 1,334 -> 4,115 instructions.      partition (D64, ~2.7x) and 5,050 vs
+                D128: MUFU.RCP 0 -> 68; 1,039 -> 2,525          3,072 (D128, ~1.6x); the XU runs 2 MUFU
+                                                                per weight instead of 1 (2,112 vs 1,056
+                                                                cycles per warp, D64)
+fp64            D64: DFMA 0 -> 1,460, DADD 0 -> 524, F2F 64 ->  FP64 pipe 3,968 cycles per warp, 7,936
+                337, MUFU.EX2 132 -> 0; 1,334 -> 3,964          per sub-partition vs 3,072 (D64,
+                instructions. D128: DFMA 0 -> 756, DADD 0 ->    ~2.6x); 4,096 vs 3,072 (D128, ~1.3x)
+                268; 1,039 -> 2,411
+==============  ==============================================  ========================================
+
+Row-thread family, per warp and 16-key chunk (D=64: 4 chunks a tile; D=128: 2), non-causal; the
+control issues 1,463 (D64) / 1,495 (D128) instructions, 1,042 of them FFMA and 256 LDS.128: it is
+issue-bound at ~2,930 cycles per sub-partition.
+
+==============  ==============================================  ========================================
+kind            SASS per warp and chunk (control -> fault)      expected cost on the planted shapes
+==============  ==============================================  ========================================
+dependency      QKᵀ becomes a rolled loop of 16 iterations of   16 x (LDS latency ~30 + 32 x 4 cycles)
+                8 LDS.128 + 32 FFMA each reading the previous   = ~2,500 cycles per warp for QKᵀ (the
+                one's result (+1 STS, 1 LDS); FFMA count equal  two warps overlap) vs 1,280 issue
+                                                                cycles: ~1.4x, the added cycles fixed-
+                                                                latency waits
+index_math      +1,250 ALU (IADD3, LEA, LOP3, SHF) and +384     issue 6,240 vs 2,930 cycles (~2.1x);
+                IMAD for the 128 V loads; 1,463 -> 3,122        the ALU pipe (2 cycles a warp) busy
+                (D128: 1,495 -> 3,159)                          ~80% of the time
+divergence      QKᵀ FFMA 512 -> 512 x TPR (TPR = 2 / 4 copies   D64: 1,463 -> 2,125 instructions, the
+                behind branches on the owner, none predicated)  QKᵀ part at 16 of 32 lanes (~1.45x);
+                                                                D128: 1,495 -> 3,443, at 8 lanes (~2.3x)
+predicated_off  PV: every FFMA and LDS.128 guarded; 512 ->      D64: 1,463 -> 2,104 instructions, half
+                512 x TPR FFMA                                  the PV threads predicated off (~1.4x);
+                                                                D128: 1,495 -> 3,418, 3/4 off (~2.3x)
+scalar_loads    shared loads 256 LDS.128 -> 64 LDS.128 + 128    704 shared-load instructions per warp
+                LDS.64 + 512 LDS (rows the compiler cannot      and chunk, 5,632 per SM (8 warps) at
+                prove 16-byte aligned); 1,463 -> 1,957          ~1 a cycle, vs ~2,930 issue cycles:
+                instructions                                    LSU-bound, ~1.9x (more if a broadcast
+                                                                LDS.64 takes two wavefronts)
+==============  ==============================================  ========================================
+
+Side effects a diagnosis could mistake for the defect, kept small and stated: planted_fp64 spills
+8-100 bytes (0-11 local-memory accesses per key tile against 2,400-4,000 instructions; fa2_mma itself
+spills up to 20 bytes); planted_index_math spills 36-64 bytes, loaded once per key tile outside the
+chunk loop; planted_dependency adds one STS and one LDS per score (a rolled loop cannot index
+registers); planted_barrier makes every warp compute every causal tile (the mask zeroes the extra
+ones: none at D=64, where BR = BC, and one tile per block for half the warps at D=128). The weakest
+expected costs are ~1.3-1.45x (dependency; divergence and predicated_off at D=64, where TPR = 2; fp64
+at D=128): those shapes test whether the accounting finds a defect worth a quarter of the time.
 """
 
 from __future__ import annotations
@@ -35,13 +126,21 @@ from faprof.model.problem import AttentionProblem
 from faprof.variants import Variant, build, register
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
-SOURCES = ("planted_binding.cpp", "planted_mma.cu", "planted_cuda_core.cu")
+SOURCES = ("planted_binding.cpp", "planted_mma.cu", "planted_cuda_core.cu", "planted_rowthread.cu")
 EXTENSION_NAME = "faprof_planted_ext"
 
 #: Fault codes of torch.ops.faprof_planted.mma_fwd (kernels/planted_kernels.h).
-MMA_FAULTS = {"clean": 0, "bank_conflicts": 1, "spills": 2, "uncoalesced": 3, "no_causal_skip": 4, "few_ctas": 5}
+MMA_FAULTS = {"clean": 0, "bank_conflicts": 1, "spills": 2, "uncoalesced": 3, "no_causal_skip": 4, "few_ctas": 5,
+              "barrier": 6, "fence": 7, "transcendental": 8, "fp64": 9}
+#: Fault codes of torch.ops.faprof_planted.rowthread_fwd (kernels/planted_kernels.h).
+ROWTHREAD_FAULTS = {"clean": 0, "dependency": 1, "index_math": 2, "divergence": 3, "predicated_off": 4,
+                    "scalar_loads": 5}
 
-#: Variant name -> the advisor cause its defect must be diagnosed as (None: the control).
+#: Variant name -> the cause its defect must be diagnosed as (None: a control). The causes of the
+#: first eight are the advisor's rule causes; the later ones name the term of the accounting (issue
+#: 24) the defect must come out as: `stall:<ncu stall reason>`, `pipe:<pipe>`, `threads:inactive`
+#: (few active threads per executed instruction: divergence), `threads:predicated_off` (active
+#: threads whose predicate is false). One dict, so that settling the final names is one edit.
 EXPECTED_CAUSE: dict[str, str | None] = {
     "planted_clean": None,
     "planted_bank_conflicts": "smem_bank_conflicts",
@@ -51,6 +150,32 @@ EXPECTED_CAUSE: dict[str, str | None] = {
     "planted_no_causal_skip": "wasted_work",
     "planted_few_ctas": "too_few_ctas",
     "planted_launch_per_head": "launch_split",
+    # fa2_mma family (fp16, tensor cores); control planted_clean
+    "planted_barrier": "stall:barrier",
+    "planted_fence": "stall:membar",
+    "planted_transcendental": "pipe:xu",
+    "planted_fp64": "pipe:fp64",
+    # row-thread family (fp32, CUDA cores); control planted_rowthread_clean
+    "planted_rowthread_clean": None,
+    "planted_dependency": "stall:wait",
+    "planted_index_math": "pipe:alu",
+    "planted_divergence": "threads:inactive",
+    "planted_predicated_off": "threads:predicated_off",
+    "planted_scalar_loads": "pipe:lsu",
+}
+
+#: Planted variant -> the clean kernel of its design that it must be compared with (its control
+#: twin; a control maps to itself). planted_no_tensor_cores has no twin of its own design (fa2 with
+#: fp16 I/O is the defect): it is compared with the tensor-core control. planted_launch_per_head
+#: runs planted_clean's kernel.
+CONTROL_OF: dict[str, str] = {
+    **{name: "planted_clean" for name in (
+        "planted_clean", "planted_bank_conflicts", "planted_spills", "planted_uncoalesced",
+        "planted_no_tensor_cores", "planted_no_causal_skip", "planted_few_ctas", "planted_launch_per_head",
+        "planted_barrier", "planted_fence", "planted_transcendental", "planted_fp64")},
+    **{name: "planted_rowthread_clean" for name in (
+        "planted_rowthread_clean", "planted_dependency", "planted_index_math", "planted_divergence",
+        "planted_predicated_off", "planted_scalar_loads")},
 }
 
 _LOCK = threading.Lock()
@@ -95,6 +220,20 @@ def _mma(fault: str, per_head: bool = False):
     return fn
 
 
+def _rowthread(fault: str):
+    code = ROWTHREAD_FAULTS[fault]
+
+    def fn(q, k, v, causal: bool, scale: float, out=None):
+        import torch
+
+        out = torch.empty_like(q) if out is None else out
+        lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+        _ops().rowthread_fwd(q, k, v, out, lse, bool(causal), float(scale), code)
+        return out
+
+    return fn
+
+
 def _cuda_core(q, k, v, causal: bool, scale: float, out=None):
     import torch
 
@@ -124,6 +263,10 @@ def _register() -> None:
         "uncoalesced": "TEST ONLY: fa2_mma loading tiles with uncoalesced 4-byte loads",
         "no_causal_skip": "TEST ONLY: fa2_mma computing causal tiles above the diagonal",
         "few_ctas": "TEST ONLY: fa2_mma with one block per (b, h) (too few CTAs)",
+        "barrier": "TEST ONLY: fa2_mma with a __syncthreads() after every ldmatrix+HMMA step",
+        "fence": "TEST ONLY: fa2_mma with a __threadfence() after every k16 MMA step",
+        "transcendental": "TEST ONLY: fa2_mma computing softmax weights with an IEEE division and expf",
+        "fp64": "TEST ONLY: fa2_mma computing softmax weights and row sums in double precision",
     }
     for fault, text in descriptions.items():
         register(Variant(f"planted_{fault}", "user", text, _mma(fault), dtypes=("fp16",), compute="tensor",
@@ -132,6 +275,17 @@ def _register() -> None:
                      _mma("clean", per_head=True), dtypes=("fp16",), compute="tensor", **common), replace=True)
     register(Variant("planted_no_tensor_cores", "user", "TEST ONLY: FlashAttention-2 on fp16 with CUDA cores only",
                      _cuda_core, dtypes=("fp16",), compute="cuda_core", **common), replace=True)
+    rowthread = {
+        "rowthread_clean": ("clean", "TEST ONLY: the row-thread fp32 kernels' control (rows owned by D/32 threads)"),
+        "dependency": ("dependency", "TEST ONLY: row-thread fp32 kernel, QKᵀ as one dependent FFMA chain per score"),
+        "index_math": ("index_math", "TEST ONLY: row-thread fp32 kernel, 64-bit / and % per V element address"),
+        "divergence": ("divergence", "TEST ONLY: row-thread fp32 kernel, QKᵀ in a lane-dependent switch"),
+        "predicated_off": ("predicated_off", "TEST ONLY: row-thread fp32 kernel, PV walking all chunks, predicated"),
+        "scalar_loads": ("scalar_loads", "TEST ONLY: row-thread fp32 kernel, K/V rows at a runtime stride (scalar LDS)"),
+    }
+    for name, (fault, text) in rowthread.items():
+        register(Variant(f"planted_{name}", "user", text, _rowthread(fault), dtypes=("fp32",), compute="cuda_core",
+                         **common), replace=True)
 
 
 _register()

@@ -107,6 +107,51 @@ def _per_cc(common: Sequence[str] = (), **by_cc: Sequence[str]) -> dict[str, tup
 
 _FLOP_OPS = ("fadd", "fmul", "ffma", "hadd", "hmul", "hfma", "dadd", "dmul", "dfma")
 
+#: Warp states of the accounting (WarpStateStats reasons, 'selected' = issuing) and the CCs that
+#: report each; checked against `ncu --query-metrics` of ga100, ga102, ad102 and gh100.
+_ALL = ("8.0", "8.6", "8.9", "9.0")
+_WARP_STATES: dict[str, tuple[str, ...]] = {
+    **{r: _ALL for r in ("selected", "barrier", "branch_resolving", "dispatch_stall", "drain", "imc_miss",
+                         "lg_throttle", "long_scoreboard", "math_pipe_throttle", "membar", "mio_throttle", "misc",
+                         "no_instructions", "not_selected", "short_scoreboard", "sleeping", "tex_throttle", "wait")},
+    "gmma": ("9.0",),
+}
+#: Metric spelling of a reason where it differs from faprof's (warp-state metrics say `no_instruction`).
+_WARP_STATE_SPELLING = {"no_instructions": "no_instruction"}
+
+
+def _pipe(common: Sequence[str] = (), **by_cc: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    return _per_cc(common=[f"sm__inst_executed_pipe_{n}.sum" for n in common],
+                   **{k: [f"sm__inst_executed_pipe_{n}.sum" for n in v] for k, v in by_cc.items()})
+
+
+#: Issue pipes of the accounting: pipe -> (what it runs, metric names per CC). fp16 FMA-pipe work is
+#: its own pipe (`fp16`: the FP16 pipe of GA100, the FMA pipe's fp16 type elsewhere); `fma` is then
+#: the fp32 part (fma minus fp16 where the chip counts the fp16 type inside fma, done by the
+#: accounting). Pipes the chip lacks have no names there.
+_PIPES: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
+    "tensor_hmma": ("warp-level tensor pipe (HMMA: mma.sync, wmma)",
+                    _pipe(sm89=("tensor_op_hmma_v2",), common=("tensor_op_hmma",))),
+    "tensor_gmma": ("warp-group tensor pipe (GMMA: wgmma)", _pipe(sm90=("tensor_op_gmma",))),
+    "tensor_imma": ("integer tensor pipe (IMMA)", _pipe(sm89=("tensor_op_imma_v2",), common=("tensor_op_imma",))),
+    "tensor_dmma": ("fp64 tensor pipe (DMMA)", _pipe(sm80=("tensor_op_dmma",), sm90=("tensor_op_dmma",))),
+    "fma": ("FMA pipe (fp32 FFMA/FADD/FMUL, IMAD)", _pipe(common=("fma",))),
+    "fp16": ("fp16 pipe (HFMA2/HADD2/HMUL2)", _pipe(sm80=("fp16",), sm86=("fma_type_fp16",), sm89=("fma_type_fp16",),
+                                                      sm90=("fma_type_fp16",))),
+    "fp64": ("FP64 pipe (DFMA/DADD/DMUL)", _pipe(common=("fp64",))),
+    "alu": ("ALU pipe (integer, logic, compare, conversions)", _pipe(common=("alu",))),
+    "xu": ("XU pipe (MUFU: exp2, lg2, rcp, rsqrt, sin; conversions)", _pipe(common=("xu",))),
+    "lsu": ("LSU pipe (shared, local, global loads/stores)", _pipe(common=("lsu",))),
+    "adu": ("ADU pipe (address divergence, branch targets)", _pipe(common=("adu",))),
+    "cbu": ("CBU pipe (branches, barriers, warp sync)", _pipe(common=("cbu",))),
+    "uniform": ("uniform datapath (warp-uniform integer work)", _pipe(common=("uniform",))),
+    "tex": ("TEX pipe (texture, some global loads)", _pipe(common=("tex",))),
+    "ipa": ("IPA pipe (interpolation)", _pipe(common=("ipa",))),
+    "tma": ("TMA unit issue (cp.async.bulk.tensor)", _pipe(sm90=("tma",))),
+}
+
+
+
 _CONCEPTS: list[Concept] = [
     # ---- time and clocks
     Concept("duration", "kernel duration on the GPU", _same("gpu__time_duration.sum")),
@@ -298,6 +343,65 @@ _CONCEPTS: list[Concept] = [
             ),
             ("fma_inst", "warp instructions on the FMA pipe", "sm__inst_executed_pipe_fma.sum"),
         )
+    ),
+    # Advisor memory counters that are SASS/LSU counters (in every chip's `--query-metrics`).
+    *(
+        Concept(key, text, _same(name), request=True)
+        for key, text, name in (
+            ("local_ld_inst", "local-memory load instructions (warp level)", "smsp__sass_inst_executed_op_local_ld.sum"),
+            ("local_st_inst", "local-memory store instructions (warp level)", "smsp__sass_inst_executed_op_local_st.sum"),
+            ("global_ldgsts_requests", "cp.async (LDGSTS) global requests",
+             "sm__sass_l1tex_t_requests_pipe_lsu_mem_global_op_ldgsts.sum"),
+            ("global_ldgsts_sectors_bypass", "cp.async (LDGSTS) global sectors, L1 bypassed",
+             "sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts_cache_bypass.sum"),
+            ("global_ldgsts_sectors_access", "cp.async (LDGSTS) global sectors through L1",
+             "sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts_cache_access.sum"),
+            ("global_ld_bytes_per_sector", "bytes used per 32-byte sector of global loads",
+             "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.ratio"),
+            ("smem_wavefronts", "shared-memory wavefronts (loads, stores, ldmatrix, atomics)",
+             "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum"),
+            ("hmma_pipe_util", "warp-level HMMA pipe active, % of peak",
+             "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"),
+        )
+    ),
+    # ---- the accounting (faprof.advisor.accounting): every warp cycle of a kernel is one warp state
+    # (issuing: 'selected', or stalled for one reason), every issued instruction goes to one pipe.
+    # issue_active x the per-reason ratios gives the warp-cycles of each state; warps_active is their
+    # total, so the shares sum to 1 (checked on the recorded fixtures).
+    Concept("inst_executed", "warp instructions executed", _same("smsp__inst_executed.sum"), request=True),
+    Concept("inst_issued", "warp instructions issued", _same("smsp__inst_issued.sum"), request=True),
+    # one instruction issues per issue-active cycle on sm_80..sm_90, so `full` reports (which have
+    # inst_issued but not issue_active) still give the accounting
+    Concept("issue_active", "scheduler cycles that issued an instruction, summed over SMSPs",
+            _same("smsp__issue_active.sum", "smsp__inst_issued.sum"), request=True),
+    Concept("issue_active_per_cycle", "instructions issued per active scheduler cycle (at most 1)",
+            _same("smsp__issue_active.avg.per_cycle_active"), request=True),
+    Concept("warps_active_sum", "warp-cycles resident (active warps summed over cycles and SMSPs)",
+            _same("smsp__warps_active.sum"), request=True),
+    Concept("smsp_cycles_active_sum", "scheduler cycles with a warp resident, summed over SMSPs",
+            _same("smsp__cycles_active.sum"), request=True),
+    Concept("smsp_cycles_active_avg", "scheduler cycles with a warp resident, per SMSP",
+            _same("smsp__cycles_active.avg"), request=True),
+    Concept("sm_cycles_elapsed_avg", "cycles elapsed per SM (the kernel's duration in SM cycles)",
+            _same("sm__cycles_elapsed.avg"), request=True),
+    Concept("thread_inst_executed", "thread instructions executed (active lanes summed)",
+            _same("smsp__thread_inst_executed.sum"), request=True),
+    Concept("thread_inst_pred_on", "thread instructions executed with the predicate on",
+            _same("smsp__thread_inst_executed_pred_on.sum"), request=True),
+    Concept("thread_inst_xu", "thread instructions on the XU (MUFU: exp2, rcp, rsqrt, sin...) pipe",
+            _same("smsp__thread_inst_executed_pipe_xu_pred_on.sum"), request=True),
+    Concept("thread_inst_fp64", "thread instructions on the FP64 pipe",
+            _same("smsp__thread_inst_executed_pipe_fp64_pred_on.sum"), request=True),
+    *(
+        Concept(f"warp_state_{reason}", f"warps in state '{reason}' per issue-active cycle",
+                _per_cc(**{f"sm{cc.replace('.', '')}": (
+                    f"smsp__average_warps_issue_stalled_{_WARP_STATE_SPELLING.get(reason, reason)}"
+                    "_per_issue_active.ratio",) for cc in ccs}), request=True)
+        for reason, ccs in _WARP_STATES.items()
+    ),
+    *(
+        Concept(f"pipe_inst_{pipe}", f"warp instructions executed on the {text}", names, request=True)
+        for pipe, (text, names) in _PIPES.items()
     ),
     # Source-counter metrics (SourceCounters section: `--set full`; not hardware counters, so not in
     # `--query-metrics` and not asked for by the `faprof` set): exact spill and excess counts.
@@ -537,28 +641,106 @@ def base_name(metric: str) -> str:
 
 # --------------------------------------------------------------------------------- stall reasons
 
-#: Warp stall reasons ncu reports (WarpStateStats / SourceCounters), with what each means.
-STALL_REASONS = {
-    "barrier": "waiting at a block-wide barrier (__syncthreads) for sibling warps",
-    "branch_resolving": "waiting for a branch target to be computed",
-    "dispatch_stall": "the dispatcher could not issue the selected instruction",
-    "drain": "waiting for memory stores to drain at exit",
-    "imc_miss": "waiting for an immediate constant cache miss",
-    "lg_throttle": "local/global memory instruction queue full",
-    "long_scoreboard": "waiting on L1TEX (global, local, texture) data: memory latency",
-    "math_pipe_throttle": "the math pipe the instruction needs is busy",
-    "membar": "waiting on a memory barrier",
-    "mio_throttle": "memory input/output queue full (shared memory, special math, dynamic branches)",
-    "misc": "miscellaneous hardware reasons",
-    "no_instructions": "instruction cache miss or no instruction fetched",
-    "not_selected": "eligible but another warp was selected",
-    "short_scoreboard": "waiting on MIO data: shared memory or special-function results",
-    "sleeping": "all threads of the warp are sleeping (nanosleep) or yielded",
-    "tex_throttle": "texture unit queue full",
-    "wait": "fixed-latency dependency wait",
-    "gmma": "waiting for warp-group MMA (wgmma) resources or results (Hopper)",
-    "warpgroup_arrive": "waiting at a warp-group arrive/wait (wgmma fence, Hopper)",
-    "tmem": "waiting on tensor memory (Blackwell)",
+@dataclass(frozen=True)
+class Advice:
+    """What a warp state or a pipe means, what it points to in a kernel, and what usually fixes it."""
+
+    meaning: str
+    points_to: str
+    fix: str
+
+
+#: Every warp state ncu reports (WarpStateStats, SourceCounters' PC sampling): the accounting splits
+#: a kernel's warp cycles over these, and the advisor names them when they explain its time or a gap.
+STALL_ADVICE: dict[str, Advice] = {
+    "selected": Advice("issuing an instruction", "the instructions themselves",
+                       "fewer instructions for the same work: tensor cores, wider loads, less index math"),
+    "barrier": Advice("waiting at a block-wide barrier (__syncthreads, bar.sync) for sibling warps",
+                      "barriers in the main loop, or warps of a block doing unequal work",
+                      "fewer block-wide barriers per tile (double-buffer so one barrier covers a tile), "
+                      "named barriers over the warps that need them, balanced warps"),
+    "branch_resolving": Advice("waiting for a branch target to be computed", "divergent or indirect branches",
+                               "fewer divergent branches: predication, uniform conditions"),
+    "dispatch_stall": Advice("the dispatcher could not issue the selected instruction",
+                             "pipe or register-file conflicts at dispatch", "rare; change the instruction mix"),
+    "drain": Advice("waiting for memory stores to drain at exit", "many stores at the end of the kernel",
+                    "normal at kernel end; spread the stores or write fewer bytes"),
+    "imc_miss": Advice("waiting for an immediate constant cache miss",
+                       "constants read with per-lane divergent addresses, or too many distinct constants",
+                       "uniform constant-memory indexing; large tables in shared or global memory instead"),
+    "lg_throttle": Advice("local/global memory instruction queue full", "many small global or local (spill) accesses",
+                          "vectorized 16-byte or cp.async/TMA loads, fewer local-memory (spill) accesses"),
+    "long_scoreboard": Advice("waiting on L1TEX (global, local, texture) data: memory latency",
+                              "loads not issued early enough, spills, uncoalesced or dependent global accesses",
+                              "prefetch the next tile (cp.async/TMA pipeline), keep more loads in flight, remove "
+                              "spills, coalesce"),
+    "math_pipe_throttle": Advice("the math pipe the instruction needs is busy",
+                                 "a saturated pipe: fine for the tensor pipe; a slow pipe (fp64, MUFU) otherwise",
+                                 "move the math to a faster pipe (tensor cores, fp32 instead of fp64, exp2 "
+                                 "with folded scales)"),
+    "membar": Advice("waiting on a memory fence (__threadfence, fence.*)", "fences in the loop",
+                     "drop fences the algorithm does not need; one fence per tile, not per step"),
+    "mio_throttle": Advice("memory input/output queue full (shared memory, special math, dynamic branches)",
+                           "shared-memory traffic: bank conflicts, many narrow shared accesses",
+                           "wider, fewer shared-memory accesses (ldmatrix, 16-byte); remove bank conflicts"),
+    "misc": Advice("miscellaneous hardware reasons", "—", "see Nsight Compute's source view"),
+    "no_instructions": Advice("instruction cache miss or no instruction fetched",
+                              "very large unrolled code, or short kernels", "smaller unrolled code; fewer variants per kernel"),
+    "not_selected": Advice("eligible, but another warp was selected", "a busy scheduler (issue-bound)",
+                           "fewer instructions: the scheduler is the limit"),
+    "short_scoreboard": Advice("waiting on MIO data: shared memory or special-function (MUFU) results",
+                               "dependent shared-memory loads or MUFU results used at once",
+                               "load shared operands earlier (ldmatrix into registers), fold scales into exp2"),
+    "sleeping": Advice("all threads of the warp are sleeping (nanosleep) or yielded", "spin-waits, producer/consumer waits",
+                       "balance producers and consumers; fewer spin-waits"),
+    "tex_throttle": Advice("texture unit queue full", "many texture/global instructions through TEX",
+                           "fewer, wider memory instructions"),
+    "wait": Advice("fixed-latency dependency wait", "each instruction using the previous one's result at once (no ILP)",
+                   "more independent instructions per warp: several accumulators, unrolled independent chains"),
+    "gmma": Advice("waiting for warp-group MMA (wgmma) resources or results (Hopper)",
+                   "wgmma issued back to back without overlap", "deeper wgmma pipelining, overlap softmax with wgmma"),
+    "warpgroup_arrive": Advice("waiting at a warp-group arrive/wait (wgmma fence, Hopper)", "wgmma fences",
+                               "balanced warp groups; fewer fences"),
+    "tmem": Advice("waiting on tensor memory (Blackwell)", "tensor-memory traffic", "see Nsight Compute"),
+}
+
+#: Warp stall reasons and what each means (STALL_ADVICE's meanings, kept for the readers of names).
+STALL_REASONS = {k: v.meaning for k, v in STALL_ADVICE.items() if k != "selected"}
+
+#: Every pipe of the accounting: what its instructions are, what more of them points to, the fix.
+PIPE_ADVICE: dict[str, Advice] = {
+    "tensor_hmma": Advice("warp-level tensor-core MMA (mma.sync, wmma: HMMA)",
+                          "warp-level MMA where warp-group MMA would do the same work in far fewer instructions",
+                          "on Hopper use wgmma (warp-group MMA with TMA-fed shared memory)"),
+    "tensor_gmma": Advice("warp-group tensor-core MMA (wgmma: GMMA)", "more tensor work", "skip masked tiles"),
+    "tensor_imma": Advice("integer tensor-core MMA (IMMA)", "integer MMA", "—"),
+    "tensor_dmma": Advice("fp64 tensor-core MMA (DMMA)", "fp64 matrix math", "compute in fp16/bf16/fp32 as the problem needs"),
+    "fma": Advice("fp32 FMA-pipe instructions (FFMA, FADD, FMUL, IMAD)",
+                  "math on CUDA cores (matrix products not on tensor cores), or integer multiply-adds of index math",
+                  "do QKᵀ and PV on tensor cores; hoist index math out of the loop"),
+    "fp16": Advice("fp16 CUDA-core instructions (HFMA2, HADD2)", "fp16 math on CUDA cores",
+                   "tensor cores for the matrix products"),
+    "fp64": Advice("fp64 instructions (DFMA, DADD, DMUL)", "double-precision math in a kernel that does not need it",
+                   "compute in fp32 (fp64 runs at a small fraction of the fp32 rate)"),
+    "alu": Advice("ALU instructions (integer, logic, compares, min/max, conversions)",
+                  "index and address arithmetic, masking, comparisons per element",
+                  "hoist index math out of inner loops, strength-reduce divisions and modulos, fewer conversions"),
+    "xu": Advice("XU/MUFU instructions (exp2, lg2, rcp, rsqrt, sin; some conversions)",
+                 "transcendentals per score (expf, powf, divisions) beyond one exp2",
+                 "one exp2 per score with log2(e) folded into the scale; multiply by a reciprocal"),
+    "lsu": Advice("LSU instructions (shared, local and global loads/stores, ldmatrix)",
+                  "operands reloaded through shared memory, narrow accesses, spills",
+                  "keep reused operands in registers, 16-byte accesses, wgmma reading shared memory directly"),
+    "adu": Advice("ADU instructions (address divergence, indirect branch targets)", "divergent addressing",
+                  "uniform addressing"),
+    "cbu": Advice("CBU instructions (branches, barriers, warp synchronization)", "many branches or barriers per tile",
+                  "fewer branches and barriers in the main loop"),
+    "uniform": Advice("uniform-datapath instructions (warp-uniform integer work)", "warp-uniform bookkeeping",
+                      "—"),
+    "tex": Advice("TEX-pipe instructions", "texture or some global loads", "—"),
+    "ipa": Advice("IPA instructions (interpolation)", "—", "—"),
+    "tma": Advice("TMA issue (cp.async.bulk.tensor)", "bulk tensor copies", "—"),
+    "other": Advice("instructions no pipe counter claims (NOPs, moves, ...)", "—", "—"),
 }
 
 #: Spellings that differ between metric families: warp-state metrics say `no_instruction`,

@@ -17,11 +17,22 @@
 //                    (masked to -inf, so they add nothing but time).
 //   kFewCtas         one block per (b, h) loops over all query tiles: grid (1, H, B) instead of
 //                    (query tiles, H, B), fewer blocks than SMs at B*H < SMs.
+//   kBarrier         an extra __syncthreads() inside the innermost MMA loops (between every ldmatrix
+//                    of K or V and its four HMMAs): 66 block barriers per key tile instead of 2.
+//   kFence           a __threadfence() (MEMBAR.SC.GPU) after every k16 step of QKᵀ and of PV: 12 GPU-
+//                    scope fences per key tile.
+//   kTranscendental  the softmax weights as expf((s - m) / temperature): an IEEE division (MUFU.RCP,
+//                    FCHK and its FFMA refinement) and an accurate expf per score instead of one
+//                    FFMA with the folded scale and one ex2.approx.
+//   kFp64            the softmax weights in double: per score 2^x (exp2_f64: 3 DADD, 11 DFMA, the
+//                    exponent added in integer) and the row sum (DADD) in double precision, with an
+//                    F2F conversion each way, instead of one ex2.approx and one FADD.
+// Their SASS census (instructions per key-tile iteration against kClean's) is in
+// tests/planted/planted_variants.py's docstring; tests/test_planted_sass.py keeps it true.
 //
 // "One launch per head" is the clean kernel launched once per (b, h) by the host
 // (faprof_planted_mma_fwd's per_head flag). Built only by tests/planted/planted_variants.py and
-// compiled by tests/test_planted_build.py; never part of faprof's extension. The PTX wrappers it
-// shares with fa2_mma (ldmatrix, mma.sync, pack, ex2) come from kernels/mma_ptx.cuh.
+// compiled by tests/test_build.py; never part of faprof's extension.
 //
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -30,17 +41,20 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "mma_ptx.cuh"
+// fa2_mma's PTX wrappers, by a path relative to this file: the planted extension and the ptxas
+// resource report compile this file with only its own folder on the include path.
+#include "../../../kernels/mma_ptx.cuh"
 #include "planted_kernels.h"
 
 namespace faprof_planted_mma {
 
-using namespace faprof_ptx;  // smem_u32, ldmatrix_x4(_trans), mma_16816, pack2, fast_exp2
-
 constexpr float kLog2e = 1.4426950408889634f;
 
 // The planted faults (see the file header). Values match planted_kernels.h's kPlanted* constants.
-enum Fault : int { kClean = 0, kBankConflicts = 1, kSpills = 2, kUncoalesced = 3, kNoCausalSkip = 4, kFewCtas = 5 };
+enum Fault : int {
+  kClean = 0, kBankConflicts = 1, kSpills = 2, kUncoalesced = 3, kNoCausalSkip = 4, kFewCtas = 5,
+  kBarrier = 6, kFence = 7, kTranscendental = 8, kFp64 = 9,
+};
 
 // PLANTED FAULT (kSpills): blocks per SM __launch_bounds__ asks for; 65536 / (128 * 4) = 128 registers
 // per thread, half of what the D=64 and D=128 configs use (255).
@@ -82,9 +96,16 @@ struct MmaConfig {
 };
 
 // ------------------------------------------------------------------------------------------------
-// PTX wrappers: those shared with fa2_mma come from kernels/mma_ptx.cuh; the cp.async ones stay
-// here, as in fa2_mma.cu (their memory clobbers follow this pipeline).
+// PTX wrappers: ldmatrix, mma.sync, pack2 and ex2 are fa2_mma's own (kernels/mma_ptx.cuh, shared, not
+// copied); cp.async and st.shared are this file's (their clobbers are this pipeline's).
 // ------------------------------------------------------------------------------------------------
+using faprof_ptx::fast_exp2;
+using faprof_ptx::ldmatrix_x4;
+using faprof_ptx::ldmatrix_x4_trans;
+using faprof_ptx::mma_16816;
+using faprof_ptx::pack2;
+using faprof_ptx::smem_u32;
+
 // 16-byte global->shared copy that bypasses L1; src_bytes = 0 zero-fills the destination.
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool pred) {
   const int src_bytes = pred ? 16 : 0;
@@ -94,6 +115,30 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// PLANTED FAULT (kFp64): 2^x in double precision, branch-free, as a double-precision softmax port
+// computes it: x = n + f with n = round(x) (the 1.5 * 2^52 trick) and |f| <= 1/2, 2^f by its Taylor
+// polynomial of degree 11 (relative error < 1e-14), n added to the exponent; 0 for x < -1022 or -inf.
+__device__ __forceinline__ double exp2_f64(double x) {
+  constexpr double kRound = 6755399441055744.0;  // 1.5 * 2^52: x + kRound has round(x) in its low word
+  const double t = x + kRound;
+  const double f = x - (t - kRound);
+  double p = 4.44553827187081e-10;
+  p = fma(p, f, 7.054911620801121e-09);
+  p = fma(p, f, 1.0178086009239696e-07);
+  p = fma(p, f, 1.3215486790144305e-06);
+  p = fma(p, f, 1.5252733804059838e-05);
+  p = fma(p, f, 0.00015403530393381606);
+  p = fma(p, f, 0.0013333558146428441);
+  p = fma(p, f, 0.009618129107628477);
+  p = fma(p, f, 0.055504108664821576);
+  p = fma(p, f, 0.2402265069591007);
+  p = fma(p, f, 0.6931471805599453);
+  p = fma(p, f, 1.0);
+  const int n = __double2loint(t);
+  const double y = __hiloint2double(__double2hiint(p) + static_cast<int>(static_cast<unsigned>(n) << 20), __double2loint(p));
+  return x < -1022.0 ? 0.0 : y;  // also -inf and NaN-free: x = -inf gives 0
 }
 
 // Byte offset of 16-byte chunk `chunk` in a swizzled row whose (row & 7) << 4 is `x`.
@@ -168,6 +213,8 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
   // PLANTED FAULT (kFewCtas) support: a block loops over query tiles blockIdx.x, blockIdx.x + gridDim.x, ...
   // With the normal grid (gridDim.x = query tiles) every block runs one iteration, as fa2_mma does.
   const int n_qt = (Sq + BR - 1) / BR;
+  // PLANTED FAULT (kTranscendental) support: the softmax temperature, 1 / scale (dead code otherwise).
+  const float temp = 1.f / scale;
   for (int tile_i = static_cast<int>(blockIdx.x); tile_i < n_qt; tile_i += static_cast<int>(gridDim.x)) {
     const int qt = CAUSAL ? n_qt - 1 - tile_i : tile_i;
     const int bh = blockIdx.z * gridDim.y + blockIdx.y;
@@ -225,7 +272,10 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
       for (int dt = 0; dt < DT; ++dt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc_o[mt][dt][e] = 0.f;
-    float row_m[MT][2], row_l[MT][2];  // rows g and g+8 of each m16 tile; m on raw scores
+    // PLANTED FAULT (kFp64): the row sums are doubles.
+    using StatT = std::conditional_t<FAULT == kFp64, double, float>;
+    float row_m[MT][2];  // rows g and g+8 of each m16 tile; m on raw scores
+    StatT row_l[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       row_m[mt][0] = row_m[mt][1] = -INFINITY;
@@ -264,7 +314,10 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
       // and PV in separate scheduling regions, which stops ptxas from interleaving them at the cost
       // of ~100 register moves and a spill per tile (seen in the SASS of the 128x64 D=128 config).
       // PLANTED FAULT (kNoCausalSkip): every warp computes every tile (the mask below zeroes them).
-      const bool active = (CAUSAL && FAULT != kNoCausalSkip) ? kv0 <= q0 + wrow0 + MT * 16 - 1 : kv0 < Sk;
+      // PLANTED FAULT (kBarrier) support: every warp runs every tile, so that all reach the same
+      // barriers (a warp above the diagonal would skip them and hang the block).
+      const bool active = (CAUSAL && FAULT != kNoCausalSkip && FAULT != kBarrier) ? kv0 <= q0 + wrow0 + MT * 16 - 1
+                                                                                 : kv0 < Sk;
       uint32_t p_frag[MT][C::KP][4];
       if (active) {
         // ---- S = Q Kᵀ (fp32) ----
@@ -292,12 +345,15 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
           for (int np = 0; np < NT / 2; ++np) {
             uint32_t b[4];
             ldmatrix_x4(sKs + k_off[ks & 3] + (ks >> 2) * 128 + np * 16 * ROW_BYTES, b);
+            // PLANTED FAULT (kBarrier): a block barrier between every ldmatrix and its HMMAs.
+            if constexpr (FAULT == kBarrier) __syncthreads();
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
               mma_16816<BF16>(acc_s[mt][2 * np], a[mt], b[0], b[1]);
               mma_16816<BF16>(acc_s[mt][2 * np + 1], a[mt], b[2], b[3]);
             }
           }
+          if constexpr (FAULT == kFence) __threadfence();  // PLANTED FAULT (kFence)
         }
 
         // ---- mask: only the Sk tail tile and tiles crossing this warp's diagonal ----
@@ -350,7 +406,17 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
           for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              const float alpha = fast_exp2(row_m[mt][h] * scale_log2 - base[mt][h]);
+              float alpha;
+              if constexpr (FAULT == kTranscendental) {
+                // PLANTED FAULT (kTranscendental): exp(scale * (m_old - m_new)) as an IEEE division by
+                // the temperature and an accurate expf, in natural units.
+                alpha = expf((row_m[mt][h] - (mx[mt][h] == -INFINITY ? 0.f : mx[mt][h])) / temp);
+              } else if constexpr (FAULT == kFp64) {
+                // PLANTED FAULT (kFp64): the rescale factor in double precision.
+                alpha = static_cast<float>(exp2_f64(static_cast<double>(row_m[mt][h]) * scale_log2 - base[mt][h]));
+              } else {
+                alpha = fast_exp2(row_m[mt][h] * scale_log2 - base[mt][h]);
+              }
               row_l[mt][h] *= alpha;
 #pragma unroll
               for (int dt = 0; dt < DT; ++dt) {
@@ -364,14 +430,27 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             row_m[mt][h] = mx[mt][h];
-            float sum = 0.f;
+            StatT sum = 0.f;
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
-                const float p = fast_exp2(fmaf(acc_s[mt][nt][2 * h + e], scale_log2, -base[mt][h]));
+                const float s = acc_s[mt][nt][2 * h + e];
+                float p;
+                if constexpr (FAULT == kTranscendental) {
+                  // PLANTED FAULT (kTranscendental): per score, an IEEE division by the temperature and
+                  // an accurate expf instead of one FFMA with the folded scale and one ex2.approx.
+                  p = expf((s - (mx[mt][h] == -INFINITY ? 0.f : mx[mt][h])) / temp);
+                } else if constexpr (FAULT == kFp64) {
+                  // PLANTED FAULT (kFp64): per score, 2^x and the row sum in double.
+                  const double pd = exp2_f64(static_cast<double>(fmaf(s, scale_log2, -base[mt][h])));
+                  sum += pd;
+                  p = static_cast<float>(pd);
+                } else {
+                  p = fast_exp2(fmaf(s, scale_log2, -base[mt][h]));
+                }
                 acc_s[mt][nt][2 * h + e] = p;
-                sum += p;
+                if constexpr (FAULT != kFp64) sum += p;
               }
             row_l[mt][h] += sum;
           }
@@ -399,12 +478,15 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
           for (int dp = 0; dp < DT / 2; ++dp) {
             uint32_t b[4];
             ldmatrix_x4_trans(sVs + a_off[dp & 3] + (dp >> 2) * 128 + kk * 16 * ROW_BYTES, b);
+            // PLANTED FAULT (kBarrier): a block barrier between every ldmatrix and its HMMAs.
+            if constexpr (FAULT == kBarrier) __syncthreads();
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
               mma_16816<BF16>(acc_o[mt][2 * dp], p_frag[mt][kk], b[0], b[1]);
               mma_16816<BF16>(acc_o[mt][2 * dp + 1], p_frag[mt][kk], b[2], b[3]);
             }
           }
+          if constexpr (FAULT == kFence) __threadfence();  // PLANTED FAULT (kFence)
         }
       }
     }
@@ -415,7 +497,7 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float l = row_l[mt][h];
+        float l = static_cast<float>(row_l[mt][h]);
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         const float inv = l > 0.f ? 1.f / l : 0.f;
@@ -518,6 +600,10 @@ cudaError_t dispatch_fault(const Args& a, bool causal, bool bf16, int fault, boo
     case kUncoalesced: return dispatch<C, kUncoalesced>(a, causal, bf16, per_head);
     case kNoCausalSkip: return dispatch<C, kNoCausalSkip>(a, causal, bf16, per_head);
     case kFewCtas: return dispatch<C, kFewCtas>(a, causal, bf16, per_head);
+    case kBarrier: return dispatch<C, kBarrier>(a, causal, bf16, per_head);
+    case kFence: return dispatch<C, kFence>(a, causal, bf16, per_head);
+    case kTranscendental: return dispatch<C, kTranscendental>(a, causal, bf16, per_head);
+    case kFp64: return dispatch<C, kFp64>(a, causal, bf16, per_head);
     default: return cudaErrorInvalidValue;
   }
 }

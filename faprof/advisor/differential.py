@@ -1,0 +1,213 @@
+"""The comparative question: why is this call slower than that one? The gap, split into the accounting's terms.
+
+With the accounting's time model (`faprof.advisor.accounting`), a call's elapsed SM cycles are
+
+    cycles = instructions x cycles per instruction / (warps resident x active fraction x SMSPs)
+
+and its time is cycles over the clock. So the log of the time ratio of two calls A (slower) and B
+(the reference) is a sum, exactly:
+
+    ln(T_A/T_B) = ln(N_A/N_B) + ln(CPI_A/CPI_B) - ln(W_A/W_B) - ln(f_A/f_B) - ln(clk_A/clk_B) + residual
+
+Each factor splits further, exactly, over what it is a sum of:
+
+- instructions N = useful thread instructions / lanes on per warp instruction: the useful work splits over
+  pipes (tensor, FMA, FP16, FP64, ALU, XU, LSU, ...), the lanes into inactive lanes (divergence) and
+  predicated-off lanes;
+- cycles per instruction splits over warp states: each stall reason's cycles per instruction (the
+  issuing cycle is 1 per instruction on both sides);
+- warps resident (occupancy as achieved) and active fraction (idle SMs, tails) stay whole.
+
+A sum X = sum_i x_i is split with the logarithmic mean L(a, b) = (a - b)/(ln a - ln b): term_i =
+(x_i^A - x_i^B) / L(X_A, X_B), which adds up to ln(X_A/X_B) exactly and stays finite when X barely moves.
+
+The cycle terms come from Nsight Compute's replay (its clocks are its own); the clock term compares
+the SM clocks the timed rows ran at; the residual is what the replay's cycle ratio misses of the
+timed one (`ncu replay vs timing`), so the terms add up to the measured gap exactly and the residual
+says how much of it the accounting does not explain. Shares are of the gap's log ratio, and a term's
+milliseconds are its share of the measured gap. A term can be negative: the slower call does better
+there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from faprof.advisor.accounting import WARP_SIZE, Account, call_account
+from faprof.advisor.evidence import Call, ok
+
+#: Factors of the time model, in the order tables show them.
+FACTORS = ("instructions", "cycles per instruction", "warps resident", "active fraction", "clock", "residual")
+
+
+def log_mean(a: float, b: float) -> float:
+    """The logarithmic mean (a - b) / (ln a - ln b); a when a == b."""
+    if a <= 0 or b <= 0:
+        return math.nan
+    if abs(a - b) <= 1e-12 * max(a, b):
+        return a
+    return (a - b) / (math.log(a) - math.log(b))
+
+
+@dataclass
+class Term:
+    """One term of a gap: its key, the factor it belongs to, its log and its share of the gap."""
+
+    key: str
+    """'pipe:<pipe>', 'lanes:inactive', 'lanes:predicated_off', 'stall:<reason>', 'occupancy', 'idle',
+    'clock' or 'residual'."""
+    factor: str
+    log: float
+    a: float = math.nan
+    """The quantity on the slower side (instructions of the pipe, cycles per instruction, warps, ...)."""
+    b: float = math.nan
+    """The same on the reference side."""
+    share: float = math.nan
+    """Share of the gap (the term's log over the gap's log ratio)."""
+    ms: float = math.nan
+    """The term's milliseconds: its share of the measured gap."""
+
+
+@dataclass
+class Gap:
+    """Why call A is slower than call B, term by term."""
+
+    variant: str
+    against: str
+    shape_id: str
+    ms_a: float
+    ms_b: float
+    terms: list[Term] = field(default_factory=list)
+    account_a: Account | None = None
+    account_b: Account | None = None
+
+    @property
+    def gap_ms(self) -> float:
+        return self.ms_a - self.ms_b
+
+    @property
+    def log_ratio(self) -> float:
+        return math.log(self.ms_a / self.ms_b) if self.ms_a > 0 and self.ms_b > 0 else math.nan
+
+    @property
+    def explained_share(self) -> float:
+        """Share of the measured gap the accounting's terms explain (1 - the residual's share)."""
+        res = next((t.share for t in self.terms if t.key == "residual"), 0.0)
+        return 1.0 - res if ok(res) else math.nan
+
+    def positive(self) -> list[Term]:
+        """The terms that make A slower, largest first (the residual left out)."""
+        return sorted((t for t in self.terms if t.key != "residual" and ok(t.share) and t.share > 0),
+                      key=lambda t: -t.share)
+
+    def term(self, key: str) -> Term | None:
+        return next((t for t in self.terms if t.key == key), None)
+
+
+def _split(key_of: str, factor: str, a: dict[str, float], b: dict[str, float], total_a: float,
+           total_b: float, scale: float = 1.0) -> list[Term]:
+    """Split ln(total_a/total_b) over the parts of a sum (`a`, `b`: part -> value)."""
+    lm = log_mean(total_a, total_b)
+    out = []
+    for k in sorted(set(a) | set(b)):
+        xa, xb = a.get(k, 0.0), b.get(k, 0.0)
+        if xa == 0 and xb == 0:
+            continue
+        out.append(Term(f"{key_of}:{k}", factor, scale * (xa - xb) / lm if ok(lm) and lm > 0 else math.nan,
+                        xa, xb))
+    return out
+
+
+def _lanes_on(acc: Account) -> float:
+    """Predicated-on lanes per warp instruction (32 when every lane of every instruction works)."""
+    return acc.predicated_on_lanes if ok(acc.predicated_on_lanes) else float(WARP_SIZE)
+
+
+def cycle_terms(a: Account, b: Account) -> list[Term]:
+    """The terms of ln(cycles_A/cycles_B) from the two accounts (no clock, no residual)."""
+    terms: list[Term] = []
+    # instructions: useful (predicated-on) thread work by pipe, then the lanes per instruction
+    lanes_a, lanes_b = _lanes_on(a), _lanes_on(b)
+    work_a = {p: n * lanes_a for p, n in a.pipes.items()}
+    work_b = {p: n * lanes_b for p, n in b.pipes.items()}
+    terms += _split("pipe", "instructions", work_a, work_b, sum(work_a.values()), sum(work_b.values()))
+    act_a = a.active_lanes if ok(a.active_lanes) else float(WARP_SIZE)
+    act_b = b.active_lanes if ok(b.active_lanes) else float(WARP_SIZE)
+    terms.append(Term("lanes:inactive", "instructions", -math.log(act_a / act_b), act_a, act_b))
+    terms.append(Term("lanes:predicated_off", "instructions", -math.log((lanes_a / act_a) / (lanes_b / act_b)),
+                      lanes_a / act_a, lanes_b / act_b))
+    # cycles per instruction, by warp state (per instruction, so 'selected' is 1 on both sides)
+    cpi_a = {s: v / a.inst for s, v in a.warp_cycles.items() if s != "selected"}
+    cpi_b = {s: v / b.inst for s, v in b.warp_cycles.items() if s != "selected"}
+    terms += _split("stall", "cycles per instruction", cpi_a, cpi_b, a.cpi, b.cpi)
+    terms.append(Term("occupancy", "warps resident", -math.log(a.warps_resident / b.warps_resident),
+                      a.warps_resident, b.warps_resident))
+    terms.append(Term("idle", "active fraction", -math.log(a.active_fraction / b.active_fraction),
+                      a.active_fraction, b.active_fraction))
+    smsp = -math.log(a.smsps / b.smsps) if ok(a.smsps) and ok(b.smsps) else 0.0
+    if abs(smsp) > 1e-9:  # a different GPU's SMSP count (cross-GPU comparisons)
+        terms.append(Term("smsps", "active fraction", smsp, a.smsps, b.smsps))
+    return terms
+
+
+def _clock_mhz(row: dict[str, Any]) -> float:
+    for k in ("sm_clock_mhz", "nvml_sm_clock_mhz_max"):
+        try:
+            v = float(row.get(k))
+        except (TypeError, ValueError):
+            continue
+        if ok(v) and v > 0:
+            return v
+    return math.nan
+
+
+def decompose(call_a: Call, call_b: Call) -> Gap | None:
+    """The gap between two calls' measured medians, split into the accounting's terms.
+
+    Returns None when either call lacks a timed median or a complete accounting (older bundles, or a
+    section set without the accounting's counters: `faprof.advisor.accounting.missing_counters`).
+    """
+    ms_a, ms_b = (float(c.measurement.get("median_ms") or math.nan) for c in (call_a, call_b))
+    if not (ok(ms_a) and ok(ms_b) and ms_a > 0 and ms_b > 0):
+        return None
+    a, b = call_account(call_a), call_account(call_b)
+    if a is None or b is None or not all(ok(x) and x > 0 for x in (a.inst, b.inst, a.cpi, b.cpi)):
+        return None
+    gap = Gap(call_a.variant, call_b.variant, call_a.shape_id, ms_a, ms_b, account_a=a, account_b=b)
+    terms = cycle_terms(a, b)
+    clk_a, clk_b = _clock_mhz(call_a.measurement), _clock_mhz(call_b.measurement)
+    clock = -math.log(clk_a / clk_b) if ok(clk_a) and ok(clk_b) else 0.0
+    terms.append(Term("clock", "clock", clock, clk_a, clk_b))
+    model = math.fsum(t.log for t in terms if ok(t.log))
+    total = gap.log_ratio
+    terms.append(Term("residual", "residual", total - model))
+    for t in terms:
+        t.share = t.log / total if ok(t.log) and total != 0 else math.nan
+        t.ms = t.share * gap.gap_ms if ok(t.share) else math.nan
+    gap.terms = terms
+    return gap
+
+
+def reference_for(call: Call, calls: list[Call], against: str | None = None) -> Call | None:
+    """The call `call` is compared with: `against` at the same shape when named, else the fastest
+    other call at the shape with a timed median and Nsight Compute data, measured on the same GPU
+    model. None when `call` is the fastest, or nothing to compare with was measured."""
+    gpu = call.measurement.get("gpu_name")
+
+    def timed(c: Call) -> float:
+        try:
+            v = float(c.measurement.get("median_ms"))
+        except (TypeError, ValueError):
+            return math.nan
+        return v if c.measurement.get("status") == "ok" and ok(v) and v > 0 else math.nan
+
+    peers = [c for c in calls if c.shape_id == call.shape_id and c is not call and ok(timed(c))
+             and c.measurement.get("gpu_name") == gpu]
+    if against:
+        return next((c for c in peers if c.variant == against), None)
+    mine = timed(call)
+    # the fastest call with Nsight Compute data: a gap can only be split where both sides were profiled
+    faster = [c for c in peers if ok(mine) and timed(c) < mine and c.launches]
+    return min(faster, key=timed) if faster else None

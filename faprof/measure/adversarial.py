@@ -1,0 +1,210 @@
+"""Inputs that expose bugs: a small fixed, named set checked besides randn, on reduced problems.
+
+`torch.randn` inputs leave whole families of bugs invisible: with scores of order 1 a softmax
+without max subtraction never overflows, with Sq = Sk a bottom-right causal mask is the top-left
+one, and shapes that are multiples of every tile never reach a kernel's tail handling. Each probe
+below is a derived problem with the scenario problem's D, dtype, mask, direction and scale, B and H
+cut to at most PROBE_BH (two batches and two heads still expose batch and head offsets) and
+sequence lengths capped at PROBE_MAX_S, so the set costs a fraction of the full-size check:
+
+=================  =====================================================================================
+name               what it is, and what it exposes
+=================  =====================================================================================
+large_scores       each row's winning key scores 128, 48 or 6 (a third of the rows each), far above its
+                   other keys: exp overflows fp32 (and fp16) without max subtraction in the first rows,
+                   fp16 only in the second, never in the third; inputs stay small (|x| <= ~16)
+dominant_key       one key (key 0 under a causal mask, which every row sees; else the last key, so the
+                   running max jumps in the last tile) scores ~30 above the rest in every row:
+                   online-softmax rescaling bugs
+constant           Q and K constant (every score equal: uniform attention), V random: each row is the
+                   mean of the values it sees, so a key too many or too few shows in every row
+sq_gt_sk           Sq > Sk (Sk = Sq/2 - 1): the top-left causal mask (SDPA's) and a bottom-right one
+                   differ; kernels assuming Sq = Sk fail
+tile_minus         Sq, Sk = 64k - 1 (not a multiple of any common tile): the last partial tile
+tile_plus          Sq, Sk = 64k + 1: a last tile of one row or key
+=================  =====================================================================================
+
+Values are drawn in fp32 from a generator seeded from the check's seed (recorded in the row) and
+cast to the problem's dtype; every value is representable in fp16 and bf16 without overflow.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from faprof.model.problem import AttentionProblem, torch_dtype
+
+#: Probes run on at most 2 batches and 2 heads: the fewest that still show an offset that ignores
+#: the batch or head index (one slice gets another's answer), and 1/4..1/64 of the scenario shapes.
+PROBE_BH = 2
+
+#: Probe sequence lengths are capped here: long enough for several 64-row tiles, cheap on any host.
+PROBE_MAX_S = 256
+
+#: Tile step of the shape probes: 64 rows/keys is the most common tile (16, 32 divide it, 128 is 2x).
+PROBE_TILE = 64
+
+#: Winning-key scores of large_scores' rows: above ln(fp32 max) = 88.7, between ln(fp16 max) = 11.1
+#: and 88.7, and below 11.1, so an overflow shows in exactly the rows over the dtype's limit.
+LARGE_SCORES = (128.0, 48.0, 6.0)
+
+#: Key magnitude of large_scores (entries +-2, exact in every dtype); queries carry the row's level.
+LARGE_KEY = 2.0
+
+#: The dominant key's score above the others in dominant_key (e^-30: the rest weigh ~1e-13).
+DOMINANT_SCORE = 30.0
+
+#: The one score of every (query, key) pair in `constant`.
+CONSTANT_SCORE = 2.0
+
+NAMES = ("large_scores", "dominant_key", "constant", "sq_gt_sk", "tile_minus", "tile_plus")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One adversarial input: a name, the derived problem it runs on, and what it is for."""
+
+    name: str
+    problem: AttentionProblem
+    what: str
+
+
+@dataclass
+class ProbeInputs:
+    """Inputs of a probe (the attributes of faprof.correctness.Inputs)."""
+
+    q: Any
+    k: Any
+    v: Any
+    dout: Any
+    seed: int
+
+
+def _near_tile(s: int, sign: int) -> int:
+    k = max(1, round(min(s, PROBE_MAX_S) / PROBE_TILE))
+    return PROBE_TILE * k + sign
+
+
+def probes(problem: AttentionProblem) -> list[Probe]:
+    """The probes derived from `problem` (same D, dtype, mask, direction, scale; B, H <= PROBE_BH)."""
+    B, H = min(problem.B, PROBE_BH), min(problem.H, PROBE_BH)
+    sq, sk = min(problem.Sq, PROBE_MAX_S), min(problem.Sk, PROBE_MAX_S)
+    small = problem.with_(B=B, H=H, Sq=sq, Sk=sk)
+    gt_sq = max(sq, 4)
+    out = [
+        Probe("large_scores", small, "winning scores 128 / 48 / 6: exp overflows without max subtraction"),
+        Probe("dominant_key", small, "one key dominates every row by ~30"),
+        Probe("constant", small, "Q and K constant: uniform attention"),
+        Probe("sq_gt_sk", problem.with_(B=B, H=H, Sq=gt_sq, Sk=max(1, gt_sq // 2 - 1)),
+              "Sq > Sk: top-left and bottom-right causal masks differ"),
+        Probe("tile_minus", problem.with_(B=B, H=H, Sq=_near_tile(problem.Sq, -1), Sk=_near_tile(problem.Sk, -1)),
+              "lengths 64k - 1: a last partial tile"),
+        Probe("tile_plus", problem.with_(B=B, H=H, Sq=_near_tile(problem.Sq, 1), Sk=_near_tile(problem.Sk, 1)),
+              "lengths 64k + 1: a last tile of one row"),
+    ]
+    return out
+
+
+def make_inputs(probe: Probe, device: str, seed: int) -> ProbeInputs:
+    """The probe's Q, K, V, dO on `device` in its dtype, drawn from `seed`."""
+    import torch
+
+    p = probe.problem
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    B, H, Sq, Sk, D = p.B, p.H, p.Sq, p.Sk, p.D
+    scale = p.softmax_scale
+
+    def randn(*shape: int) -> Any:
+        return torch.randn(shape, generator=g, dtype=torch.float32)
+
+    def signs(*shape: int) -> Any:
+        return torch.randint(0, 2, shape, generator=g).float() * 2 - 1
+
+    q, k, v = randn(B, H, Sq, D), randn(B, H, Sk, D), randn(B, H, Sk, D)
+    if probe.name == "large_scores":
+        # query row i points along its winning key (key i where it exists, else a random one) with the
+        # length that makes that score the row's level; other keys score ~level/sqrt(D) at most
+        x = signs(B, H, Sk, D)
+        k = LARGE_KEY * x
+        win = torch.arange(Sq) % Sk if not p.causal else torch.clamp(torch.arange(Sq), max=Sk - 1)
+        if Sq > Sk:
+            win[Sk:] = torch.randint(0, Sk, (Sq - Sk,), generator=g)
+        level = torch.tensor(LARGE_SCORES)[torch.randint(0, len(LARGE_SCORES), (Sq,), generator=g)]
+        alpha = level / (abs(scale) * LARGE_KEY * D)
+        q = x[:, :, win, :] * alpha[None, None, :, None] * math.copysign(1.0, scale)
+    elif probe.name == "dominant_key":
+        j = 0 if p.causal else Sk - 1
+        u = signs(D)
+        beta = DOMINANT_SCORE / (abs(scale) * LARGE_KEY * D)
+        k[:, :, j, :] = LARGE_KEY * u
+        q = q + beta * u * math.copysign(1.0, scale)
+    elif probe.name == "constant":
+        c = math.sqrt(CONSTANT_SCORE / (abs(scale) * D))
+        q = torch.full((B, H, Sq, D), c * math.copysign(1.0, scale))
+        k = torch.full((B, H, Sk, D), c)
+    dt = torch_dtype(p.dtype)
+    dout = randn(B, H, Sq, D)
+    q, k, v, dout = (t.to(device=device, dtype=dt) for t in (q, k, v, dout))
+    return ProbeInputs(q, k, v, dout, seed)
+
+
+@dataclass
+class ProbeSet:
+    """The probes of one problem with their inputs and references, made once and shared by every
+    variant checked on that problem (the worker keeps one per shape, like the randn reference)."""
+
+    problem: AttentionProblem
+    device: str
+    reference: Callable[[AttentionProblem, Any], Any]
+    """(probe problem, probe inputs) -> the reference (faprof.correctness.compute_reference)."""
+    seed: int
+    _made: dict[str, tuple[ProbeInputs, Any]] = field(default_factory=dict)
+
+    def __iter__(self) -> Iterator[tuple[Probe, ProbeInputs, Any]]:
+        for i, pr in enumerate(probes(self.problem)):
+            if pr.name not in self._made:
+                inputs = make_inputs(pr, self.device, (self.seed + 7919 * (i + 1)) % 2**32)
+                self._made[pr.name] = (inputs, self.reference(pr.problem, inputs))
+            inputs, ref = self._made[pr.name]
+            yield pr, inputs, ref
+
+
+def run(probe_set: ProbeSet, supports: Callable[[AttentionProblem], tuple[bool, str]],
+        check: Callable[[Probe, ProbeInputs, Any], dict[str, Any]]) -> dict[str, Any]:
+    """Check one variant on every probe it supports.
+
+    Args:
+        probe_set: the problem's probes. supports: the variant's support test (problem -> (ok, why)).
+        check: (probe, inputs, reference) -> faprof.correctness.check_correctness's result on them.
+
+    Returns:
+        {'probes': one record per probe (name, shape_id, what, status 'ok' / 'wrong' / 'skipped' /
+        'error', reason), 'failed': names of the wrong ones, 'reasons': their check reasons,
+        'error_map': their map records, 'signatures': their signature dicts}. A probe the variant
+        refuses or raises on is recorded, not fatal: the scenario's own problem is what the row is.
+    """
+    out: dict[str, Any] = {"probes": [], "failed": [], "reasons": [], "error_map": [], "signatures": []}
+    for pr, inputs, ref in probe_set:
+        rec = {"name": pr.name, "shape_id": pr.problem.shape_id, "what": pr.what, "status": "ok", "reason": ""}
+        ok, why = supports(pr.problem)
+        if not ok:
+            rec.update(status="skipped", reason=why)
+            out["probes"].append(rec)
+            continue
+        try:
+            res = check(pr, inputs, ref)
+        except Exception as e:  # a refusal or a crash on a probe: recorded, the row is the scenario's problem
+            rec.update(status="error", reason=f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")
+            out["probes"].append(rec)
+            continue
+        if not res["correct"]:
+            rec.update(status="wrong", reason=res.get("check_reason", ""))
+            out["failed"].append(pr.name)
+            out["reasons"].append(f"on {pr.name} ({pr.problem.label}): {res.get('check_reason', '')}")
+            out["error_map"] += res.get("error_map", [])
+            out["signatures"] += res.get("signatures", [])
+        out["probes"].append(rec)
+    return out

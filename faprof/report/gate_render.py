@@ -1,0 +1,297 @@
+"""`faprof gate`'s outputs: the console tables, a Markdown summary (a CI step summary), JUnit XML and JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import xml.etree.ElementTree as ET
+from typing import Any
+
+import pandas as pd
+from rich.markup import escape
+from rich.table import Table
+
+from faprof.report.gate import (
+    EXIT_AMBIGUOUS,
+    EXIT_OK,
+    EXIT_REGRESSION,
+    FAILED,
+    MISSING,
+    UNTIMED,
+    WRONG,
+    GateResult,
+    pct_text,
+)
+from faprof.report.gate_stats import AMBIGUOUS, FASTER, SAME, SLOWER
+from faprof.report.gate_why import fmt_value
+
+#: Version of the JSON document `--json` writes (bumped when a key changes meaning).
+JSON_SCHEMA = "faprof-gate/1"
+
+_STYLE = {SLOWER: "bold red", WRONG: "bold red", FAILED: "bold red", AMBIGUOUS: "yellow", FASTER: "green",
+          SAME: "", UNTIMED: "dim", MISSING: "dim"}
+#: A JUnit failure's or skip's message is cut here: CI pages show it on one line, and the whole text
+#: is in the element's body and in system-out.
+JUNIT_MESSAGE_CHARS = 500
+#: Variants named per verdict in the counts line; more are counted ("and 3 more"), keeping it one line.
+NAMES_IN_COUNTS = 6
+
+#: Verdicts whose rows the console and Markdown tables list one by one; the rest are counted.
+_LISTED = (WRONG, FAILED, SLOWER, AMBIGUOUS, FASTER)
+
+EXIT_MEANING = {EXIT_OK: "pass: no gated row slower, wrong or failed, none undecided",
+                EXIT_REGRESSION: "fail: a gated row is slower, or a candidate row is wrong or failed",
+                EXIT_AMBIGUOUS: "ambiguous: no regression, but rows whose interval reaches past the threshold"}
+
+
+def _f(x: Any, spec: str = ".3f") -> str:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return ""
+    return "" if math.isnan(v) else format(v, spec)
+
+
+def _ci(r: Any) -> str:
+    lo, hi = _f(r["ci_low"]), _f(r["ci_high"])
+    return f"{lo}-{hi}" if lo and hi else ""
+
+
+def _names(rows: pd.DataFrame) -> str:
+    names = list(dict.fromkeys(rows["variant"]))
+    more = len(names) - NAMES_IN_COUNTS
+    return ", ".join(names[:NAMES_IN_COUNTS]) + (f" and {more} more" if more > 0 else "")
+
+
+def counts_text(result: GateResult) -> str:
+    """'4 slower (fa2_mma); 1 wrong (x); 98 same; ...': every verdict with its count, the variants of regressions."""
+    r = result.rows
+    parts = []
+    for v in (WRONG, FAILED, SLOWER, AMBIGUOUS, FASTER, SAME, UNTIMED, MISSING):
+        sel = r[r["verdict"] == v]
+        if sel.empty:
+            continue
+        text = f"{len(sel)} {v}"
+        gated = sel[sel["regression"].astype(bool) | sel["undecided"].astype(bool)]
+        if v in (WRONG, FAILED, SLOWER, AMBIGUOUS) and not gated.empty:
+            text += f" ({_names(gated)})"
+        ungated = int((~sel["gated"].astype(bool)).sum()) if v in (SLOWER, AMBIGUOUS, FASTER, SAME) else 0
+        if ungated:
+            text += f", {ungated} of them host-clock rows, not gated"
+        parts.append(text)
+    return "; ".join(parts) or "no rows"
+
+
+def summary_line(result: GateResult) -> str:
+    """The last line of `faprof gate`: the outcome, the exit code and the counts."""
+    return (f"gate: {result.outcome.upper()} (exit {result.exit_code}): {counts_text(result)}; "
+            f"threshold {pct_text(result.threshold)} ({result.threshold_source})")
+
+
+# ----------------------------------------------------------------------------- console
+def provenance_table(result: GateResult) -> Table:
+    """Provenance item by item: baseline, candidate, and whether the difference matters."""
+    t = Table(title="Provenance", header_style="bold")
+    for col in ("item", "baseline", "candidate", ""):
+        t.add_column(col)
+    mark = {"same": "[green]same[/]", "info": "[dim]differs[/]", "warn": "[yellow]warning[/]",
+            "refuse": "[bold red]refused[/]"}
+    for c in result.checks:
+        t.add_row(c.item, escape(c.baseline), escape(c.candidate), mark.get(c.level, c.level))
+    return t
+
+
+def listed_rows(result: GateResult) -> pd.DataFrame:
+    """The rows a summary lists one by one: gated rows that moved or are ambiguous, and every regression."""
+    r = result.rows
+    if r.empty:
+        return r
+    return r[(r["verdict"].isin(_LISTED) & r["gated"].astype(bool)) | r["regression"].astype(bool)]
+
+
+def verdict_table(result: GateResult, show_all: bool = False) -> Table:
+    """The rows that need a look (`listed_rows`; every row with show_all)."""
+    rows = result.rows if show_all else listed_rows(result)
+    clocks = rows["ratio_equal_clock"].notna().any() if not rows.empty else False
+    caption = (f"* undecided: the interval reaches past +{pct_text(result.threshold)}, so it may be a regression "
+               "(--rerun-ambiguous re-times it)") if rows["undecided"].astype(bool).any() else None
+    t = Table(title=f"Verdicts (threshold {pct_text(result.threshold)}, {result.confidence:.0%} intervals of candidate "
+                    "time / baseline time)", header_style="bold", caption=caption)
+    cols = ["variant", "shape", "GPU", "verdict", "ratio", "CI", *(["at equal clock"] if clocks else []),
+            "baseline ms", "candidate ms", "why / notes"]
+    multi_gpu = result.rows["gpu_name"].nunique() > 1
+    for c in cols:
+        if c == "GPU" and not multi_gpu:
+            continue
+        t.add_column(c, justify="right" if c in ("ratio", "CI", "at equal clock", "baseline ms", "candidate ms") else "left",
+                     overflow="fold" if c == "why / notes" else "ellipsis")
+    for _, r in rows.iterrows():
+        v = r["verdict"]
+        style = _STYLE.get(v, "") if (r["gated"] or v in (WRONG, FAILED)) else "dim"
+        label = v + ("" if r["gated"] else " (not gated)") + (" *" if r["undecided"] else "")
+        detail = "; ".join([*(r["notes"] or [])])
+        if isinstance(r["why"], dict):
+            detail = "; ".join(x for x in (r["why"].get("summary") or r["why"].get("note", ""), detail) if x)
+        if v in (WRONG, FAILED, UNTIMED, MISSING):
+            detail = "; ".join(x for x in (str(r["reason"]), detail) if x)
+        t.add_row(r["variant"], r["shape_id"], *([str(r["gpu_name"])] if multi_gpu else []),
+                  f"[{style}]{escape(label)}[/]" if style else escape(label), _f(r["ratio"]), _ci(r),
+                  *([_f(r["ratio_equal_clock"])] if clocks else []),
+                  _f(r["median_ms_baseline"], ".4g"), _f(r["median_ms_candidate"], ".4g"), escape(detail))
+    return t
+
+
+def unlisted_line(result: GateResult) -> str:
+    """What the default table leaves out, in one line ('' when it lists every row)."""
+    rest = len(result.rows) - len(listed_rows(result))
+    return f"{rest} more row(s) not listed (same, untimed, missing, or host-clock rows, not gated): --show-all lists them" \
+        if rest else ""
+
+
+# ----------------------------------------------------------------------------- markdown
+def _md(x: Any) -> str:
+    return str(x).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_row(cells: list[Any]) -> str:
+    return "| " + " | ".join(_md(c) for c in cells) + " |"
+
+
+def _why_lines(why: dict[str, Any]) -> list[str]:
+    out = []
+    for c in why.get("advisor", []):
+        ga, gb = c["baseline_gain_pct"], c["candidate_gain_pct"]
+        gains = " -> ".join(f"~{g:.0f}%" if isinstance(g, float) and math.isfinite(g) else "-" for g in (ga, gb))
+        out.append(f"  - advisor, {c['change']}: {c['title']} ({gains} of the call)")
+    multi = len({c["kernel"] for c in why.get("counters", [])}) > 1
+    for c in why.get("counters", []):
+        k = f"`{c['kernel']}` " if multi else ""
+        if c["counter"] == "kernel":
+            out.append(f"  - kernel `{c['kernel']}` {'appeared' if c['candidate'] else 'vanished'}")
+            continue
+        rel = f" ({c['rel_change']:+.1%})" if isinstance(c["rel_change"], float) and math.isfinite(c["rel_change"]) else ""
+        out.append(f"  - {k}{c['label']} (`{c['counter']}`): {fmt_value(c['baseline'], c['unit'])} -> "
+                   f"{fmt_value(c['candidate'], c['unit'])}{rel}")
+    for s in why.get("stalls", []):
+        out.append(f"  - stall `{s['reason']}`: {s['baseline']:.1%} -> {s['candidate']:.1%} of the kernel's stall cycles")
+    if why.get("note"):
+        out.append(f"  - {why['note']}")
+    return out
+
+
+def render_markdown(result: GateResult) -> str:
+    """A Markdown summary for a CI job's step summary: outcome, regressions with why, provenance, every row."""
+    b, c = result.baseline, result.candidate
+    lines = [f"## faprof gate: {result.outcome.upper()} (exit {result.exit_code})", "",
+             f"- baseline: `{b['run_id']}` ({b.get('gpu_name') or 'CPU only'}, commit {b.get('git_sha') or '?'})",
+             f"- candidate: `{c['run_id']}` ({c.get('gpu_name') or 'CPU only'}, commit {c.get('git_sha') or '?'})",
+             f"- threshold {pct_text(result.threshold)} ({result.threshold_source}); verdicts from {result.confidence:.0%} "
+             "Hodges-Lehmann intervals of candidate time / baseline time on the kept samples",
+             f"- {counts_text(result)}", ""]
+    for w in [*result.warnings, *result.notes]:
+        lines.append(f"> warning: {w}" if w in result.warnings else f"> note: {w}")
+    if result.warnings or result.notes:
+        lines.append("")
+    listed = listed_rows(result)
+    clocks = bool(listed["ratio_equal_clock"].notna().any()) if not listed.empty else False
+    header = ["variant", "shape", "verdict", "ratio", "95% CI", *(["at equal clock"] if clocks else []),
+              "baseline ms", "candidate ms", "n (b / c)", "reason"]
+    if not listed.empty:
+        lines += ["### Rows that moved or could not be decided", "", _md_row(header), _md_row(["---"] * len(header))]
+        for _, r in listed.iterrows():
+            v = r["verdict"] + ("" if r["gated"] else " (not gated)") + (" (undecided)" if r["undecided"] else "")
+            reason = "; ".join([str(r["reason"]), *(r["notes"] or [])])
+            lines.append(_md_row([r["variant"], f"`{r['shape_id']}`", f"**{v}**" if r["regression"] else v,
+                                  _f(r["ratio"]), _ci(r), *([_f(r["ratio_equal_clock"])] if clocks else []),
+                                  _f(r["median_ms_baseline"], ".4g"), _f(r["median_ms_candidate"], ".4g"),
+                                  f"{r['n_baseline']} / {r['n_candidate']}", reason]))
+        lines.append("")
+    whys = result.rows[result.rows["why"].map(lambda w: isinstance(w, dict))]
+    if not whys.empty:
+        lines += ["### Why they moved (ncu and the advisor, baseline -> candidate)", ""]
+        for _, r in whys.iterrows():
+            lines.append(f"- **{r['variant']}** `{r['shape_id']}` ({_f(r['ratio'])}x): {r['why'].get('summary', '')}")
+            lines += _why_lines(r["why"])
+        lines.append("")
+    lines += ["### Provenance", "", _md_row(["", "baseline", "candidate", ""]), _md_row(["---"] * 4)]
+    for ch in result.checks:
+        lines.append(_md_row([ch.item, ch.baseline, ch.candidate, {"same": "", "info": "differs",
+                                                                   "warn": "**warning**"}.get(ch.level, ch.level)]))
+    lines += ["", f"<details><summary>All {len(result.rows)} rows</summary>", "",
+              _md_row(["variant", "shape", "GPU", "verdict", "ratio", "95% CI", "status (b / c)"]), _md_row(["---"] * 7)]
+    for _, r in result.rows.iterrows():
+        lines.append(_md_row([r["variant"], f"`{r['shape_id']}`", r["gpu_name"], r["verdict"], _f(r["ratio"]), _ci(r),
+                              f"{r['status_baseline'] or '-'} / {r['status_candidate'] or '-'}"]))
+    lines += ["", "</details>", ""]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- JUnit
+def render_junit(result: GateResult) -> str:
+    """JUnit XML: one test case per row; regressions are failures, undecided and untimed or missing
+    rows are skipped, everything else passes (with the reason in system-out)."""
+    rows = result.rows
+    failures = int(rows["regression"].astype(bool).sum()) if not rows.empty else 0
+    skipped_mask = (rows["undecided"].astype(bool) | rows["verdict"].isin([UNTIMED, MISSING])) & ~rows["regression"].astype(bool)
+    suite_name = f"faprof gate {result.baseline['run_id']} -> {result.candidate['run_id']}"
+    top = ET.Element("testsuites", name="faprof gate", tests=str(len(rows)), failures=str(failures),
+                     errors="0", skipped=str(int(skipped_mask.sum())))
+    suite = ET.SubElement(top, "testsuite", name=suite_name, tests=str(len(rows)), failures=str(failures),
+                          errors="0", skipped=str(int(skipped_mask.sum())))
+    props = ET.SubElement(suite, "properties")
+    for k, v in (("threshold", str(result.threshold)), ("threshold_source", result.threshold_source),
+                 ("baseline", result.baseline["path"]), ("candidate", result.candidate["path"]),
+                 ("exit_code", str(result.exit_code))):
+        ET.SubElement(props, "property", name=k, value=v)
+    multi_gpu = rows["gpu_name"].nunique() > 1 if not rows.empty else False
+    for i, r in rows.iterrows():
+        name = r["shape_id"] + (f" [{r['gpu_name']}]" if multi_gpu else "")
+        case = ET.SubElement(suite, "testcase", classname=f"faprof.gate.{r['variant']}", name=name, time="0")
+        text = "; ".join([f"{r['verdict']}: {r['reason']}", *(r["notes"] or [])])
+        if isinstance(r["why"], dict):
+            text += "\nwhy: " + (r["why"].get("summary") or r["why"].get("note", ""))
+        if r["regression"]:
+            failure = ET.SubElement(case, "failure", message=f"{r['verdict']}: {r['reason']}"[:JUNIT_MESSAGE_CHARS],
+                                    type=str(r["verdict"]))
+            failure.text = text
+        elif skipped_mask.iloc[i]:
+            ET.SubElement(case, "skipped", message=f"{r['verdict']}: {r['reason']}"[:JUNIT_MESSAGE_CHARS])
+        ET.SubElement(case, "system-out").text = text
+    ET.indent(top)
+    return ET.tostring(top, encoding="unicode", xml_declaration=True) + "\n"
+
+
+# ----------------------------------------------------------------------------- JSON
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if hasattr(x, "item") and not isinstance(x, str):  # numpy scalars
+        return _jsonable(x.item())
+    if x is pd.NA or x is pd.NaT:
+        return None
+    return x
+
+
+def result_dict(result: GateResult) -> dict[str, Any]:
+    """The gate's answer as plain data: what `--json` writes."""
+    return _jsonable({
+        "schema": JSON_SCHEMA, "outcome": result.outcome, "exit_code": result.exit_code,
+        "exit_meaning": EXIT_MEANING[result.exit_code],
+        "threshold": result.threshold, "threshold_source": result.threshold_source, "confidence": result.confidence,
+        "method": "Hodges-Lehmann estimate of candidate/baseline time on log samples, Mann-Whitney interval",
+        "baseline": result.baseline, "candidate": result.candidate,
+        "counts": {v: result.count(v) for v in (WRONG, FAILED, SLOWER, AMBIGUOUS, FASTER, SAME, UNTIMED, MISSING)},
+        "provenance": [dataclasses.asdict(c) for c in result.checks], "warnings": result.warnings, "notes": result.notes,
+        "reruns": result.reruns,
+        "rows": result.rows.to_dict("records"),
+    })
+
+
+def render_json(result: GateResult) -> str:
+    """`result_dict` as indented JSON (NaN as null)."""
+    return json.dumps(result_dict(result), indent=2, allow_nan=False) + "\n"
