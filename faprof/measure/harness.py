@@ -403,78 +403,16 @@ def measure(variant, problem: AttentionProblem, inputs: Inputs, ref: Reference |
 
     Raises whatever the variant raises; the caller turns that into status 'failed' or 'unsupported'.
     """
-    import torch
-
     tol = tol or DEFAULT_TOLERANCE[problem.dtype]
     row: dict[str, Any] = {"device": device, "seed": inputs.seed}
     checked_outputs = None
     if ref is not None:
-        chk = correctness.check_correctness(variant, problem, inputs, ref, device, tol)
-        checked_outputs = chk.pop("checked_outputs")
-        row.update(
-            correct=chk["correct"], max_abs_err=chk["max_abs_err"], rel_err=chk["rel_err"],
-            errors=chk["errors"], out_sample=chk["out_sample"], ref_sample=chk["ref_sample"],
-            reference=ref.kind, rtol=tol.rtol, atol=tol.atol, tol_factor=tol.factor, tol_eps=tol.eps,
-            check_reason=chk["check_reason"], lse_checked=chk["lse_checked"],
-            baseline_max_err=ref.baseline_err.get("out"),
-        )
-        wrong_on = [] if chk["correct"] else ["randn"]
-        maps, sigs = list(chk["error_map"]), list(chk["signatures"])
-        if probes is not None:
-            cuda_ok = device == "cuda"
-            adv = adversarial.run(probes, lambda p: variant.supports(p, cuda_available=cuda_ok),
-                                  lambda pr, inp, rf: correctness.check_correctness(variant, pr.problem, inp, rf, device,
-                                                                                    tol, check_input=pr.name))
-            row["probes"] = json.dumps(adv["probes"])
-            wrong_on += adv["failed"]
-            maps += adv["error_map"]
-            sigs += adv["signatures"]
-            if adv["failed"]:
-                # the reason quotes one failure in full (randn's, else the first input's), names the rest
-                first = [] if wrong_on[0] == "randn" else adv["reasons"][:1]
-                rest = adv["failed"] if wrong_on[0] == "randn" else adv["failed"][1:]
-                also = [f"also wrong on {', '.join(rest)}"] if rest else []
-                row["correct"] = False
-                row["check_reason"] = "; ".join(x for x in (row["check_reason"], *first, *also) if x)
-        row.update(_wrong_fields(row, wrong_on, maps, sigs))
+        checked_outputs = _check(row, variant, problem, inputs, ref, device, tol, probes)
     if not do_timing:
         return row
-    ts, dout = correctness.prepare(problem, inputs, device, variant.name)
-    out = torch.empty_like(ts[0]) if variant.kind in ("cuda", "user") and problem.direction == "fwd" else None
-    _, timed = make_call(variant, problem, ts, dout, out)
-    if device == "cuda":
-        if flusher is None and settings.flush_l2 and l2_bytes:
-            flusher = L2Flusher(l2_bytes)
-        if monitor is not None:
-            monitor.read()
-        res = time_cuda(timed, settings, flusher if settings.flush_l2 else None, monitor)
-        row["e2e_ms"] = time_e2e(timed, settings.e2e_repeats)
-        for k in ("host_enqueue_ms", "event_ms", "span_ms", "kernels_per_call", "sm_clock_mhz"):
-            row[k] = res[k]
-        st = res["stats"]
-        if settings.graph and st["median"] < GRAPH_WORTHY_MS and problem.direction == "fwd":
-            row["graph_ms"] = time_graph(timed)
-        row["peak_mem_bytes"], row["extra_mem_bytes"] = peak_memory(timed)
-        if monitor is not None:
-            monitor.read()
-            row.update(monitor.summary())
-    else:
-        res = time_host(timed, settings)
-        st = res["stats"]
-        row["e2e_ms"] = st["median"]
+    res, st = _time(row, variant, problem, inputs, device, settings, l2_bytes, flusher, monitor)
     if checked_outputs is not None and res.get("last_result") is not None:
-        rep = correctness.check_repeat(variant, problem, checked_outputs, res["last_result"], ref, tol)
-        row.update(repeatable=rep["repeatable"])
-        if not rep["repeat_ok"]:
-            row["correct"] = False
-            row["check_reason"] = "; ".join(x for x in (row.get("check_reason"), rep["repeat_reason"]) if x)
-            names = correctness._outputs(problem, res["last_result"])[0]
-            race = signatures.race_signature(names, checked_outputs, correctness.snapshot(problem, res["last_result"]))
-            old = json.loads(row["signatures"]) if row.get("signatures") else []
-            maps = json.loads(row["error_map"]) if row.get("error_map") else []
-            wrong_on = row["check_input"].split(", ") if row.get("check_input") else []
-            row.update(_wrong_fields(row, wrong_on or ["randn (timed call)"], maps,
-                                     [race.to_dict(), *old] if race is not None else old))
+        _check_repeat(row, variant, problem, checked_outputs, res["last_result"], ref, tol)
     row.update(
         timer=res["timer"], timer_note=res["timer_note"], stop=res["stop"], samples_ms=res["samples"], n=st["n"],
         median_ms=st["median"], ci95_low_ms=st["ci95_low"], ci95_high_ms=st["ci95_high"], rel_ci=st["rel_ci"],
@@ -482,6 +420,90 @@ def measure(variant, problem: AttentionProblem, inputs: Inputs, ref: Reference |
         mean_ms=st["mean"], std_ms=st["std"], rel_sem=st["rel_sem"], min_ms=st["min"],
     )
     return row
+
+
+def _check(row: dict[str, Any], variant, problem: AttentionProblem, inputs: Inputs, ref: Reference, device: str,
+           tol: Tolerance, probes: adversarial.ProbeSet | None) -> Any:
+    """The correctness fields of `row` (randn inputs, then the probes); returns the checked outputs."""
+    chk = correctness.check_correctness(variant, problem, inputs, ref, device, tol)
+    checked_outputs = chk.pop("checked_outputs")
+    row.update(
+        correct=chk["correct"], max_abs_err=chk["max_abs_err"], rel_err=chk["rel_err"],
+        errors=chk["errors"], out_sample=chk["out_sample"], ref_sample=chk["ref_sample"],
+        reference=ref.kind, rtol=tol.rtol, atol=tol.atol, tol_factor=tol.factor, tol_eps=tol.eps,
+        check_reason=chk["check_reason"], lse_checked=chk["lse_checked"],
+        baseline_max_err=ref.baseline_err.get("out"),
+    )
+    wrong_on = [] if chk["correct"] else ["randn"]
+    maps, sigs = list(chk["error_map"]), list(chk["signatures"])
+    if probes is not None:
+        cuda_ok = device == "cuda"
+        adv = adversarial.run(probes, lambda p: variant.supports(p, cuda_available=cuda_ok),
+                              lambda pr, inp, rf: correctness.check_correctness(variant, pr.problem, inp, rf, device,
+                                                                                tol, check_input=pr.name))
+        row["probes"] = json.dumps(adv["probes"])
+        wrong_on += adv["failed"]
+        maps += adv["error_map"]
+        sigs += adv["signatures"]
+        if adv["failed"]:
+            # the reason quotes one failure in full (randn's, else the first input's), names the rest
+            first = [] if wrong_on[0] == "randn" else adv["reasons"][:1]
+            rest = adv["failed"] if wrong_on[0] == "randn" else adv["failed"][1:]
+            also = [f"also wrong on {', '.join(rest)}"] if rest else []
+            row["correct"] = False
+            row["check_reason"] = "; ".join(x for x in (row["check_reason"], *first, *also) if x)
+    row.update(_wrong_fields(row, wrong_on, maps, sigs))
+    return checked_outputs
+
+
+def _time(row: dict[str, Any], variant, problem: AttentionProblem, inputs: Inputs, device: str,
+          settings: TimingSettings, l2_bytes: int, flusher: L2Flusher | None,
+          monitor: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Time the call (GPU: CUPTI/events, e2e, graph, memory, monitor; CPU: the host clock) into `row`;
+    returns the timer's result and its statistics."""
+    import torch
+
+    ts, dout = correctness.prepare(problem, inputs, device, variant.name)
+    out = torch.empty_like(ts[0]) if variant.kind in ("cuda", "user") and problem.direction == "fwd" else None
+    _, timed = make_call(variant, problem, ts, dout, out)
+    if device != "cuda":
+        res = time_host(timed, settings)
+        row["e2e_ms"] = res["stats"]["median"]
+        return res, res["stats"]
+    if flusher is None and settings.flush_l2 and l2_bytes:
+        flusher = L2Flusher(l2_bytes)
+    if monitor is not None:
+        monitor.read()
+    res = time_cuda(timed, settings, flusher if settings.flush_l2 else None, monitor)
+    row["e2e_ms"] = time_e2e(timed, settings.e2e_repeats)
+    for k in ("host_enqueue_ms", "event_ms", "span_ms", "kernels_per_call", "sm_clock_mhz"):
+        row[k] = res[k]
+    st = res["stats"]
+    if settings.graph and st["median"] < GRAPH_WORTHY_MS and problem.direction == "fwd":
+        row["graph_ms"] = time_graph(timed)
+    row["peak_mem_bytes"], row["extra_mem_bytes"] = peak_memory(timed)
+    if monitor is not None:
+        monitor.read()
+        row.update(monitor.summary())
+    return res, st
+
+
+def _check_repeat(row: dict[str, Any], variant, problem: AttentionProblem, checked_outputs: Any, last: Any,
+                  ref: Reference | None, tol: Tolerance) -> None:
+    """The last timed call's output against the checked one: a difference makes the row wrong (a race)."""
+    rep = correctness.check_repeat(variant, problem, checked_outputs, last, ref, tol)
+    row.update(repeatable=rep["repeatable"])
+    if rep["repeat_ok"]:
+        return
+    row["correct"] = False
+    row["check_reason"] = "; ".join(x for x in (row.get("check_reason"), rep["repeat_reason"]) if x)
+    names = correctness._outputs(problem, last)[0]
+    race = signatures.race_signature(names, checked_outputs, correctness.snapshot(problem, last))
+    old = json.loads(row["signatures"]) if row.get("signatures") else []
+    maps = json.loads(row["error_map"]) if row.get("error_map") else []
+    wrong_on = row["check_input"].split(", ") if row.get("check_input") else []
+    row.update(_wrong_fields(row, wrong_on or ["randn (timed call)"], maps,
+                             [race.to_dict(), *old] if race is not None else old))
 
 
 def _wrong_fields(row: dict[str, Any], wrong_on: list[str], maps: list[dict[str, Any]],
