@@ -39,6 +39,7 @@ import pandas as pd
 from faprof import store_error_maps
 from faprof.errors import FaprofError
 from faprof.measure import stats
+from faprof.model import schema
 
 MANIFEST = "manifest.json"
 MEASUREMENTS = "measurements.parquet"
@@ -60,9 +61,8 @@ def next_row_seq() -> str:
     return f"{t:020d}-{os.getpid():07d}"
 SCHEMA_VERSION = 1
 
-#: Tables a bundle may hold, by file stem.
-TABLES = ("measurements", "ncu_metrics", "ncu_summary", "stalls", "roofline", "nsys_kernels", "nsys_summary",
-          "error_maps")
+#: Tables a bundle may hold, by file stem (the schema's one list).
+TABLES = schema.TABLES
 
 
 def utc_stamp(now: datetime | None = None) -> str:
@@ -219,7 +219,8 @@ class Bundle:
         return read_table_file(p)
 
     def write(self, name: str, df: pd.DataFrame) -> None:
-        _atomic_write_parquet(df, self.table_path(name))
+        """Write table `name` (one of the schema's TABLES: an unknown name is an error)."""
+        _atomic_write_parquet(df, self.table_path(schema.check_table(name)))
 
     def measurements(self) -> pd.DataFrame:
         df = upgrade_statistics(self.read("measurements"))

@@ -30,8 +30,9 @@ if [ -z "$NCU_SET" ]; then
 fi
 echo "recording with --ncu $NCU_SET --nsys into $WORK"
 t0=$(date +%s)
+NSYS=${NSYS---nsys}
 $FP profile --scenario tests/planted/planted.toml --user-variants tests/planted/planted_variants.py \
-  --ncu "$NCU_SET" --nsys --out "$WORK" 2>&1 | tee "$OUT/profile.log" | tail -40
+  --ncu "$NCU_SET" $NSYS --out "$WORK" 2>&1 | tee "$OUT/profile.log" | tail -40
 bundle=$(ls -d "$WORK"/*/ 2>/dev/null | head -1)
 if [ -z "$bundle" ]; then echo "no bundle was written (see $OUT/profile.log)"; exit 1; fi
 bundle=${bundle%/}

@@ -1,29 +1,60 @@
-"""diagnose(): every rule over every call, ranked into one primary cause and secondary findings;
-summarize(): one row per (variant, cause) across shapes."""
+"""diagnose(): the ranked causes of every (variant, shape): why it is slower than the fastest variant
+there (or a named one), split from the accounting, then what holds for the kernel on its own;
+summarize(): one row per (variant, cause) across shapes.
+
+Order of work for one call:
+1. every rule over the call and its launches (`rules_call`, `rules_kernel`: mechanisms named from
+   their own counters, and the accounting's stall terms) gives the absolute findings, in shares of the
+   call's time; a stall term a mechanism of the same kernel claims is dropped (the mechanism says it);
+2. a cause the fastest call at the shape shares with most calls there is a note about the shape, said
+   once (variant "(all)"), and dropped from every call;
+3. the gap to the reference (the fastest profiled call at the shape, or `against`) is split into the
+   accounting's terms (`differential`), and mechanisms claim their terms (`gap_findings`): these are
+   the causes in shares of the gap;
+4. ranking: wrong results first; then the largest cause of the gap (at least PRIMARY_MIN_GAP_SHARE of
+   it), else the largest absolute cause (at least PRIMARY_MIN_GAIN of the call), else the roofline
+   position; then the rest.
+"""
 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from typing import Any
 
 import pandas as pd
 
+from faprof.advisor.accounting import missing_counters
+from faprof.advisor.differential import decompose, reference_for
 from faprof.advisor.evidence import Call, calls_from, ok, tables_from
-from faprof.advisor.findings import KINDS, Finding
+from faprof.advisor.evidence import _num as number
+from faprof.advisor.findings import CAUSES, KINDS, Finding
+from faprof.advisor.gap_findings import CLAIMS, gap_findings
 from faprof.advisor.rules_call import CALL_RULES, CALL_RULES_FIRST, merge_ncu_rules
-from faprof.advisor.rules_kernel import KERNEL_RULES, Context
+from faprof.advisor.rules_kernel import KERNEL_RULES, KERNEL_TERM_RULES, Context
+from faprof.advisor.sources import attach
 from faprof.advisor.thresholds import value as T
 
 #: Columns of diagnose()'s table, in order.
 DIAG_COLUMNS = ("variant", "shape_id", "dtype", "group", "rank", "primary", "cause", "title", "kind", "kernel",
-                "estimated_gain_pct", "evidence", "fix", "rule")
+                "estimated_gain_pct", "unit", "against", "share_of_gap_pct", "gap_ms", "evidence", "fix", "source",
+                "rule")
 
 #: Columns of summarize()'s table, in order.
-SUMMARY_COLUMNS = ("variant", "dtype", "group", "cause", "title", "kind", "primary_shapes", "shapes", "n_shapes",
-                   "max_gain_pct", "median_gain_pct", "evidence", "fix")
+SUMMARY_COLUMNS = ("variant", "dtype", "group", "cause", "title", "kind", "unit", "against", "primary_shapes", "shapes",
+                   "n_shapes", "max_gain_pct", "median_gain_pct", "evidence", "fix")
+
+#: The variant name of shape notes (a fact about a shape, not about one variant).
+SHAPE_ROW = "(all)"
+
+#: Causes that can be facts about a shape rather than a kernel: too little work to fill the GPU, a
+#: grid's last wave, launch overhead, and where a shape sits on the roofline. When the fastest call has
+#: one as much as most calls do, it is said once for the shape.
+SHAPE_CAUSES = ("too_few_ctas", "wave_tail", "launch_overhead", "launch_split", "idle", "latency_bound",
+                "memory_bound", "compute_bound")
 
 
-def _findings_for(call: Call, ctx: Context) -> list[Finding]:
+def _absolute(call: Call, ctx: Context) -> list[Finding]:
     ctx.split_launches = set()
     found: list[Finding] = []
     for crule in CALL_RULES_FIRST:
@@ -33,9 +64,14 @@ def _findings_for(call: Call, ctx: Context) -> list[Finding]:
             f = krule(lz, call, ctx)
             if f is not None:
                 found.append(f)
+        for trule in KERNEL_TERM_RULES:
+            found += trule(lz, call, ctx)
     for crule in CALL_RULES:
         found += crule(call, ctx)
     found += merge_ncu_rules(call, found)
+    # a stall a mechanism of the same kernel explains is that mechanism's (spills -> long_scoreboard ...)
+    claimed = {(f.kernel, t) for f in found if f.cause in CLAIMS for t in CLAIMS[f.cause]}
+    found = [f for f in found if not (f.cause.startswith("stall:") and (f.kernel, f.cause) in claimed)]
     keep = []
     for f in found:
         if ok(f.gain):
@@ -46,53 +82,134 @@ def _findings_for(call: Call, ctx: Context) -> list[Finding]:
     return keep
 
 
+def _gain(f: Finding) -> float:
+    return f.gain if ok(f.gain) else -1.0
+
+
 def _rank(found: list[Finding]) -> list[tuple[Finding, bool]]:
-    """The primary finding first, then the rest: causes by gain, positions, ncu rules, notes."""
-
-    def gain(f: Finding) -> float:
-        return f.gain if ok(f.gain) else -1.0
-
+    """The primary finding first, then the rest: gap causes by share, then absolute causes by gain,
+    positions, ncu rules, notes."""
     primary: Finding | None = next((f for f in found if f.kind == "correctness"), None)
+    gap = [f for f in found if f.unit == "gap" and f.kind not in ("note", "ncu") and ok(f.gap_share)]
     if primary is None:
-        causes = [f for f in found if f.kind in ("defect", "limit") and ok(f.gain) and f.gain >= T("PRIMARY_MIN_GAIN")]
-        positions = [f for f in found if f.kind == "position"]
+        eligible = [f for f in gap if f.gap_share >= T("PRIMARY_MIN_GAP_SHARE")]
+        if eligible:
+            primary = max(eligible, key=lambda f: f.gap_share)
+    if primary is None:
+        absolute = [f for f in found if f.unit != "gap"]
+        causes = [f for f in absolute if f.kind in ("defect", "limit", "term") and ok(f.gain)
+                  and f.gain >= T("PRIMARY_MIN_GAIN")]
+        positions = [f for f in absolute if f.kind == "position"]
         pool = causes or positions
-        primary = max(pool, key=gain) if pool else None
+        primary = max(pool, key=_gain) if pool else None
     order = {k: i for i, k in enumerate(KINDS)}
-    tier = {"correctness": 0, "defect": 1, "limit": 1, "position": 2, "ncu": 3, "note": 4}
-    rest = sorted((f for f in found if f is not primary), key=lambda f: (tier.get(f.kind, 5), -gain(f), order.get(f.kind, 9)))
+    tier = {"correctness": 0, "defect": 2, "limit": 2, "term": 2, "position": 3, "ncu": 4, "note": 5}
+
+    def key(f: Finding) -> tuple:
+        if f.unit == "gap" and f.kind not in ("note", "ncu"):
+            return (1, -(f.gap_share if ok(f.gap_share) else 0.0), 0)
+        return (tier.get(f.kind, 6), -_gain(f), order.get(f.kind, 9))
+
+    rest = sorted((f for f in found if f is not primary), key=key)
     return ([(primary, True)] if primary is not None else []) + [(f, False) for f in rest]
 
 
-def diagnose(source: Any) -> pd.DataFrame:
+def _shape_notes(calls: list[Call], absolute: dict[int, list[Finding]]) -> list[Finding]:
+    """Causes the fastest profiled call at a shape shares with most calls there: one note per shape
+    and cause (variant SHAPE_ROW); the cause is dropped from every call at the shape."""
+    notes: list[Finding] = []
+    by_shape: dict[str, list[Call]] = defaultdict(list)
+    for c in calls:
+        if id(c) in absolute and c.launches and ok(_median(c)):
+            by_shape[c.shape_id].append(c)
+    for shape, group in by_shape.items():
+        if len(group) < 2:
+            continue
+        fastest = min(group, key=_median)
+        others = [c for c in group if c is not fastest]
+        for f in list(absolute[id(fastest)]):
+            if f.cause not in SHAPE_CAUSES:
+                continue
+            sharing = [c for c in others if any(g.cause == f.cause for g in absolute[id(c)])]
+            if len(sharing) < T("SHAPE_NOTE_MIN_SHARE") * len(others):
+                continue
+            for c in (fastest, *others):
+                absolute[id(c)] = [g for g in absolute[id(c)] if g.cause != f.cause]
+            title = CAUSES[f.cause][0]
+            notes.append(Finding(SHAPE_ROW, shape, "shape_note", math.nan,
+                                 f"{title}: true of the fastest call here ({fastest.variant}: {f.evidence}) and of "
+                                 f"{len(sharing)} of the {len(others)} other profiled variants: a property of the "
+                                 "shape, not a defect of a kernel", f.fix, f"shape:{f.rule}", kernel=f.kernel,
+                                 title=f"the shape: {title}"))
+    return notes
+
+
+def _median(c: Call) -> float:
+    v = number(c.measurement.get("median_ms"))
+    return v if c.measurement.get("status") in ("ok", "wrong") and ok(v) and v > 0 else math.nan
+
+
+def _row(f: Finding, call: Call | None, rank: int, primary: bool) -> dict[str, Any]:
+    m = call.measurement if call is not None else {}
+    return {
+        "variant": f.variant, "shape_id": f.shape_id, "dtype": call.dtype if call is not None else None,
+        "group": m.get("group"), "rank": rank, "primary": primary, "cause": f.cause, "title": f.title,
+        "kind": f.kind, "kernel": f.kernel,
+        # in the unit the row names: the gap's share (unclamped: offset terms can exceed 100) or the call's
+        "estimated_gain_pct": (100 * f.gap_share if f.unit == "gap" and ok(f.gap_share)
+                               else 100 * f.gain if ok(f.gain) else math.nan),
+        "unit": f.unit, "against": f.against or None,
+        "share_of_gap_pct": 100 * f.gap_share if ok(f.gap_share) else math.nan,
+        "gap_ms": f.gap_ms if ok(f.gap_ms) else math.nan, "evidence": f.evidence, "fix": f.fix,
+        "source": f.source or None, "rule": f.rule,
+    }
+
+
+def diagnose(source: Any, against: str | None = None) -> pd.DataFrame:
     """The ranked diagnosis of every (variant, shape) in a bundle.
 
     Args:
         source: a faprof Bundle, or a mapping {table name: DataFrame} with any of measurements,
             ncu_summary, ncu_metrics, stalls, roofline, nsys_summary, nsys_kernels, ncu_rules (each
             optional), plus optionally 'env' (the manifest's environment: gpu_name for peaks).
+        against: the variant every gap is measured to (default: the fastest profiled variant at each
+            shape).
 
     Returns:
         One row per finding (DIAG_COLUMNS): rank 1 is the primary finding of its (variant, shape)
-        (`primary` True) unless no finding qualifies; estimated_gain_pct is the share of the call's
-        time the cause is estimated to explain (NaN for notes and unestimable ones); evidence quotes
-        the figures; `rule` names the rule function (or `ncu:<rule>` for Nsight Compute's own).
+        (`primary` True) unless no finding qualifies. `unit` says what a share is of: 'call' (the call's
+        GPU time: estimated_gain_pct), 'gap' (the measured gap to `against`: share_of_gap_pct, and
+        gap_ms its milliseconds; shares of terms that offset others can exceed 100). Shape notes have
+        variant "(all)". evidence quotes the figures; `rule` names the rule (`gap:<term>` for a term
+        of the gap, `ncu:<rule>` for Nsight Compute's own).
     """
     tables = tables_from(source)
     ctx = Context(env=dict(tables.env))
+    calls = [c for c in calls_from(tables) if c.measurement.get("status") in (None, "ok", "wrong")]
+    absolute = {id(c): _absolute(c, ctx) for c in calls}
+    lines = tables.get("source_lines")
+    notes = _shape_notes(calls, absolute)
     rows: list[dict[str, Any]] = []
-    for call in calls_from(tables):
-        status = call.measurement.get("status")
-        if status not in (None, "ok", "wrong"):
-            continue
-        for rank, (f, is_primary) in enumerate(_rank(_findings_for(call, ctx)), start=1):
-            rows.append({
-                "variant": f.variant, "shape_id": f.shape_id, "dtype": call.dtype,
-                "group": call.measurement.get("group"), "rank": rank, "primary": is_primary, "cause": f.cause,
-                "title": f.title, "kind": f.kind, "kernel": f.kernel,
-                "estimated_gain_pct": 100 * f.gain if ok(f.gain) else math.nan,
-                "evidence": f.evidence, "fix": f.fix, "rule": f.rule,
-            })
+    for call in calls:
+        found = list(absolute[id(call)])
+        ref = reference_for(call, calls, against) if call.launches else None
+        if ref is not None:
+            gap = decompose(call, ref)
+            if gap is not None:
+                found += gap_findings(gap, call, ref, absolute[id(call)], absolute.get(id(ref), []))
+            elif missing_counters(call) or missing_counters(ref):
+                lacking = sorted(set(missing_counters(call)) | set(missing_counters(ref)))
+                found.append(Finding(call.variant, call.shape_id, "missing_counters", math.nan,
+                                     f"the gap to {ref.variant} cannot be split: the bundle lacks the accounting's "
+                                     f"counters ({', '.join(lacking)})",
+                                     "profile again with this faprof's `--ncu` (the faprof set requests them)",
+                                     "gap:missing", unit="gap", against=ref.variant))
+        ranked = _rank(found)
+        attach([f for f, _ in ranked], lines, call.variant, call.shape_id)
+        for rank, (f, is_primary) in enumerate(ranked, start=1):
+            rows.append(_row(f, call, rank, is_primary))
+    for f in notes:
+        rows.append(_row(f, None, 1, False))
     out = pd.DataFrame(rows, columns=list(DIAG_COLUMNS))
     out["rank"] = out["rank"].astype("int64")
     out["primary"] = out["primary"].astype(bool)
@@ -117,7 +234,7 @@ def summarize(diag: pd.DataFrame) -> pd.DataFrame:
         rows.append({
             "variant": variant, "dtype": ", ".join(sorted({str(d) for d in g["dtype"].dropna()})) or None,
             "group": ", ".join(sorted({str(d) for d in g["group"].dropna()})) or None,
-            "cause": cause, "title": title, "kind": best["kind"],
+            "cause": cause, "title": title, "kind": best["kind"], "unit": best["unit"], "against": best["against"],
             "primary_shapes": ", ".join(prim), "shapes": ", ".join(shapes), "n_shapes": len(shapes),
             "max_gain_pct": g["estimated_gain_pct"].max(), "median_gain_pct": g["estimated_gain_pct"].median(),
             "evidence": (f"{best['shape_id']}: " if len(shapes) > 1 else "") + str(best["evidence"]),

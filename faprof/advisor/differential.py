@@ -37,6 +37,7 @@ from typing import Any
 
 from faprof.advisor.accounting import WARP_SIZE, Account, call_account
 from faprof.advisor.evidence import Call, ok
+from faprof.advisor.evidence import _num as number
 
 #: Factors of the time model, in the order tables show them.
 FACTORS = ("instructions", "cycles per instruction", "warps resident", "active fraction", "clock", "residual")
@@ -154,10 +155,7 @@ def cycle_terms(a: Account, b: Account) -> list[Term]:
 
 def _clock_mhz(row: dict[str, Any]) -> float:
     for k in ("sm_clock_mhz", "nvml_sm_clock_mhz_max"):
-        try:
-            v = float(row.get(k))
-        except (TypeError, ValueError):
-            continue
+        v = number(row.get(k))
         if ok(v) and v > 0:
             return v
     return math.nan
@@ -169,7 +167,7 @@ def decompose(call_a: Call, call_b: Call) -> Gap | None:
     Returns None when either call lacks a timed median or a complete accounting (older bundles, or a
     section set without the accounting's counters: `faprof.advisor.accounting.missing_counters`).
     """
-    ms_a, ms_b = (float(c.measurement.get("median_ms") or math.nan) for c in (call_a, call_b))
+    ms_a, ms_b = (number(c.measurement.get("median_ms")) for c in (call_a, call_b))
     if not (ok(ms_a) and ok(ms_b) and ms_a > 0 and ms_b > 0):
         return None
     a, b = call_account(call_a), call_account(call_b)
@@ -197,10 +195,7 @@ def reference_for(call: Call, calls: list[Call], against: str | None = None) -> 
     gpu = call.measurement.get("gpu_name")
 
     def timed(c: Call) -> float:
-        try:
-            v = float(c.measurement.get("median_ms"))
-        except (TypeError, ValueError):
-            return math.nan
+        v = number(c.measurement.get("median_ms"))
         return v if c.measurement.get("status") == "ok" and ok(v) and v > 0 else math.nan
 
     peers = [c for c in calls if c.shape_id == call.shape_id and c is not call and ok(timed(c))

@@ -20,7 +20,7 @@ from faprof.nsight.ncu import catalogue
 
 #: Tables diagnose() reads, by bundle file stem.
 TABLES = ("measurements", "ncu_summary", "ncu_metrics", "stalls", "roofline", "nsys_summary", "nsys_kernels",
-          "ncu_rules")
+          "ncu_rules", "source_lines")
 
 def _num(x: Any) -> float:
     try:

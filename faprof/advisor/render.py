@@ -18,6 +18,24 @@ def _gain(x: Any) -> str:
     return "" if math.isnan(v) else f"{v:.0f}%"
 
 
+def share_text(r: Any, prefix: str = "") -> str:
+    """What a row's share is of, in words: '83% of the gap to sdpa_cudnn (+6.9 µs)' or '~12% of the call'."""
+    gain = _gain(r.get("estimated_gain_pct") if hasattr(r, "get") else r["estimated_gain_pct"])
+    if not gain:
+        return ""
+    unit = r.get("unit") if hasattr(r, "get") else None
+    if unit == "gap":
+        ms = r.get("gap_ms")
+        try:
+            us = f" ({1e3 * float(ms):+.1f} µs)" if ms is not None and not math.isnan(float(ms)) else ""
+        except (TypeError, ValueError):
+            us = ""
+        return f"{prefix}{gain} of the gap to {r.get('against')}{us}"
+    if unit == "kernel":
+        return f"{prefix}~{gain} of the kernel"
+    return f"{prefix}~{gain} of the call"
+
+
 def _md(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -41,11 +59,12 @@ def render_markdown(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per
     if per_shape:
         for (v, sid), g in diag.groupby(["variant", "shape_id"], sort=False):
             parts.append(f"#### {v} · {sid}\n")
-            parts.append("| # | cause | kernel | est. gain | evidence | fix |\n|---|---|---|---|---|---|")
+            parts.append("| # | cause | kernel | share | evidence | where | fix |\n|---|---|---|---|---|---|---|")
             for _, r in g.sort_values("rank").iterrows():
                 star = "**" if r["primary"] else ""
                 parts.append(f"| {r['rank']} | {star}{_md(r['title'])}{star} | {_md(r['kernel'])[:40]} | "
-                             f"{_gain(r['estimated_gain_pct'])} | {_md(r['evidence'])} | {_md(r['fix'])} |")
+                             f"{_md(share_text(r))} | {_md(r['evidence'])} | {_md(r.get('source') or '')} | "
+                             f"{_md(r['fix'])} |")
             parts.append("")
         return "\n".join(parts) + "\n"
 
@@ -83,10 +102,11 @@ def render_text(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per_sha
             out.append(f"{v} · {sid}")
             for _, r in g.sort_values("rank").iterrows():
                 mark = "PRIMARY" if r["primary"] else f"{r['rank']:>7}"
-                gain = _gain(r["estimated_gain_pct"])
-                out.append(f"  {mark}  {r['title']}" + (f"  ~{gain} of the call" if gain else "")
+                out.append(f"  {mark}  {r['title']}" + share_text(r, "  ")
                            + (f"  [{str(r['kernel'])[:48]}]" if r["kernel"] else ""))
                 para("evidence", r["evidence"])
+                if isinstance(r.get("source"), str) and r.get("source"):
+                    para("where", r["source"])
                 para("fix", r["fix"])
             out.append("")
         return "\n".join(out) + "\n"
@@ -115,7 +135,7 @@ def rich_table(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per_shap
             t.add_column(c, overflow="fold")
         for _, r in diag.sort_values(["variant", "shape_id", "rank"], kind="stable").iterrows():
             cause = f"[bold]{r['title']}[/]" if r["primary"] else str(r["title"])
-            t.add_row(f"{r['variant']}\n{r['shape_id']}", str(r["rank"]), cause, _gain(r["estimated_gain_pct"]),
+            t.add_row(f"{r['variant']}\n{r['shape_id']}", str(r["rank"]), cause, share_text(r),
                       str(r["evidence"]), str(r["fix"]))
         return t
 

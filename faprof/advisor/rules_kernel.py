@@ -18,8 +18,8 @@ from faprof.advisor.evidence import Call, Launch, nansum, ok
 from faprof.advisor.evidence import _num as _numf
 from faprof.advisor.findings import LIMITER_ADVICE, STALL_ADVICE, Finding, big, num, pct
 from faprof.advisor.thresholds import value as T
-from faprof.nsight.ncu import catalogue
 from faprof.model import gpus
+from faprof.nsight.ncu import catalogue
 
 
 @dataclass

@@ -95,10 +95,12 @@ def report(run: str, out_dir: Path | None, formats: str, runs_dir: Path) -> None
 @click.option("--variant", "variant", help="Only this variant.")
 @click.option("--shape", "shape", help="Only this shape_id: its ranked findings, one by one.")
 @click.option("--per-shape", is_flag=True, help="Ranked findings of every (variant, shape) instead of the summary across shapes.")
+@click.option("--against", "against", help="Explain each variant's gap to this variant (default: the fastest profiled one at each shape).")
 @click.option("--format", "fmt", type=click.Choice(["table", "text", "md"]), default="table", show_default=True,
               help="A rich table, plain text, or Markdown.")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
-def explain(run: str, variant: str | None, shape: str | None, per_shape: bool, fmt: str, runs_dir: Path) -> None:
+def explain(run: str, variant: str | None, shape: str | None, per_shape: bool, against: str | None, fmt: str,
+            runs_dir: Path) -> None:
     """Why each variant is as fast as it is: the advisor's ranked diagnosis of a run bundle.
 
     One primary cause per (variant, shape) with its estimated share of the call's time, then the
@@ -113,7 +115,9 @@ def explain(run: str, variant: str | None, shape: str | None, per_shape: bool, f
     wrong = explain_wrong_rows(bundle.measurements(), bundle.read("error_maps"), variant, shape)
     for line in wrong:
         console.print(line, markup=False, soft_wrap=True, style="bold red" if not line.startswith(" ") else None)
-    diag = advisor.diagnose(bundle)
+    if against and against not in set(bundle.measurements()["variant"]):
+        raise FaprofError(f"--against {against!r}: no such variant in {bundle.path.name}")
+    diag = advisor.diagnose(bundle, against=against)
     for key, val in (("variant", variant), ("shape_id", shape)):
         if val and not diag.empty and val not in set(diag[key]):
             known = ", ".join(dict.fromkeys(diag[key]))

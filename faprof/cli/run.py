@@ -39,6 +39,8 @@ from faprof.cli.app import (
 @click.option("--ncu-shapes", help="Shapes ncu profiles: shape ids and/or 'smallest', 'largest' (per problem group).")
 @click.option("--ncu-kernel", help="Profile only kernels whose function name matches this regex.")
 @click.option("--ncu-launches", type=click.IntRange(1, 100), help="Profiled calls per (variant, shape) (default 1).")
+@click.option("--ncu-source", type=click.Choice(["auto", "all", "off"]), help="Source-line pass after the section set: "
+              "each variant's dominant kernel (auto, the default), every profiled kernel (all), or none (off).")
 @click.option("--ncu-cache-control", type=click.Choice(["all", "none"]), help="ncu --cache-control (default all: caches flushed before every replay pass).")
 @click.option("--ncu-clock-control", type=click.Choice(["none", "base"]), help="ncu --clock-control (default none: the card as it is; 'base' locks base clocks).")
 @click.option("--nsys/--no-nsys", default=None, help="Capture an Nsight Systems timeline.")
@@ -57,6 +59,7 @@ from faprof.cli.app import (
               "(needs pip install 'faprof[cluster]').")
 def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resume: Path | None, ncu: str | None,
             ncu_variants: str | None, ncu_shapes: str | None, ncu_kernel: str | None, ncu_launches: int | None,
+            ncu_source: str | None,
             ncu_cache_control: str | None, ncu_clock_control: str | None, nsys: bool | None, budget: float | None,
             user_variants: tuple[str, ...], kernels: tuple[str, ...], kernel_name: str | None, no_isolate: bool,
             task_timeout: float, timer: str | None, allow_failures: bool, gpus: str | None, cluster: str | None) -> None:
@@ -76,7 +79,8 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
 
     req = ProfileRequest(
         scenario=scenario, resume=resume, variants=variant_list, out_dir=out_dir, ncu=ncu, ncu_variants=ncu_variants,
-        ncu_shapes=ncu_shapes, ncu_kernel=ncu_kernel, ncu_launches=ncu_launches, ncu_cache_control=ncu_cache_control,
+        ncu_shapes=ncu_shapes, ncu_kernel=ncu_kernel, ncu_launches=ncu_launches, ncu_source=ncu_source,
+        ncu_cache_control=ncu_cache_control,
         ncu_clock_control=ncu_clock_control, nsys=nsys, budget=budget, timer=timer, user_variants=user_variants,
         kernels=kernels, kernel_name=kernel_name, isolate=not no_isolate, task_timeout_s=task_timeout, gpus=gpus,
         cluster=cluster)
@@ -181,11 +185,14 @@ def _print_profile_outcome(bundle: Any, notices: list[str], allow_failures: bool
 @click.option("--shapes", "ncu_shapes", help="Shape ids and/or 'smallest', 'largest' (per problem group).")
 @click.option("--kernel", "ncu_kernel", help="Profile only kernels whose function name matches this regex.")
 @click.option("--launches", "ncu_launches", type=click.IntRange(1, 100), help="Profiled calls per (variant, shape) (default 1).")
+@click.option("--source", "ncu_source", type=click.Choice(["auto", "all", "off"]), default="auto", show_default=True,
+              help="Source-line pass after the set: each variant's dominant kernel, every profiled kernel, or none.")
 @click.option("--cache-control", "ncu_cache_control", type=click.Choice(["all", "none"]), help="ncu --cache-control (default all).")
 @click.option("--clock-control", "ncu_clock_control", type=click.Choice(["none", "base"]), help="ncu --clock-control (default none).")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
 def ncu_cmd(run: str, ncu_set: str, ncu_variants: str | None, ncu_shapes: str | None, ncu_kernel: str | None,
-            ncu_launches: int | None, ncu_cache_control: str | None, ncu_clock_control: str | None, runs_dir: Path) -> None:
+            ncu_launches: int | None, ncu_source: str, ncu_cache_control: str | None, ncu_clock_control: str | None,
+            runs_dir: Path) -> None:
     """Run Nsight Compute alone on a run bundle (finished or interrupted); its timing rows stay as they are.
 
     Prints the plan (kernels, passes, estimated time) first, then writes ncu_metrics, ncu_summary,
@@ -198,13 +205,15 @@ def ncu_cmd(run: str, ncu_set: str, ncu_variants: str | None, ncu_shapes: str | 
     permission, the regex matched nothing, ncu failed: one line says why); 130 interrupted.
     """
     from faprof.model.plan import split_list
+    from faprof.model.scenarios import parse_scenario
     from faprof.nsight.ncu.run import NcuOptions, rerun
+    from faprof.nsight.ncu.source_run import collect_source
     from faprof.store import resolve_run
 
     bundle = resolve_run(run, runs_dir)
     opts = NcuOptions(ncu_variants=split_list(ncu_variants) or None, ncu_shapes=split_list(ncu_shapes) or None,
                       ncu_kernel=ncu_kernel, ncu_launches=ncu_launches, ncu_cache_control=ncu_cache_control,
-                      ncu_clock_control=ncu_clock_control)
+                      ncu_clock_control=ncu_clock_control, ncu_source=ncu_source)
     console.print(f"bundle: {bundle.path}", markup=False, soft_wrap=True)
 
     def on(event: str, info: dict[str, Any]) -> None:
@@ -214,6 +223,10 @@ def ncu_cmd(run: str, ncu_set: str, ncu_variants: str | None, ncu_shapes: str | 
 
     try:
         rec = rerun(bundle, ncu_set, opts, on)
+        if rec.get("status") == "ok":
+            scenario = parse_scenario(bundle.manifest()["scenario"]["raw"], f"{bundle.path}/manifest.json scenario")
+            collect_source(bundle, scenario, opts, ncu_source, on)
+            rec = bundle.manifest().get("ncu", rec)
     except KeyboardInterrupt:
         rec = ncu_record(bundle.path)
         click.echo("", err=True)

@@ -40,10 +40,10 @@ ROW_COLUMNS = (
 
 #: Tables a bundle can hold (parquet files named after them), in the order exports list them.
 TABLES = ("measurements", "ncu_metrics", "ncu_summary", "stalls", "roofline", "ncu_rules", "nsys_kernels",
-          "nsys_summary", "error_maps", "sanitizer")
+          "nsys_summary", "error_maps", "source_lines", "sanitizer")
 
-#: The tables a Nsight Compute session writes (`faprof.nsight.ncu`).
-NCU_TABLES = ("ncu_metrics", "ncu_summary", "stalls", "roofline", "ncu_rules")
+#: The tables a Nsight Compute session writes (`faprof.nsight.ncu`; source_lines by its source-line pass).
+NCU_TABLES = ("ncu_metrics", "ncu_summary", "stalls", "roofline", "ncu_rules", "source_lines")
 
 #: The tables a Nsight Systems capture writes (`faprof.nsight.nsys`).
 NSYS_TABLES = ("nsys_kernels", "nsys_summary")

@@ -39,6 +39,9 @@ class ProfileOptions:
     """Profile only kernels whose name matches this regex."""
     ncu_launches: int | None = None
     """Profiled calls per (variant, shape) (default 1)."""
+    ncu_source: str | None = None
+    """The source-line pass after the section set: 'auto' (each variant's dominant kernel at its largest
+    shape; the default with --ncu), 'all' (every profiled kernel) or 'off'."""
     isolate: bool = True
     """Run variants in a worker process (fault containment). False runs them in this process."""
     task_timeout_s: float = DEFAULT_TASK_TIMEOUT_S

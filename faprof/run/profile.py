@@ -14,6 +14,7 @@ from pathlib import Path
 
 from faprof.model.scenarios import Scenario
 from faprof.nsight import ncu, nsys
+from faprof.nsight.ncu.source_run import collect_source, source_mode
 from faprof.run import cluster, fanout, local
 from faprof.run.options import ProfileOptions, Progress, noop
 from faprof.run.rows import now
@@ -76,6 +77,7 @@ def _epilogue(su: RunSetup, state: RunState, bundle: Bundle) -> None:
                 fanout.collect_ncu(bundle, su.scenario, su.options, su.ncu_set, state.progress, state.cuda_ok, gpus)
             else:
                 ncu.collect(bundle, su.scenario, su.options, su.ncu_set, state.progress, state.cuda_ok)
+            collect_source(bundle, su.scenario, su.options, source_mode(su.options, su.ncu_set), state.progress)
         if su.nsys_on:
             if len(gpus) > 1:
                 fanout.collect_nsys(bundle, su.scenario, su.options, state.progress, state.cuda_ok, gpus)

@@ -38,6 +38,8 @@ class ProfileRequest:
     ncu_shapes: str | None = None
     ncu_kernel: str | None = None
     ncu_launches: int | None = None
+    ncu_source: str | None = None
+    """`--ncu-source`: 'auto', 'all' or 'off' (None: the default)."""
     ncu_cache_control: str | None = None
     ncu_clock_control: str | None = None
     nsys: bool | None = None
@@ -124,7 +126,7 @@ def _options(req: ProfileRequest, names: list[str] | None, kernel_specs: list[st
         out_dir=req.out_dir, ncu=req.ncu, nsys=req.nsys, isolate=req.isolate, task_timeout_s=req.task_timeout_s,
         ncu_cache_control=req.ncu_cache_control, ncu_clock_control=req.ncu_clock_control,
         ncu_variants=split_list(req.ncu_variants) or None, ncu_shapes=split_list(req.ncu_shapes) or None,
-        ncu_kernel=req.ncu_kernel, ncu_launches=req.ncu_launches,
+        ncu_kernel=req.ncu_kernel, ncu_launches=req.ncu_launches, ncu_source=req.ncu_source,
         user_variants=[*req.user_variants, *kernel_specs],
         settings_overrides=overrides,
     )

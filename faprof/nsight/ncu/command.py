@@ -108,6 +108,7 @@ def ncu_command(
     python: str | Path = sys.executable,
     target: Sequence[str] | None = None,
     nvtx_variants: Sequence[str] | None = None,
+    sections: Sequence[str] = (),
 ) -> list[str]:
     """The whole ncu command line as a list.
 
@@ -131,6 +132,8 @@ def ncu_command(
         target: a different profiled command instead of the faprof target (fixture recording).
         nvtx_variants: NVTX ranges to include when they differ from `variants` (None: `variants`;
             empty: exclude the warm-up instead).
+        sections: Nsight Compute sections to collect instead of a set (`--section X` each; the
+            source-line pass's SourceCounters), with `ncu_set` None.
 
     Returns:
         argv: [ncu, --nvtx, --nvtx-include, 'v/'..., (--section X... | --set S), --metrics m,
@@ -143,8 +146,8 @@ def ncu_command(
     """
     if ncu_set is not None and ncu_set not in NCU_SETS:
         raise FaprofError(f"ncu set must be one of {list(NCU_SETS)}, got {ncu_set!r}")
-    if ncu_set is None and not metrics:
-        raise FaprofError(f"ncu needs a section set ({', '.join(NCU_SETS)}) or a list of metrics")
+    if ncu_set is None and not metrics and not sections:
+        raise FaprofError(f"ncu needs a section set ({', '.join(NCU_SETS)}), sections or a list of metrics")
     if cache_control not in CACHE_CONTROLS:
         raise FaprofError(f"ncu cache control must be one of {list(CACHE_CONTROLS)}, got {cache_control!r}")
     if clock_control not in CLOCK_CONTROLS:
@@ -157,6 +160,8 @@ def ncu_command(
     argv = [str(ncu), *nvtx_filter(list(variants) if nvtx_variants is None else list(nvtx_variants))]
     if ncu_set is not None:
         argv += set_args(ncu_set)
+    for section in dict.fromkeys(sections):
+        argv += ["--section", section]
     if metrics:
         argv += ["--metrics", ",".join(dict.fromkeys(metrics))]
     if kernel_regex:

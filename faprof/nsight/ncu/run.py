@@ -87,6 +87,7 @@ class NcuOptions:
     ncu_shapes: list[str] | None = None
     ncu_kernel: str | None = None
     ncu_launches: int | None = None
+    ncu_source: str | None = None
 
 
 # ------------------------------------------------------------------------------------- running

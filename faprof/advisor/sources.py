@@ -1,0 +1,71 @@
+"""Where in the source a cause happens: the source-line pass's lines attached to findings.
+
+Each cause points at the lines that carry its samples or instructions: a stall reason at the lines
+whose warps were sampled stalled for it, a pipe at the lines issuing that pipe's instructions, a
+mechanism at the lines of the stalls or pipe it produces. Causes with no line of their own (warps
+resident, idle SMs) point at the line where the kernel's warps spend most samples. Lines come from the
+call's own shape when the source pass profiled it, else from the variant's profiled shape (the same
+code), and the text says which.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from faprof.advisor.findings import Finding
+from faprof.nsight.ncu.source import describe_line, top_lines
+
+#: Mechanism causes -> the source metrics that locate them, in order of preference.
+CAUSE_METRICS: dict[str, tuple[str, ...]] = {
+    "register_spills": ("stall:lg_throttle", "stall:long_scoreboard"),
+    "uncoalesced_global": ("stall:long_scoreboard", "stall:lg_throttle"),
+    "smem_bank_conflicts": ("stall:mio_throttle", "stall:short_scoreboard"),
+    "tensor_cores_unused": ("pipe:fma", "pipe:fp16"),
+    "fp64_arithmetic": ("pipe:fp64",),
+    "mma_sync_on_hopper": ("pipe:tensor_hmma",),
+    "lanes:inactive": ("stall:branch_resolving", "samples"),
+    "lanes:predicated_off": ("samples",),
+}
+
+#: What a metric's samples or instructions are called in the text.
+def _what(metric: str) -> str:
+    kind, _, name = metric.partition(":")
+    if kind == "stall":
+        return f"{name.replace('_', ' ')} stall samples"
+    if kind == "pipe":
+        return f"{name.replace('_', ' ')} instructions"
+    return "warp samples"
+
+
+def _metrics_for(cause: str) -> tuple[str, ...]:
+    if cause.startswith(("stall:", "pipe:")):
+        return (cause, "samples")
+    return (*CAUSE_METRICS.get(cause, ()), "samples")
+
+
+def locate(f: Finding, lines: pd.DataFrame, variant: str, shape_id: str) -> str:
+    """'52% of barrier stall samples at fa.cu:48 (`__syncthreads();`)' for a finding, or ''."""
+    if lines.empty:
+        return ""
+    mine = lines[lines["variant"] == variant]
+    if mine.empty:
+        return ""
+    shape = shape_id if (mine["shape_id"] == shape_id).any() else str(mine["shape_id"].iloc[0])
+    for metric in _metrics_for(f.cause):
+        hits = top_lines(mine, variant, shape, metric, n=1)
+        if hits:
+            where = describe_line(hits[0], _what(metric))
+            return where + ("" if shape == shape_id else f" (source lines of {shape})")
+    return ""
+
+
+def attach(found: list[Finding], lines: pd.DataFrame, variant: str, shape_id: str, top: int = 3) -> None:
+    """Set `source` on the first `top` causes of a ranked list (notes and ncu rules left out)."""
+    n = 0
+    for f in found:
+        if n >= top:
+            break
+        if f.kind in ("note", "ncu", "correctness"):
+            continue
+        f.source = locate(f, lines, variant, shape_id)
+        n += 1
