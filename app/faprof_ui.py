@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from faprof.analysis import runs as fd
+from faprof import analysis as fd
 from faprof.errors import FaprofError
 
 RUNS_ENV = "FAPROF_RUNS"
@@ -84,6 +84,19 @@ class Context:
     runs: fd.RunSet
     filters: dict[str, list[Any]] = field(default_factory=dict)
     sources: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def colors(self) -> dict[str, str]:
+        """One colour per variant for every chart of the session: from every variant loaded, not the ones a
+        chart happens to draw, so neighbouring charts (and pages) agree."""
+        names = list(self.runs.measurements.get("variant", []))
+        for t in self.runs.tables.values():
+            names += list(t.get("variant", []))
+        return fd.variant_colors(names)
+
+    def run_order(self, among: Any = None) -> list[str]:
+        """Run ids as pages offer them: the user's own runs before the examples, newest first."""
+        return fd.run_order(self.runs.runs, among)
 
     @property
     def measurements(self) -> pd.DataFrame:

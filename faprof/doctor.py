@@ -42,6 +42,16 @@ def timing_checks() -> list[Check]:
     return out
 
 
+def no_gpu_timing_checks() -> list[Check]:
+    """The timer and clock rows on a machine without a GPU: what times the CPU rows, what a GPU run would
+    use (CUPTI when cupti-python imports), and why no clock is recorded."""
+    info = cupti_timer.describe()
+    gpu_side = (f"on a GPU: CUPTI kernel records (cupti-python {info.get('cupti_python') or '?'})" if info["available"]
+                else f"on a GPU: CUDA events, as {str(info['reason']).split(' (')[0]}")
+    return [Check("gpu timer", "info", f"no GPU: CPU rows are timed by the host clock (time.perf_counter); {gpu_side}"),
+            Check("clocks (NVML)", "info", "no GPU: no SM clock, temperature or throttle record (CPU rows have none)")]
+
+
 def run_checks() -> list[Check]:
     checks: list[Check] = []
     py_ok = sys.version_info >= (3, 11)
@@ -64,6 +74,7 @@ def run_checks() -> list[Check]:
             hint = ("this torch is a CPU build: install a CUDA build of torch" if not torch.version.cuda
                     else "torch has CUDA but sees no GPU: check the driver (nvidia-smi)")
             checks.append(Check("gpu", "warn", "no CUDA GPU visible to torch", hint + "; CPU variants still run"))
+            checks.extend(no_gpu_timing_checks())
     except ImportError:
         checks.append(Check("torch", "fail", "not installed", "pip install torch"))
     nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None)

@@ -5,7 +5,8 @@ A bundle is a folder `runs/<UTC timestamp>_<gpu-slug>_<scenario>/` holding:
 - `manifest.json`: environment, settings, the scenario as run, status, and the run's log;
 - `measurements.parquet`: one row per (variant, problem);
 - Nsight tables when collected: `ncu_metrics.parquet`, `ncu_summary.parquet`, `stalls.parquet`,
-  `roofline.parquet`, `nsys_kernels.parquet`, `nsys_summary.parquet`, and raw files under `raw/`.
+  `roofline.parquet`, `ncu_rules.parquet`, `nsys_kernels.parquet`, `nsys_summary.parquet`, and raw files
+  under `raw/`; a `faprof sanitize` bundle holds `sanitizer.parquet` instead of measurements.
 
 Rows are written as they finish, each as its own small file `rows/<seq>.parquet` (written to a
 temporary name and renamed, so never torn): an append costs the same at row 10 and at row 10,000.
@@ -38,7 +39,7 @@ import pandas as pd
 
 from faprof import store_error_maps
 from faprof.errors import FaprofError
-from faprof.measure import stats
+from faprof.measure import stability, stats
 from faprof.model import schema
 
 MANIFEST = "manifest.json"
@@ -61,7 +62,7 @@ def next_row_seq() -> str:
     return f"{t:020d}-{os.getpid():07d}"
 SCHEMA_VERSION = 1
 
-#: Tables a bundle may hold, by file stem (the schema's one list).
+#: Tables a bundle may hold, by file stem (one list: the schema's, so exports miss none).
 TABLES = schema.TABLES
 
 
@@ -224,6 +225,9 @@ class Bundle:
 
     def measurements(self) -> pd.DataFrame:
         df = upgrade_statistics(self.read("measurements"))
+        if not df.empty and ("unstable" not in df.columns or df["unstable"].isna().any()):
+            # rows written before faprof judged stability get the verdict from their kept samples
+            df = stability.fill(df, (self.manifest().get("settings") or {}).get("timing"))
         if "gpu_name" in df.columns and df["gpu_name"].isna().any():
             # rows written before rows carried their GPU (a bundle resumed by a newer faprof) ran on
             # the run's GPU: name it, or they would not join the newer rows (speedups by GPU)
@@ -440,9 +444,9 @@ def csv_files(bundle: Bundle) -> dict[str, str]:
     name. Everything is read first, so a damaged file stops the export before anything is written."""
     out: dict[str, str] = {}
     for name in TABLES:
-        df = bundle.read(name)
-        if df.empty:
+        if not bundle.has(name):  # not collected; a table that is there but empty (no findings) is written
             continue
+        df = bundle.read(name)
         df = df.copy()
         for c in df.columns:
             if df[c].map(lambda x: isinstance(x, list | tuple) or hasattr(x, "tolist")).any():

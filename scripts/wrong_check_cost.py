@@ -22,7 +22,7 @@ import time
 import torch
 
 from faprof import variants
-from faprof.measure import adversarial, correctness
+from faprof.measure import adversarial, correctness, harness
 from faprof.model.plan import plan
 from faprof.model.scenarios import load_scenario
 
@@ -65,8 +65,7 @@ def main() -> int:
             for v in vs:
                 d = v.resolved_device(cuda_ok)
                 res = adversarial.run(ps, lambda p, v=v: v.supports(p, cuda_available=cuda_ok),
-                                      lambda pr, inp, rf, v=v, d=d, tol=tol: correctness.check_correctness(
-                                          v, pr.problem, inp, rf, d, tol, check_input=pr.name))
+                                      harness.probe_checker(v, d, tol))
                 flagged += [(v.name, problem.shape_id, rec["name"], rec["reason"]) for rec in res["probes"]
                             if rec["status"] in ("wrong", "error")]
             _sync()

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from faprof import analysis as fd
 from faprof.advisor import views as advisor_views
-from faprof.analysis import runs as fd
 from faprof.errors import FaprofError
 from faprof.store import Bundle
 
@@ -144,7 +144,8 @@ def test_diff_of_two_real_runs(runs):
     both = d[d["ratio"].notna()]
     assert set(both["variant"]) == {"cpu_ref", "torch_standard", "sdpa_math"}  # timed on both machines
     tsd = both[(both["variant"] == "torch_standard") & both["problem"].str.startswith("B=16 H=8 S=512")].iloc[0]
-    assert tsd["ratio"] > 10 and tsd["verdict"] == "B slower" and tsd["significant"]  # the CPU is far slower
+    assert tsd["ratio"] > 10  # the CPU is far slower, but its timings are unstable (a loaded CPU, 0.1 s budget):
+    assert tsd["verdict"] == "not tested: unstable timings (B)" and not tsd["significant"]  # no verdict on them
     assert (d.loc[d["ratio"].isna(), "verdict"].str.contains("only in|not comparable|too few")).all()
     same = fd.diff_runs(m[m["run_id"] == H100_L4], m[m["run_id"] == H100_L4])
     assert (same["ratio"] == 1).all() and not same["significant"].any()
@@ -375,11 +376,81 @@ def test_ranking_never_mixes_dtypes(runs):
     m = runs.measurements
     rank = fd.ranking_table(fd.timed(m[m["run_id"] == "20261121T200256Z_nvidia-h100-80gb-hbm3_l4-causal"]))
     assert set(rank["dtype"]) == {"fp16", "fp32"}
-    assert list(rank.columns[:2]) == ["dtype", "variant"]
+    assert list(rank.columns[:4]) == ["dtype", "direction", "variant", "problems"]
     for _, g in rank.groupby("dtype"):
         assert g["median_tflops"].is_monotonic_decreasing
     # an fp32-only kernel is ranked among fp32 rows only
     assert set(rank.loc[rank["variant"].isin(["fa1", "fa2", "naive"]), "dtype"]) <= {"fp32"}
+
+
+L20 = "20261123T110445Z_nvidia-h100-80gb-hbm3_l20-fwd-bwd"
+
+
+def test_rankings_are_over_the_problems_every_ranked_variant_ran(runs):
+    """l20_fwd_bwd: fa2_mma's backward runs 2 of the 5 backward problems (D=64 only); ranking it by its median
+    TFLOP/s over those against sdpa_flash's over all 5 compared different problems."""
+    m = runs.measurements
+    rank = fd.ranking_table(m[m["run_id"] == L20])
+    bwd = rank[(rank["dtype"] == "fp16") & (rank["direction"] == "bwd")]
+    left = bwd[~bwd["ranked"].astype(bool)]
+    assert set(left["variant"]) == {"fa2_mma", "fa2_mma_det"} and set(left["problems"]) == {2}
+    assert left["median_tflops"].isna().all()  # not ranked, only counted
+    ranked = bwd[bwd["ranked"].astype(bool)]
+    assert (ranked["problems"] == 5).all() and (ranked["rows"] == 5).all()  # every ranked variant over the same 5
+    t = fd.timed(m[m["run_id"] == L20])
+    for (dt, dr), g in rank[rank["ranked"].astype(bool)].groupby(["dtype", "direction"]):
+        sets = [set(t[(t["variant"] == v) & (t["dtype"] == dt) & (t["direction"] == dr)]["shape_id"]) for v in g["variant"]]
+        assert len(set.intersection(*sets)) == g["problems"].iloc[0], (dt, dr)
+
+
+def test_directions_never_share_a_line(runs):
+    m = runs.measurements
+    rows = fd.timed(m[m["run_id"] == L20])
+    series = fd.line_series(rows, "problem")
+    assert set(series) == {"fwd", "bwd", "fwd_bwd"}
+    per_line = rows.assign(_s=series).groupby(["variant", "_s"])["direction"].nunique()
+    assert (per_line == 1).all()
+    one = rows[rows["direction"] == "fwd"]
+    assert set(fd.line_series(one, "problem")) == {""}  # one direction, one dtype: one line per variant
+
+
+def test_pages_offer_the_users_own_newest_run_first(runs):
+    order = fd.run_order(runs.runs)
+    origin = runs.runs.set_index("run_id")["origin"]
+    kinds = [origin[r] for r in order]
+    assert kinds == sorted(kinds, key=lambda o: fd.ORIGINS.index(o))  # command line, then the examples
+    own = [r for r in order if origin[r] == "command line"]
+    assert own == sorted(own, reverse=True)  # run ids start with their UTC time: newest first
+    assert fd.run_order(runs.runs, among=[L20, H100_L4]) == [H100_L4, L20]  # the user's (older) run before the example
+
+
+def test_the_pages_open_on_the_users_newest_run(app, runs):
+    at = _open(app(), "variants")
+    own = runs.runs[runs.runs["origin"] == "command line"].sort_values("run_id")
+    assert at.selectbox(key="variants_run").value == own["run_id"].iloc[-1]
+    at = _open(at, "ncu")
+    with_ncu = [r for r in own["run_id"] if r in set(runs.table("ncu_summary")["run_id"])]
+    assert at.selectbox(key="ncu_run").value == with_ncu[-1]
+
+
+def test_one_colour_per_variant_in_every_chart_of_a_session(app):
+    at = _open(app(), "variants")
+    at.selectbox(key="variants_run").set_value(L20).run()
+    seen: dict[str, set[str]] = {}
+    charts = {"variants": _chart_specs(at)}
+    charts["gpus"] = _chart_specs(_open(at, "gpus"))
+    drawn = {page: 0 for page in charts}
+    for page, specs in charts.items():
+        for spec in specs:
+            for tr in spec.get("data", []):
+                variant = str(tr.get("name", "")).split(",")[0].split(" (")[0]  # 'fa2_mma, bwd' / 'fa2_mma (bwd)'
+                colour = (tr.get("line") or {}).get("color") or (tr.get("marker") or {}).get("color")
+                if variant in fd.KNOWN_ORDER and isinstance(colour, str):
+                    seen.setdefault(variant, set()).add(colour)
+                    drawn[page] += 1
+    assert drawn["variants"] > 20 and drawn["gpus"] > 5  # both pages' charts were read
+    assert {"fa2_mma", "sdpa_flash", "sdpa_cudnn"} <= set(seen)
+    assert all(len(c) == 1 for c in seen.values()), {v: c for v, c in seen.items() if len(c) > 1}
 
 
 def test_variants_page_shows_one_dtype_at_a_time(app):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from faprof.analysis import runs as fd
+from faprof import analysis as fd
 
 pytestmark = pytest.mark.browser
 
@@ -214,3 +214,42 @@ def test_every_page_renders_in_chromium(server, tmp_path):
         finally:
             browser.close()
     assert not problems, "\n".join(problems)
+
+
+#: Every drawn chart's traces as the browser holds them: (chart title, [(trace name, colour)]).
+TRACE_COLOURS_JS = """
+() => [...document.querySelectorAll('.js-plotly-plot')].map(el => [
+  ((el.querySelector('.gtitle') || {}).textContent || ''),
+  (el._fullData || el.data || []).map(t => [String(t.name || ''),
+    (t.line && typeof t.line.color === 'string') ? t.line.color :
+    (t.marker && typeof t.marker.color === 'string') ? t.marker.color : ''])
+])
+"""
+
+
+def test_a_variant_has_one_colour_in_every_chart(server):
+    """Two charts of the Variants page (latency, TFLOP/s) and the GPUs page, as drawn: each variant in one colour."""
+    sync_playwright = _playwright()
+    colours: dict[str, set[str]] = {}
+    charts_with: dict[str, set[str]] = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
+                                    args=CHROMIUM_ARGS, timeout=60_000)
+        try:
+            page = browser.new_page(viewport=VIEWPORT)
+            page.set_default_timeout(PAGE_LOAD_S * 1000)
+            for path in ("variants", "gpus"):
+                page.goto(f"{server}/{path}", wait_until="domcontentloaded")
+                page.locator(".js-plotly-plot .main-svg").first.wait_for(state="attached")
+                _wait_idle(page, PAGE_LOAD_S)
+                for title, traces in page.evaluate(TRACE_COLOURS_JS):
+                    for name, colour in traces:
+                        variant = name.split(",")[0].split(" (")[0]
+                        if variant in fd.KNOWN_ORDER and colour:
+                            colours.setdefault(variant, set()).add(colour.lower())
+                            charts_with.setdefault(variant, set()).add(f"{path}: {title}")
+        finally:
+            browser.close()
+    several = {v for v, c in charts_with.items() if len(c) >= 2}
+    assert several, charts_with  # some variant is drawn in two charts at least
+    assert all(len(colours[v]) == 1 for v in several), {v: colours[v] for v in several if len(colours[v]) > 1}

@@ -8,7 +8,7 @@ import faprof_ui as ui
 import plotly.graph_objects as go
 import streamlit as st
 
-from faprof.analysis import runs as fd
+from faprof import analysis as fd
 
 ctx = ui.context()
 df = ctx.measurements
@@ -41,16 +41,21 @@ if both.empty:
     st.stop()
 
 n_sig = int(both["significant"].sum())
-c = st.columns(3)
+c = st.columns(4)
 c[0].metric("pairs compared", len(both))
 c[1].metric("B faster (significant)", int((both["verdict"] == "B faster").sum()))
 c[2].metric("B slower (significant)", int((both["verdict"] == "B slower").sum()))
+n_unstable = int(both["verdict"].str.startswith(fd.UNSTABLE_VERDICT).sum())
+c[3].metric("not tested (unstable timings)", n_unstable,
+            help="Bimodal, drifting, or CPU rows past their stop rule in A or B: the test's assumption does not hold")
 
-plot = both.assign(verdict_=[v if sig or v.startswith("too few") else "not significant"
+plot = both.assign(verdict_=[fd.UNSTABLE_VERDICT if v.startswith(fd.UNSTABLE_VERDICT) else
+                             v if sig or v.startswith("too few") else "not significant"
                              for v, sig in zip(both["verdict"], both["significant"], strict=True)])
 plot["label"] = plot["variant"] + " · " + plot["problem"]
 plot = plot.sort_values("ratio")
-colors = {"B faster": "#2e7d32", "B slower": "#d32f2f", "not significant": "#9e9e9e", "too few samples to test": "#c8b9b4"}
+colors = {"B faster": "#2e7d32", "B slower": "#d32f2f", "not significant": "#9e9e9e", "too few samples to test": "#c8b9b4",
+          fd.UNSTABLE_VERDICT: "#f9a825"}
 fig = go.Figure()
 for verdict, g in plot.groupby("verdict_", sort=False):
     # Bars grow from 1 (no change) to the ratio, left when B is faster, right when slower.

@@ -6,7 +6,7 @@ import faprof_ui as ui
 import plotly.graph_objects as go
 import streamlit as st
 
-from faprof.analysis import runs as fd
+from faprof import analysis as fd
 
 ctx = ui.context()
 df = ctx.measurements
@@ -71,8 +71,7 @@ for p in pub_plot.get("problem", []):
 short, shared = fd.short_labels(order)
 short = ui.tick_labels(short, count=len(order) // 2)  # a full-width chart fits twice as many level ticks
 x_title = f"problem ({shared})" if shared else "problem"
-palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f", "#d62728"]
-colors = {v: palette[i % len(palette)] for i, v in enumerate(sorted(meas["variant"].unique()) if not meas.empty else [])}
+colors = ctx.colors  # one colour per variant in every chart of the session
 symbols = ["circle", "square", "diamond", "triangle-up", "triangle-down", "pentagon"]
 gpu_symbol = {g: symbols[i % len(symbols)] for i, g in enumerate(gpus)}
 gpu_dash = {g: ("solid", "dash", "longdash", "dashdot")[i % 4] for i, g in enumerate(gpus)}
@@ -88,11 +87,12 @@ def comparison(y: str, pub_col: str | None, title: str, key: str) -> bool:
     fig = go.Figure()
     rank = {p: i for i, p in enumerate(order)}
     m = meas[meas[y].notna() & (meas[y] > 0)] if y in meas else meas.iloc[0:0]
-    for (gpu, variant), g in m.groupby(["gpu", "variant"], sort=True):
+    m = m.assign(_line=fd.line_series(m, "problem"))  # directions (and dtypes) never share a line
+    for (gpu, variant, line), g in m.groupby(["gpu", "variant", "_line"], sort=True):
         g = g.assign(_o=g["problem"].map(rank)).sort_values("_o")
         source = fd.measured_label(gpu)
         fig.add_trace(go.Scatter(
-            x=g["problem"].map(short), y=g[y], mode="lines+markers", name=variant,
+            x=g["problem"].map(short), y=g[y], mode="lines+markers", name=f"{variant} ({line})" if line else variant,
             legendgroup=source, legendgrouptitle_text=source,
             line=dict(color=colors.get(variant), width=2, dash=gpu_dash[gpu]),
             marker=dict(symbol=gpu_symbol[gpu], size=9, color=colors.get(variant)),

@@ -8,8 +8,8 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
+from faprof import analysis as fd
 from faprof.advisor import views as advisor_views
-from faprof.analysis import runs as fd
 
 ctx = ui.context()
 summary = ctx.filter_table(ctx.runs.table("ncu_summary"))
@@ -22,7 +22,7 @@ if summary.empty and stalls.empty and roof_t.empty and metrics.empty:
     ui.no_data("No Nsight Compute data in these runs.", fd.nsight_hint(ctx.scenario_hint(), "ncu"))
     st.stop()
 
-present = sorted(set().union(*[set(t["run_id"]) for t in (summary, stalls, roof_t, metrics) if not t.empty]))
+present = ctx.run_order(set().union(*[set(t["run_id"]) for t in (summary, stalls, roof_t, metrics) if not t.empty]))
 titles = {r: fd.run_title(ctx.runs.manifests.get(r, {"run_id": r})) for r in present}
 run_id = st.selectbox("Run", present, format_func=lambda r: titles[r], key="ncu_run")
 
@@ -137,6 +137,7 @@ else:
     pts = rl.points
     has_prec = pts["precision"].astype(str).str.len().gt(0).any()
     fig = px.scatter(pts, x="intensity", y="tflops", color="variant" if pts["variant"].notna().any() else None,
+                     color_discrete_map=ctx.colors,
                      symbol="precision" if has_prec else None, log_x=True, log_y=True,
                      hover_data={"key": True, "bound": True},
                      labels={"intensity": "arithmetic intensity (FLOP per DRAM byte, measured)",

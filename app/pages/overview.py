@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from faprof.analysis import runs as fd
+from faprof import analysis as fd
 from faprof.model import schema
 
 ctx = ui.context()

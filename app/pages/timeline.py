@@ -7,7 +7,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from faprof.analysis import runs as fd
+from faprof import analysis as fd
 
 ctx = ui.context()
 kernels = ctx.filter_table(ctx.runs.table("nsys_kernels"))
@@ -18,7 +18,8 @@ if kernels.empty and summary.empty:
     ui.no_data("No Nsight Systems data in these runs.", fd.nsight_hint(ctx.scenario_hint(), "nsys"))
     st.stop()
 
-present = sorted(set(kernels["run_id"]) | (set(summary["run_id"]) if not summary.empty else set()))
+present = ctx.run_order((set(kernels["run_id"]) if not kernels.empty else set())
+                        | (set(summary["run_id"]) if not summary.empty else set()))
 titles = {r: fd.run_title(ctx.runs.manifests.get(r, {"run_id": r})) for r in present}
 top = st.columns([3, 3, 1])
 run_id = top[0].selectbox("Run", present, format_func=lambda r: titles[r], key="tl_run")
@@ -44,7 +45,7 @@ if not k_run.empty:
         for i, (kname, g) in enumerate(tl.groupby("kernel", sort=False)):
             fig.add_trace(go.Bar(
                 y=g["variant"], x=g["duration_us"], base=g["start_us"], orientation="h",
-                name=fd._clip(fd.short_kernel(kname), 30),  # the full name is in the hover and the table
+                name=fd.clip(fd.short_kernel(kname), 30),  # the full name is in the hover and the table
                 marker=dict(color=palette[i % len(palette)], line=dict(width=0.5, color="white")),
                 customdata=g[["iteration", "duration_us", "launch_latency_us"]].to_numpy(),
                 hovertemplate=f"{kname[:80]}<br>" + "call %{customdata[0]}<br>start %{base:.2f} µs, "

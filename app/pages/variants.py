@@ -9,7 +9,7 @@ import plotly.express as px
 import plotly.graph_objects as go
 import streamlit as st
 
-from faprof.analysis import runs as fd
+from faprof import analysis as fd
 
 ctx = ui.context()
 df = ctx.measurements
@@ -20,12 +20,9 @@ if df.empty:
     st.stop()
 
 # ------------------------------------------------------------------------------ choose a run
-runs = ctx.runs.runs
-runs = runs[runs["run_id"].isin(df["run_id"].unique())].copy()
-runs["has_gpu"] = runs["gpu"] != "CPU (no GPU)"
-runs = runs.sort_values(["has_gpu", "created", "run_id"], ascending=False)
-titles = dict(zip(runs["run_id"], [fd.run_title(ctx.runs.manifests[r]) for r in runs["run_id"]], strict=True))
-ids = list(titles)
+ids = ctx.run_order(df["run_id"].unique())  # the user's own runs first, newest first; the examples last
+titles = {r: fd.run_title(ctx.runs.manifests[r]) for r in ids}
+colors = ctx.colors
 wanted_run = st.query_params.get("run")  # ?run=<run_id> links straight to a run
 top = st.columns([3, 1, 2])
 run_id = top[0].selectbox("Run", ids, index=ids.index(wanted_run) if wanted_run in ids else 0,
@@ -73,18 +70,16 @@ def line_chart(y: str, title: str, log_y: bool = True, key: str = "") -> go.Figu
         return None
     d = d.sort_values([x, "variant"]) if x != "problem_x" else d.assign(
         _o=d["problem_x"].map({p: i for i, p in enumerate(order)})).sort_values(["_o", "variant"])
-    # Never join points of different dtypes (or configurations) into one line: a run like l4_causal
-    # holds the same shapes in fp16 and fp32, and one line through both would zigzag meaninglessly.
-    if x == "seq_len" and d["config"].nunique() > 1:
-        dash = "config_x"
-    elif "dtype" in d and d["dtype"].nunique() > 1:
-        dash = "dtype"
-    else:
-        dash = None
-    fig = px.line(d, x=x, y=y, color="variant", line_dash=dash, markers=True, log_y=log_y,
-                  category_orders={"problem_x": order}, labels={**fd.LABELS, y: fd.label(y), x: x_title, "config_x": "problem"},
+    # Never join points of different directions, dtypes (or configurations) into one line: l20_fwd_bwd holds
+    # forward, backward and fwd+bwd rows of the same shapes, l4_causal the same shapes in fp16 and fp32.
+    series = fd.line_series(d, x, config_col="config_x")
+    d = d.assign(line=series)
+    dash = "line" if series.str.len().gt(0).any() else None
+    fig = px.line(d, x=x, y=y, color="variant", line_dash=dash, line_group=dash, markers=True, log_y=log_y,
+                  color_discrete_map=colors, category_orders={"problem_x": order},
+                  labels={**fd.LABELS, y: fd.label(y), x: x_title, "line": "series"},
                   hover_data={"problem": True, "status": True, "median_ms": ":.4g", "n": True, x: False,
-                              **({dash: False} if dash else {})})
+                              **({dash: True} if dash else {})})
     wrong = d[d["status"] == "wrong"]
     if not wrong.empty:
         fig.add_trace(go.Scatter(
@@ -143,6 +138,7 @@ else:
     several = e["status"].nunique() > 1
     fig = px.scatter(e, x="problem_x", y="err_over_tol", color="variant", symbol="status" if several else None,
                      log_y=True, symbol_map=ui.STATUS_SYMBOLS, category_orders={"problem_x": order},
+                     color_discrete_map=colors,
                      labels={**fd.LABELS, "err_over_tol": "error ÷ its bound",
                              "problem_x": f"problem ({shared})" if shared else "problem"},
                      hover_data={"problem": True, "rel_err": ":.2e", "rtol": ":g", "max_abs_err": ":.2e",
@@ -169,12 +165,14 @@ if not skipped.empty:
     with st.expander(f"Not run: {int(skipped['problems'].sum())} rows unsupported or skipped"):
         ui.table(skipped, f"not_run_{run_id}")
 
-st.subheader("Ranking (median TFLOP/s over the problems, per dtype)")
+st.subheader("Ranking (median TFLOP/s over the problems every ranked variant ran, per dtype and direction)")
 rank = fd.ranking_table(t)
 if rank.empty:
     st.caption("No timed rows to rank.")
 else:
-    ui.table(rank, f"ranking_{run_id}", caption=f"`wrong`: rows of the variant that failed the check. Speedup is over {baseline}.")
+    ui.table(rank, f"ranking_{run_id}", caption=f"`problems`: how many problems the ranking is over (every ranked variant "
+             f"ran them all); `ranked` False: the variant ran too few of them (the count) to be ranked with the rest. "
+             f"`wrong`: rows of the variant that failed the check. Speedup is over {baseline}.")
 
 fb = fd.fwd_bwd_tables(run)
 st.subheader("Forward and backward")
@@ -201,7 +199,7 @@ else:
     ceilings: dict[str, float] = {}
     for dt in sorted(rf["dtype"].unique()):  # one compute roof per dtype present (tensor for fp16/bf16)
         ceilings.update(fd.gpu_ceilings(manifest, dt, "tensor" if dt in ("fp16", "bf16") else "cuda_core"))
-    fig = px.scatter(rf, x="intensity", y="tflops", color="variant",
+    fig = px.scatter(rf, x="intensity", y="tflops", color="variant", color_discrete_map=colors,
                      symbol="status" if rf["status"].nunique() > 1 else None, symbol_map=ui.STATUS_SYMBOLS,
                      log_x=True, log_y=True, labels={**fd.LABELS, "intensity": "arithmetic intensity (FLOP/byte of minimum traffic)"},
                      hover_data={"problem": True, "median_ms": ":.4g", "dtype": True})

@@ -70,7 +70,7 @@ def _absolute(call: Call, ctx: Context) -> list[Finding]:
         found += crule(call, ctx)
     found += merge_ncu_rules(call, found)
     # a stall a mechanism of the same kernel explains is that mechanism's (spills -> long_scoreboard ...)
-    claimed = {(f.kernel, t) for f in found if f.cause in CLAIMS for t in CLAIMS[f.cause]}
+    claimed = {(f.kernel, t) for f in found if f.cause in CLAIMS for t in CLAIMS[f.cause] if not t.endswith("*")}
     found = [f for f in found if not (f.cause.startswith("stall:") and (f.kernel, f.cause) in claimed)]
     keep = []
     for f in found:

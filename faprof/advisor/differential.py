@@ -38,6 +38,7 @@ from typing import Any
 from faprof.advisor.accounting import WARP_SIZE, Account, call_account
 from faprof.advisor.evidence import Call, ok
 from faprof.advisor.evidence import _num as number
+from faprof.advisor.thresholds import value as T
 
 #: Factors of the time model, in the order tables show them.
 FACTORS = ("instructions", "cycles per instruction", "warps resident", "active fraction", "clock", "residual")
@@ -201,8 +202,12 @@ def reference_for(call: Call, calls: list[Call], against: str | None = None) -> 
     peers = [c for c in calls if c.shape_id == call.shape_id and c is not call and ok(timed(c))
              and c.measurement.get("gpu_name") == gpu]
     if against:
-        return next((c for c in peers if c.variant == against), None)
+        ref = next((c for c in peers if c.variant == against), None)
+        mine = timed(call)
+        return ref if ref is not None and ok(mine) and timed(ref) * T("LEVEL_RATIO") < mine else None
     mine = timed(call)
-    # the fastest call with Nsight Compute data: a gap can only be split where both sides were profiled
-    faster = [c for c in peers if ok(mine) and timed(c) < mine and c.launches]
+    # the fastest call with Nsight Compute data (a gap can only be split where both sides were
+    # profiled), and faster by more than LEVEL_RATIO: within it two calls are level, and splitting
+    # their difference would split noise
+    faster = [c for c in peers if ok(mine) and timed(c) * T("LEVEL_RATIO") < mine and c.launches]
     return min(faster, key=timed) if faster else None

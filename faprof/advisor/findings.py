@@ -29,6 +29,7 @@ CAUSES: dict[str, tuple[str, str]] = {
     "smem_bank_conflicts": ("shared-memory bank conflicts", "defect"),
     "tensor_cores_unused": ("tensor cores unused", "defect"),
     "fp64_arithmetic": ("fp64 arithmetic", "defect"),
+    "transcendentals": ("special functions beyond one exp2 per score", "defect"),
     "wasted_work": ("wasted work", "defect"),
     "too_few_ctas": ("too few CTAs", "defect"),
     "launch_split": ("one launch per slice", "defect"),

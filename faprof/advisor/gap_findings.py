@@ -28,17 +28,26 @@ CLAIMS: dict[str, tuple[str, ...]] = {
     "smem_bank_conflicts": ("stall:mio_throttle", "stall:short_scoreboard"),
     "tensor_cores_unused": ("pipe:fma", "pipe:fp16", "stall:math_pipe_throttle"),
     "fp64_arithmetic": ("pipe:fp64", "stall:math_pipe_throttle"),
+    # accurate expf/powf and IEEE division: MUFU work plus FMA-pipe range reduction and Newton steps
+    "transcendentals": ("pipe:xu", "pipe:fma", "stall:math_pipe_throttle", "stall:branch_resolving"),
     "mma_sync_on_hopper": ("pipe:tensor_hmma", "pipe:lsu"),
-    "wasted_work": ("pipe:tensor_hmma", "pipe:tensor_gmma", "pipe:fma", "pipe:fp16"),
-    "launch_split": ("idle",),
-    "too_few_ctas": ("idle",),
-    "wave_tail": ("idle",),
+    # work that cannot contribute (tiles above the causal diagonal, padding) is more of every instruction
+    "wasted_work": ("pipe:*", "lanes:predicated_off"),
+    "launch_split": ("idle", "occupancy"),
+    # a grid too small to fill the SMs leaves schedulers idle and also caps the warps the busy ones hold
+    "too_few_ctas": ("idle", "occupancy"),
+    "wave_tail": ("idle", "occupancy"),
 }
 
 #: The order in which mechanisms claim terms (specific evidence first).
 MECHANISMS = ("register_spills", "smem_bank_conflicts", "uncoalesced_global", "fp64_arithmetic",
-              "tensor_cores_unused", "mma_sync_on_hopper", "wasted_work", "launch_split", "too_few_ctas",
+              "transcendentals", "tensor_cores_unused", "mma_sync_on_hopper", "wasted_work", "launch_split", "too_few_ctas",
               "wave_tail")
+
+
+def _claims(cause: str, term: str) -> bool:
+    """Whether a mechanism claims a term ('pipe:*' claims every pipe)."""
+    return any(term == c or (c.endswith(":*") and term.startswith(c[:-1])) for c in CLAIMS[cause])
 
 
 def _shared_by(f: Finding, ref: list[Finding]) -> bool:
@@ -137,7 +146,7 @@ def gap_findings(gap: Gap, call: Call, ref: Call, own: list[Finding], ref_own: l
         if not found:
             continue
         best = max(found, key=lambda f: f.gain if ok(f.gain) else -1.0)
-        mine = [k for k in CLAIMS[cause] if k in positive and k not in claimed]
+        mine = [k for k in positive if k not in claimed and _claims(cause, k)]
         if not mine:
             continue
         for k in mine:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from faprof.advisor.evidence import Call, Launch, _num, nansum, ok
 from faprof.advisor.findings import Finding, big, num, pct
+from faprof.advisor.pairs import causal_pairs, tile_pairs
 from faprof.advisor.rules_kernel import Context
 from faprof.advisor.thresholds import value as T
 
@@ -28,24 +29,6 @@ def correctness(call: Call, ctx: Context) -> list[Finding]:
 
 
 # -------------------------------------------------------------------------------- wasted work
-def causal_pairs(sq: int, sk: int) -> int:
-    """Unmasked (query, key) pairs under top-left causal masking: row i sees keys 0..i."""
-    n = min(sq, sk)
-    return n * (n + 1) // 2 + max(0, sq - sk) * sk
-
-
-def tile_pairs(sq: int, sk: int, causal: bool, tile: int) -> int:
-    """Pairs a kernel with square tiles of `tile` rows must compute: whole tiles, causal tiles up to
-    the one holding each query tile's last row's diagonal."""
-    n_kt = -(-sk // tile)
-    total = 0
-    for i in range(-(-sq // tile)):
-        last = min((i + 1) * tile, sq) - 1
-        kt = min(n_kt, last // tile + 1) if causal else n_kt
-        total += tile * kt * tile
-    return total
-
-
 def _problem(call: Call) -> tuple[int, int, bool] | None:
     sq, sk, causal = _num(call.problem("Sq")), _num(call.problem("Sk")), call.problem("causal")
     if not (ok(sq) and ok(sk)) or causal is None:

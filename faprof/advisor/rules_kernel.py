@@ -17,6 +17,7 @@ from faprof.advisor.accounting import WARP_SIZE, launch_account
 from faprof.advisor.evidence import Call, Launch, nansum, ok
 from faprof.advisor.evidence import _num as _numf
 from faprof.advisor.findings import LIMITER_ADVICE, STALL_ADVICE, Finding, big, num, pct
+from faprof.advisor.pairs import tile_pairs
 from faprof.advisor.thresholds import value as T
 from faprof.model import gpus
 from faprof.nsight.ncu import catalogue
@@ -231,6 +232,43 @@ def fp64_arithmetic(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     return _f(call, lz, "fp64_arithmetic", gain, ev, fix, "fp64_arithmetic")
 
 
+def transcendentals(lz: Launch, call: Call, ctx: Context) -> Finding | None:
+    """Special functions beyond one exp2 per score: accurate expf/powf, or a division per score (MUFU on the
+    XU pipe, plus the FMA-pipe range reduction and Newton steps of the accurate forms). One exp2 per
+    computed score is the minimum of a softmax; the rest is avoidable (log2(e) folded into the scale,
+    the division by the row sum done once per row at the end)."""
+    xu = lz.metric("thread_inst_xu")
+    scores = _computed_scores(call, lz)
+    if not (ok(xu) and ok(scores) and scores > 0):
+        return None
+    per = xu / scores
+    if per < T("XU_PER_SCORE_MAX"):
+        return None
+    acc = launch_account(call, lz)
+    xu_share = acc.pipe_share("xu") if acc else math.nan
+    # the excess XU instructions' issue time (MUFU runs at 1/XU_ISSUE_COST the FMA pipe's rate)
+    gain = lz.share * min(1.0, (1 - 1 / per) * (xu_share if ok(xu_share) else 0.1) * T("XU_ISSUE_COST"))
+    ev = (f"{num(per, '.2f')} XU (MUFU) thread instructions per computed score, where one exp2 per score is the "
+          f"minimum: accurate expf/powf, a division per score, or the same score's exp2 computed by several "
+          f"threads; XU {pct(xu_share)} of the warp instructions; {_share_text(lz)}")
+    fix = ("one exp2 per score, computed once (not by every thread that needs it), with log2(e) folded into the "
+           "softmax scale (exp2f / ex2.approx); no per-score division (multiply by the row sum's reciprocal once "
+           "per row, at the end)")
+    return _f(call, lz, "transcendentals", min(1.0, gain), ev, fix, "transcendentals")
+
+
+def _computed_scores(call: Call, lz: Launch) -> float:
+    """Scores (query-key pairs x B x H) this launch's share of the call computes, with whole tiles."""
+    try:
+        b, h = int(call.problem("B")), int(call.problem("H"))
+        sq, sk = int(call.problem("Sq")), int(call.problem("Sk"))
+    except (TypeError, ValueError):
+        return math.nan
+    pairs = tile_pairs(sq, sk, bool(call.problem("causal")), int(T("WASTED_WORK_TILE")))
+    share = lz.share if ok(lz.share) else 1.0
+    return b * h * pairs * share
+
+
 def thread_divergence(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     """Few active lanes per executed warp instruction: a warp runs both sides of lane-dependent branches
     (or keeps most lanes idle), so the same work takes more instructions."""
@@ -387,7 +425,7 @@ KernelRule = Callable[[Launch, Call, Context], "Finding | None"]
 #: The per-launch rules, in the order they run (the order does not rank them).
 KERNEL_RULES: tuple[KernelRule, ...] = (
     register_spills, uncoalesced_global, smem_bank_conflicts, tensor_cores_unused, fp64_arithmetic,
-    thread_divergence, mma_sync_on_hopper, tf32_emulation, too_few_ctas, wave_tail, roofline_position,
+    transcendentals, thread_divergence, mma_sync_on_hopper, tf32_emulation, too_few_ctas, wave_tail, roofline_position,
 )
 
 #: Per-launch rules that return several findings (the accounting's terms).

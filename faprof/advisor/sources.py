@@ -22,6 +22,7 @@ CAUSE_METRICS: dict[str, tuple[str, ...]] = {
     "smem_bank_conflicts": ("stall:mio_throttle", "stall:short_scoreboard"),
     "tensor_cores_unused": ("pipe:fma", "pipe:fp16"),
     "fp64_arithmetic": ("pipe:fp64",),
+    "transcendentals": ("pipe:xu", "pipe:fma"),
     "mma_sync_on_hopper": ("pipe:tensor_hmma",),
     "lanes:inactive": ("stall:branch_resolving", "samples"),
     "lanes:predicated_off": ("samples",),

@@ -32,6 +32,8 @@ THRESHOLDS: dict[str, Threshold] = {
     "TENSOR_MIN_FLOP_SHARE": Threshold(0.01, "of exact FLOPs", "tensor FLOPs below this share of the problem's exact FLOPs: the matrix products are not on tensor cores"),
     "CUDA_CORE_MATH_SHARE": Threshold(0.5, "of exact FLOPs", "CUDA-core FLOPs carrying at least this share of the exact FLOPs: the matrix products run on CUDA cores"),
     "FP64_MIN_INST_SHARE": Threshold(0.01, "of thread instructions", "fp64 instructions above this share in a non-fp64 problem are a finding (the FP64 pipe is 2x to 64x slower than fp32)"),
+    "XU_PER_SCORE_MAX": Threshold(1.6, "XU instructions per score", "a softmax needs one exp2 per computed score (MUFU.EX2); more XU work per score than this is avoidable special-function work (expf, powf, a division per score)"),
+    "XU_ISSUE_COST": Threshold(4.0, "x", "an XU (MUFU) warp instruction takes about this many times an FMA one's issue slots (16 vs 64 lanes per cycle per SM partition on sm_80..sm_90)"),
     "DIVERGENCE_MAX_LANES": Threshold(28.0, "lanes of 32", "fewer active lanes per executed instruction than this is divergence (tails and causal masks predicate lanes off; they do not deactivate them)"),
     "DIVERGENCE_MIN_WEIGHT": Threshold(0.5, "share", "the least weight the idle lanes' share gets when the schedulers are not issue-bound (inactive lanes still cost issue slots and latency)"),
     "STALL_TERM_MIN_SHARE": Threshold(0.15, "of warp cycles", "a stall reason holding at least this share of a kernel's warp cycles is a finding of its own (with the catalogue's meaning and fix)"),
@@ -50,6 +52,7 @@ THRESHOLDS: dict[str, Threshold] = {
     "IDLE_PCT": Threshold(40.0, "% of peak", "with SM and memory both below this the kernel is latency-bound"),
     "STALL_SHARE": Threshold(0.15, "of stall cycles", "stall reasons above this share are quoted"),
     # ---- the comparative diagnosis (a gap to the fastest variant, or to --against)
+    "LEVEL_RATIO": Threshold(1.05, "x", "calls within this ratio of each other are level: no gap is split (the H100 showed 3-4% between two same-code runs of one kernel, so a smaller gap is not a kernel's)"),
     "MIN_GAP_SHARE": Threshold(0.05, "of the gap", "causes explaining less of the gap than this are left out"),
     "PRIMARY_MIN_GAP_SHARE": Threshold(0.10, "of the gap", "the primary cause of a gap must explain at least this much of it"),
     "MAX_UNEXPLAINED_GAP": Threshold(0.15, "of the gap", "a residual (ncu replay vs timing) above this is said with the causes"),

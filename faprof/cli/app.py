@@ -90,8 +90,9 @@ def results_table(df, baseline: str, title: str | None = None) -> Table:
         if r.get("ci95_high_ms") is not None and not _isnan(r.get("ci95_high_ms")):
             ci = f"{fmt(r['ci95_low_ms'], '.4g')}–{fmt(r['ci95_high_ms'], '.4g')}"
         speed = r.get("speedup")
+        shaky = " [yellow]unstable[/]" if r.get("unstable") is True or str(r.get("unstable")) == "True" else ""
         t.add_row(
-            *([str(r["gpu_name"])] if multi else []), r["variant"], _shape_label(r), f"[{STATUS_STYLE.get(status, '')}]{status}[/]",
+            *([str(r["gpu_name"])] if multi else []), r["variant"], _shape_label(r), f"[{STATUS_STYLE.get(status, '')}]{status}[/]{shaky}",
             fmt(r.get("median_ms"), ".4g"), ci, fmt(r.get("tflops"), ".3g"), fmt(r.get("pct_peak"), ".1f"),
             (fmt(speed, ".2f") + "x") if speed is not None and not _isnan(speed) else "",
             fmt(r.get("max_abs_err"), ".1e"), _ref_short(r.get("reference")),
@@ -128,6 +129,15 @@ def print_timing_note(df) -> None:
     notes = sorted({str(n) for n in df.get("timer_note", []) if isinstance(n, str) and n})
     for n in notes[:3]:
         say(f"  timer fallback: {n}", style="yellow")
+    if "unstable" in df:
+        shaky = df[df["unstable"].fillna(False).astype(bool)]
+        if not shaky.empty:
+            say(f"  {len(shaky)} row(s) have unstable timings (their medians may not repeat; compare does not test them):",
+                style="yellow")
+            for _, r in shaky.head(5).iterrows():
+                say(f"    {r['variant']} {_shape_label(r)}: {r.get('unstable_reason')}", style="yellow")
+            if len(shaky) > 5:
+                say(f"    ... and {len(shaky) - 5} more (the bundle's unstable_reason column)", style="yellow")
     if "throttled" in df:
         thr = df[df["throttled"].fillna(False).astype(bool)]
         if not thr.empty:
@@ -160,6 +170,26 @@ def print_reasons(df) -> None:
         seen.add(key)
         style = STATUS_STYLE.get(r["status"], "")
         console.print(f"  [{style}]{r['status']}[/] {r['variant']}: {escape(str(r['reason']))}", soft_wrap=True)
+
+
+def print_sanitizer(bundle: Any, title: str, tools: list[str] | None = None) -> tuple[Any, dict[str, Any]]:
+    """A sanitize bundle's findings table and each tool's ERROR SUMMARY; (findings, totals per tool)."""
+    from faprof.run.sanitize import tool_totals
+
+    df = bundle.read("sanitizer")
+    per_tool = tool_totals(bundle)  # each tool's own ERROR SUMMARY, read again from its kept output
+    totals = {str(r.tool): (None if r.hazards is None or r.hazards != r.hazards else int(r.hazards))
+              for r in per_tool.itertuples()}
+    t = Table(title=title, header_style="bold")
+    for col in ("tool", "severity", "kind", "kernel", "source", "count"):
+        t.add_column(col, justify="right" if col == "count" else "left")
+    for r in df.itertuples():
+        t.add_row(r.tool, r.severity, escape(str(r.kind)), escape(str(r.kernel))[:60], escape(str(r.source)), str(r.count))
+    console.print(t)
+    for tool in tools or list(totals):
+        n = totals.get(tool)
+        say(f"{tool}: " + ("did not finish (see raw/sanitizer_" + tool + ".txt)" if n is None else f"ERROR SUMMARY {n}"))
+    return df, totals
 
 
 # ------------------------------------------------------------------------ shared by profile and ncu

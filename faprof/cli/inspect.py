@@ -14,6 +14,7 @@ from faprof.cli.app import (
     main,
     print_baselines,
     print_reasons,
+    print_sanitizer,
     print_timing_note,
     results_table,
     say,
@@ -32,6 +33,10 @@ def show(run: str, runs_dir: Path) -> None:
 
     bundle = resolve_run(run, runs_dir)
     m = bundle.manifest()
+    if m.get("kind") == "sanitize":
+        print_sanitizer(bundle, f"compute-sanitizer: {', '.join((m.get('settings') or {}).get('variants') or [])} "
+                                f"on {(m.get('scenario') or {}).get('name')}")
+        return
     df = analysis.speedups_for(bundle.measurements(), m)
     if df.empty:
         raise FaprofError(f"{bundle.path} has no measurements yet (status: {m.get('status')})")
@@ -62,14 +67,17 @@ def export(run: str, csv_dir: Path, runs_dir: Path) -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Folder for the report (default: RUN/report/, printed at the end).")
 @click.option("--format", "formats", default="md,html,csv", show_default=True,
-              help="Comma-separated: md (report.md with PNG charts when kaleido works), html (report.html, "
-                   "self-contained, interactive charts), csv (csv/: every table).")
+              help="Comma-separated: md (report.md with PNG charts when kaleido works, and appendix.md), html "
+                   "(report.html, self-contained, interactive charts, the appendix collapsed), csv (csv/: every table).")
+@click.option("--focus", "focus", help="A variant: the report is about it against the rest (per shape: it, the baseline, "
+              "the fastest other variant; its causes only).")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
-def report(run: str, out_dir: Path | None, formats: str, runs_dir: Path) -> None:
-    """Write a report of a run bundle that leads with the answer: ranking, diagnosis, published figures.
+def report(run: str, out_dir: Path | None, formats: str, focus: str | None, runs_dir: Path) -> None:
+    """Write a report of a run bundle that leads with the answer: how fast, against what, why.
 
-    Markdown, HTML and/or CSV, into RUN/report/ unless --out says otherwise. Everything is read
-    and rendered before the folder is made, so a damaged bundle leaves nothing behind.
+    report.md fits a page or two; appendix.md has every table (report.html: both, the appendix in
+    collapsed sections); csv/ every table as CSV. Into RUN/report/ unless --out says otherwise.
+    Everything is read and rendered before the folder is made, so a damaged bundle leaves nothing behind.
     """
     from faprof.report.writer import write_reports
     from faprof.store import resolve_run
@@ -82,7 +90,7 @@ def report(run: str, out_dir: Path | None, formats: str, runs_dir: Path) -> None
     if bundle.measurements().empty and bundle.manifest().get("kind") != "sanitize":
         raise FaprofError(f"{bundle.path} has no measurements yet; nothing to report")
     dest = out_dir or bundle.path / "report"
-    written = write_reports(bundle, dest, fmts, notice=lambda m: say(f"note: {m}", style="yellow"))
+    written = write_reports(bundle, dest, fmts, notice=lambda m: say(f"note: {m}", style="yellow"), focus=focus)
     for p in written:
         say(f"wrote {p}")
     main_file = next((p for p in written if p.suffix in (".md", ".html")), None)
@@ -154,7 +162,14 @@ def compare(run_a: str, run_b: str | None, gpu_a: str | None, gpu_b: str | None,
     Says first when the runs differ in GPU, in the devices rows ran on, or in dtypes.
     """
 
-    from faprof.report.writer import compare_runs, compare_summary, gpu_models
+    from faprof.report.compare import (
+        PCT_NOTE,
+        compare_runs,
+        compare_summary,
+        compare_table,
+        gpu_models,
+        unstable_notes,
+    )
     from faprof.store import resolve_run
 
     a = resolve_run(run_a, runs_dir)
@@ -172,12 +187,13 @@ def compare(run_a: str, run_b: str | None, gpu_a: str | None, gpu_b: str | None,
         say(f"warning: {w}", style="yellow")
     say(f"A = {a.run_id} ({summary.gpu_a})")
     say(f"B = {b.run_id} ({summary.gpu_b})")
-    from faprof.report.compare import PCT_NOTE, compare_table
-
     t, pct = compare_table(df, summary.headline, fmt)
     console.print(t)
     say("B vs A: A's median over B's ('1.30x faster': B takes 1/1.30 of A's time); significant: two-sided "
-        "Mann-Whitney U on the kept samples at p < 0.05 (the dashboard's Diff page uses the same test)")
+        "Mann-Whitney U on the kept samples at p < 0.05 (the dashboard's Diff page uses the same test); "
+        "rows with unstable timings are not tested")
+    for line in unstable_notes(df):
+        say(line, style="yellow")
     if pct:
         say(PCT_NOTE)
     for w in summary.warnings:

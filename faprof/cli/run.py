@@ -7,9 +7,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from faprof.cli.app import (
     EXIT_ROWS_BAD,
@@ -20,10 +18,12 @@ from faprof.cli.app import (
     print_baselines,
     print_ncu_outcome,
     print_reasons,
+    print_sanitizer,
     print_timing_note,
     results_table,
     say,
 )
+from faprof.errors import FaprofError
 
 
 # ----------------------------------------------------------------------------- profile
@@ -206,11 +206,15 @@ def ncu_cmd(run: str, ncu_set: str, ncu_variants: str | None, ncu_shapes: str | 
     """
     from faprof.model.plan import split_list
     from faprof.model.scenarios import parse_scenario
-    from faprof.nsight.ncu.run import NcuOptions, rerun
+    from faprof.nsight.ncu.run import NcuOptions, rerun, this_gpu
     from faprof.nsight.ncu.source_run import collect_source
     from faprof.store import resolve_run
 
     bundle = resolve_run(run, runs_dir)
+    if not this_gpu()[0]:  # before the bundle's user kernels are built for a GPU that is not there
+        raise FaprofError("no CUDA GPU visible here: Nsight Compute needs the GPU the bundle was measured on "
+                          f"({(bundle.manifest().get('env') or {}).get('gpu_name') or 'none recorded'}); "
+                          "run `faprof ncu` on that machine")
     opts = NcuOptions(ncu_variants=split_list(ncu_variants) or None, ncu_shapes=split_list(ncu_shapes) or None,
                       ncu_kernel=ncu_kernel, ncu_launches=ncu_launches, ncu_cache_control=ncu_cache_control,
                       ncu_clock_control=ncu_clock_control, ncu_source=ncu_source)
@@ -263,17 +267,7 @@ def sanitize(variant: str, scenario: str, shapes: str, tools: str | None, kernel
     specs = [*user_variants, *(make_spec(k) for k in kernels)]
     bundle = sz.run(variant, scenario, tool_list, out_dir, split_list(shapes), specs,
                     progress=lambda m: say(m, style="dim"))
-    df = bundle.read("sanitizer")
-    totals = bundle.manifest().get("sanitizer_error_summary", {})
-    t = Table(title=f"compute-sanitizer: {variant} on {scenario}", header_style="bold")
-    for col in ("tool", "severity", "kind", "kernel", "source", "count"):
-        t.add_column(col, justify="right" if col == "count" else "left")
-    for r in df.itertuples():
-        t.add_row(r.tool, r.severity, escape(str(r.kind)), escape(str(r.kernel))[:60], escape(str(r.source)), str(r.count))
-    console.print(t)
-    for tool in tool_list:
-        n = totals.get(tool)
-        say(f"{tool}: " + ("did not finish (see raw/sanitizer_" + tool + ".txt)" if n is None else f"ERROR SUMMARY {n}"))
+    df, totals = print_sanitizer(bundle, f"compute-sanitizer: {variant} on {scenario}", tool_list)
     say(f"bundle: {bundle.path}")
     if not df.empty or any(n is None or n > 0 for n in totals.values()):
         sys.exit(EXIT_ROWS_BAD)

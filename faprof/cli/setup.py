@@ -132,7 +132,7 @@ def build_table(df) -> Table:
         t.add_row(
             "" if same else str(r["file"]), "" if same else _unqualified(r["name"]), _unqualified(r.get("template_args")),
             _int(r.get("D")), str(r["arch"]), _int(r.get("threads")),
-            _int(r.get("registers")) + (f" ({r['role_registers']})" if r.get("role_registers") else ""),
+            _int(r.get("registers")) + (f" ({r['role_registers']})" if isinstance(r.get("role_registers"), str) and r["role_registers"] else ""),
             "" if smem != smem else f"{smem / 1024:.1f}", _int(r.get("stack_frame_bytes")), spills,
             _int(r.get("blocks_per_sm")), "" if occ != occ else f"{occ:.0f}%", str(r.get("limiter") or ""),
         )
@@ -175,7 +175,7 @@ def dashboard(runs: tuple[Path, ...], port: int | None, host: str, print_command
     import importlib.util
     import os
 
-    from faprof.analysis.runs import APP_PATH
+    from faprof.analysis.load import APP_PATH
 
     if importlib.util.find_spec("streamlit") is None or importlib.util.find_spec("plotly") is None:
         raise FaprofError("the dashboard needs streamlit and plotly: pip install 'faprof[app]'")

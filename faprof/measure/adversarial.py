@@ -83,6 +83,31 @@ class ProbeInputs:
     seed: int
 
 
+#: fp32's unit roundoff: kernels compute scores and the softmax's exponent arguments in fp32.
+FP32_UNIT_ROUNDOFF = 2.0**-24
+
+#: Multiples of fp32's roundoff one exponent argument may carry: the rounded product of the score and
+#: scale·log2(e) (folded into one factor for exp2, as every FlashAttention kernel does), the max
+#: subtraction and exp2's own error. PyTorch's reference computes exp(s - max) exactly after the
+#: subtraction, so with scores of ~100 (large_scores) an exact kernel still differs from it by
+#: ~|s|·u·|v|: the FlashAttention rule's "3x PyTorch's error" cannot hold there. Measured on the H100:
+#: fp32 rowthread/fa2-style kernels 5.96e-6 against a 4.2e-6 bound at |s| = 128.
+EXP_ARGUMENT_ROUNDINGS = 4.0
+
+
+def argument_rounding_eps(problem: AttentionProblem, inputs: ProbeInputs) -> float:
+    """The error an exact kernel may add where scores are large: its exponent arguments carry fp32
+    rounding proportional to the score (EXP_ARGUMENT_ROUNDINGS x u32 x max|scaled score| x max|v|).
+    Added to the FlashAttention rule's eps for a probe, so large-magnitude inputs test overflow and
+    max subtraction, not the conditioning every exp2-based kernel shares. Negligible for randn-sized
+    scores (|s| ~ 5: 1e-6 x |v|)."""
+    import torch
+
+    q, k, v = (t.detach().float() for t in (inputs.q, inputs.k, inputs.v))
+    smax = float(torch.matmul(q, k.transpose(-2, -1)).abs().amax())
+    return EXP_ARGUMENT_ROUNDINGS * FP32_UNIT_ROUNDOFF * smax * problem.softmax_scale * math.log2(math.e) * float(v.abs().amax())
+
+
 def _near_tile(s: int, sign: int) -> int:
     k = max(1, round(min(s, PROBE_MAX_S) / PROBE_TILE))
     return PROBE_TILE * k + sign

@@ -1,10 +1,10 @@
 """The report's charts: plotly figures per block of comparable rows, as HTML divs or PNG bytes.
 
-A block is one (group, dtype, direction) of a run: the rows that a ranking compares. Each block
-gets two figures: the speed of every variant relative to the block's baseline (geometric mean
-over the block's shapes, the headline ranking drawn), and the median time per shape on a log
-axis. Layouts leave room for their labels (automargin, angled ticks when there are many) and
-put the legend below the plot, so nothing is cut at the report's width.
+A block is one (group, dtype, direction) of a run: the rows that a ranking compares. Each block gets
+one figure chosen for the question: every variant's speed relative to the block's baseline per shape
+(or, without a timed baseline, its median time per shape). Each variant has one colour in every chart
+of the report (`faprof.analysis.variant_colors`). Layouts leave room for their labels (automargin,
+angled ticks when there are many) and a legend beside the plot, so nothing is cut at the report's width.
 
 plotly is optional for the report: without it the report says so and has no charts. PNGs (for
 the Markdown report) need kaleido and a Chrome/Chromium it can start; without them the Markdown
@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-
-from faprof.report import fmt as f
 
 #: Pixel size of a chart in the Markdown report's PNGs and the HTML report's divs.
 CHART_WIDTH, CHART_HEIGHT = 960, 440
@@ -55,42 +53,45 @@ def _layout(fig: Any, title: str, n_categories: int, y_title: str, log_y: bool =
     )
     fig.update_xaxes(automargin=True, tickangle=-30 if n_categories > ANGLE_TICKS_ABOVE else 0)
     fig.update_yaxes(automargin=True, title_text=y_title, type="log" if log_y else "linear",
-                     dtick=1 if log_y else None)
+                     dtick=1 if log_y else None, exponentformat="power")  # 10⁻⁴, not plotly's SI '100µ'
 
 
-def ranking_chart(name: str, title: str, ranking: pd.DataFrame, baseline: str | None) -> Chart:
-    """Horizontal bars: each variant's speed relative to the baseline (geometric mean)."""
+def speed_chart(name: str, title: str, rows: pd.DataFrame, order: list[str], short: dict[str, str],
+                colors: dict[str, str], reference: str, highlight: str | None = None) -> Chart:
+    """Each variant's speed relative to the reference per shape (log y, 1 = the reference), one line per
+    variant in its session colour; `highlight` (a focus report's variant) is drawn thick, the rest thin.
+
+    Args:
+        rows: one row per (variant, shape) with `_shape` (the shape's label) and `_rel` (the ratio).
+        order: the shapes' labels by FLOPs; short: label -> tick label.
+        reference: what 1 is, in words ("sdpa_flash's speed").
+    """
     import plotly.graph_objects as go
 
-
-    r = ranking.sort_values("score")
-    colors = ["#777" if v == baseline else ("#1b9e77" if s >= 1 else "#d95f02") for v, s in zip(r["variant"], r["score"], strict=True)]
-    # Dots, not bars: on a log axis a bar's length depends on where the axis starts and means nothing.
-    fig = go.Figure(go.Scatter(x=r["score"], y=r["variant"], mode="markers+text", marker={"color": colors, "size": 11},
-                               text=[f.ratio(s) for s in r["score"]], textposition="middle right", cliponaxis=False,
-                               hovertemplate="%{y}: %{x:.3g}x<extra></extra>"))
-    ref = f"{baseline}'s speed" if baseline else "the fastest variant's speed per shape"
-    lo, hi = float(r["score"].min()), float(r["score"].max())
-    import math
-
-    fig.update_layout(title={"text": title, **TITLE}, width=CHART_WIDTH, height=max(260, 90 + 28 * len(r)),
-                      template="plotly_white", margin={"l": 70, "r": 40, "t": 60, "b": 50}, showlegend=False,
-                      font={"size": 12})
-    fig.update_xaxes(type="log", automargin=True, dtick=1, title_text=f"speed relative to {ref} (log scale; 1 = same)",
-                     range=[math.log10(min(lo, 1)) - 0.15, math.log10(max(hi, 1)) + 0.35])
-    fig.update_yaxes(automargin=True)
-    fig.add_vline(x=1, line_dash="dot", line_color="#999", layer="below")
+    fig = go.Figure()
+    for v, g in rows.groupby("variant", sort=False):
+        g = g.set_index("_shape").reindex(order).dropna(subset=["_rel"])
+        wide = highlight is None or v == highlight
+        fig.add_trace(go.Scatter(x=[short[x] for x in g.index], y=g["_rel"], mode="lines+markers", name=str(v),
+                                 line={"color": colors.get(str(v)), "width": 3 if v == highlight else 2 if wide else 1},
+                                 opacity=1.0 if wide else 0.45, marker={"size": 8 if wide else 5},
+                                 hovertemplate=f"{v}<br>%{{x}}<br>%{{y:.3g}}x<extra></extra>"))
+    fig.add_hline(y=1, line_dash="dot", line_color="#777")
+    fig.update_xaxes(categoryorder="array", categoryarray=[short[x] for x in order])
+    _layout(fig, title, len(order), f"speed relative to {reference} (log; 1 = same)", log_y=True)
     return Chart(name, title, fig)
 
 
-def time_chart(name: str, title: str, rows: pd.DataFrame, order: list[str], short: dict[str, str]) -> Chart:
-    """Median time per shape (log y), one line per variant, shapes ordered by FLOPs."""
+def time_chart(name: str, title: str, rows: pd.DataFrame, order: list[str], short: dict[str, str],
+               colors: dict[str, str] | None = None) -> Chart:
+    """Median time per shape (log y), one line per variant in its session colour, shapes ordered by FLOPs."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
     for v, g in rows.groupby("variant", sort=False):
         g = g.set_index("_shape").reindex(order).dropna(subset=["median_ms"])
         fig.add_trace(go.Scatter(x=[short[s] for s in g.index], y=g["median_ms"], mode="lines+markers", name=str(v),
+                                 line={"color": (colors or {}).get(str(v))},
                                  hovertemplate=f"{v}<br>%{{x}}<br>%{{y:.4g}} ms<extra></extra>"))
     fig.update_xaxes(categoryorder="array", categoryarray=[short[s] for s in order])
     _layout(fig, title, len(order), "median time, ms (log scale)", log_y=True)

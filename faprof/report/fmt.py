@@ -142,3 +142,20 @@ _BAD = re.compile(r"(?<![A-Za-z_])(nan|NAN|<NA>)(?![A-Za-z_])|\|\s*NaN\s*\||\d[e
 def problems_in(rendered: str) -> list[str]:
     """Lines of a rendered report that show 'nan' or positive-exponent notation (for tests and checks)."""
     return [line for line in rendered.splitlines() if _BAD.search(line)]
+
+
+#: Characters of data-derived text that Markdown would read as markup: emphasis, HTML, table cells.
+#: (Brackets stay: without a following '(url)' they are not a link; backticks stay: faprof's own texts
+#: quote commands in them, and a code span shows its content literally.)
+_MD_SPECIAL = re.compile(r"([\\*<>|])")
+#: An underscore at a word's edge opens or closes emphasis (`__launch_bounds__` reads as bold); inside a
+#: word (`fa2_mma`) it does not, and stays as written.
+_MD_EDGE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+
+
+def md(x: Any) -> str:
+    """Text from the data (advisor evidence, kernel names, reasons) as Markdown that renders as written:
+    '__launch_bounds__' stays literal, '<...>' template arguments are not taken for HTML tags."""
+    s = text(x)
+    s = _MD_SPECIAL.sub(r"\\\1", s)
+    return _MD_EDGE_UNDERSCORE.sub(r"\\_", s)

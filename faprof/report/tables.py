@@ -19,12 +19,13 @@ from faprof.report import fmt as f
 
 
 def md_table(df: pd.DataFrame) -> str:
-    """A GitHub-flavoured Markdown table; every cell as text, '|' escaped, missing values as '–'."""
+    """A GitHub-flavoured Markdown table; every cell as text that renders as written (f.md: '|', '*', '<' and
+    edge underscores escaped), missing values as '–'."""
     if df is None or df.empty:
         return "_(no rows)_\n"
     cells = df.copy()
     for c in cells.columns:
-        cells[c] = cells[c].map(lambda x: f.text(x).replace("|", "\\|").replace("\n", " "))
+        cells[c] = cells[c].map(lambda x: f.md(x).replace("\n", " "))
     cells.columns = [str(c) for c in cells.columns]
     return cells.to_markdown(index=False, tablefmt="github", disable_numparse=True) + "\n"
 
@@ -61,6 +62,8 @@ def results_frame(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, r in df.iterrows():
         flag = {"wrong": " ⚠ wrong", "failed": " ✗ failed"}.get(r["status"], "")
+        u = _get(r, "unstable")
+        flag += " ≈ unstable" if u is not None and not pd.isna(u) and bool(u) else ""
         row = {
             "variant": r["variant"] + flag, "shape": shape(r), "status": r["status"],
             "median ms": f.ms(_get(r, "median_ms")), "median 95% CI ms": _ci_half(r),
@@ -222,6 +225,28 @@ def advisor_frame(adv: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
     } for _, r in adv.iterrows()])
 
 
+def _duration_us(r: Any) -> float:
+    """A launch's duration in µs: faprof's ncu_summary has `duration_ms`; tables of other versions `duration_ns`."""
+    ms = f.num(r.get("duration_ms"))
+    return ms * 1e3 if ms == ms else f.num(r.get("duration_ns")) / 1e3
+
+
+def unstable_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows with unstable timings and why (faprof.measure.stability)."""
+    if "unstable" not in df:
+        return pd.DataFrame()
+    t = df[df["status"].isin(schema.TIMED) & df["unstable"].fillna(False).astype(bool)]
+    return pd.DataFrame([{"variant": r["variant"], "shape": shape(r), "median ms": f.ms(r.get("median_ms")),
+                          "samples": f.count(r.get("n")), "timer": f.text(r.get("timer")),
+                          "why": f.text(r.get("unstable_reason"))} for _, r in t.iterrows()])
+
+
+def tolerance_frame(m: dict[str, Any]) -> pd.DataFrame:
+    """The correctness tolerances the run used, per dtype."""
+    tol = (m.get("settings") or {}).get("tolerance") or {}
+    return pd.DataFrame([{"dtype": dt, **{k: f.err(v) for k, v in t.items()}} for dt, t in tol.items() if isinstance(t, dict)])
+
+
 def ncu_frame(s: pd.DataFrame) -> pd.DataFrame:
     """One line per profiled kernel launch: occupancy, waves, SM and memory throughput."""
     if s.empty:
@@ -231,7 +256,7 @@ def ncu_frame(s: pd.DataFrame) -> pd.DataFrame:
     for _, r in per.iterrows():
         rows.append({
             "variant": f.text(r.get("variant")), "shape_id": f.text(r.get("shape_id")),
-            "kernel": f.text(r.get("kernel"))[:60], "duration µs": f.sig(f.num(r.get("duration_ns")) / 1e3),
+            "kernel": f.text(r.get("kernel"))[:60], "duration µs": f.sig(_duration_us(r)),
             "achieved occupancy %": f.pct(r.get("achieved_occupancy_pct")),
             "occupancy limiter": f.text(r.get("occupancy_limiter")), "waves per SM": f.sig(r.get("waves_per_sm")),
             "SM throughput %": f.pct(r.get("sm_throughput_pct")), "memory throughput %": f.pct(r.get("memory_throughput_pct")),

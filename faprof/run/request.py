@@ -13,7 +13,7 @@ from typing import Any
 
 from faprof import variants
 from faprof.errors import FaprofError
-from faprof.model.plan import split_list
+from faprof.model.plan import plan, split_list
 from faprof.model.scenarios import Scenario, load_scenario
 from faprof.nsight.ncu import command as ncu_command
 from faprof.nsight.ncu import plan as ncu_plan
@@ -82,6 +82,7 @@ def resolve(req: ProfileRequest) -> ProfileOptions:
     if req.scenario and not req.resume:
         scn = load_scenario(req.scenario)  # validate before any work starts
         options.variants = merged_variants(scn, names, kernel_names)
+        plan(scn, options.variants)  # an unknown variant is one line before any work starts
         check_ncu_selectors(scn, options, req.ncu if req.ncu is not None else scn.collect["ncu"],
                             explicit=req.ncu is not None)
     return options
@@ -172,5 +173,13 @@ def check_ncu_selectors(scn: Scenario, options: ProfileOptions, ncu_set: str | N
         return
     if not (explicit or given):
         return
+    if not options.ncu_variants:  # torch baselines are left out by default: say so, not "nothing supported"
+        by_name = {v.name: v for _, v in plan(scn, options.variants)}
+        chosen, left = ncu_plan.default_targets(list(by_name.values()))
+        if not chosen and left:
+            why = "; ".join(f"{k}: {v}" for k, v in left.items())
+            raise FaprofError(f"--ncu has no kernel to profile by default among {', '.join(left)} ({why}); name the "
+                              f"ones to profile kernel by kernel with --ncu-variants (e.g. --ncu-variants {next(iter(left))})"
+                              " or drop --ncu")
     settings = ncu_command.NcuSettings.resolve(options, scn, ncu_set)
     ncu_plan.plan_for(scn, options, ncu_set, settings, costs={})

@@ -38,16 +38,15 @@ def setup(scenario_spec: str | Path | Scenario, options: ProfileOptions | None, 
         if manifest.get("status") == "complete":
             raise FaprofError(f"{bundle.path} is complete: nothing to resume (start a new run instead)")
         options = options_from_manifest(manifest, options)
-        for spec in options.user_variants:  # the scenario may name user variants
-            variants.load_user_variants(spec)
-        scenario = parse_scenario(manifest["scenario"]["raw"], f"{bundle.path}/manifest.json scenario")
+    else:
+        bundle = None
+    options = dataclasses.replace(options, user_variants=[_resolved(s) for s in options.user_variants])
+    for spec in options.user_variants:  # before the scenario: it may name user variants
+        variants.load_user_variants(spec)
+    if bundle is not None:
+        scenario = parse_scenario(bundle.manifest()["scenario"]["raw"], f"{bundle.path}/manifest.json scenario")
     else:
         scenario = scenario_spec if isinstance(scenario_spec, Scenario) else load_scenario(scenario_spec)
-        bundle = None
-
-    options = dataclasses.replace(options, user_variants=[_resolved(s) for s in options.user_variants])
-    for spec in options.user_variants:
-        variants.load_user_variants(spec)
     timing = options.timing or scenario.timing
     if options.settings_overrides:
         timing = dataclasses.replace(timing, **options.settings_overrides)
