@@ -406,8 +406,8 @@ TORCH_LIBRARY_IMPL(faprof, CPU, m) {
 }
 
 // ------------------------------------------------------------------- fa3 backward (issue 28)
-// Hopper backward steps (kernels/fa3_bwd_a.cu, fa3_bwd_b.cu): gradients of an fa3 forward from its
-// out and lse. lse2 and delta are fp32 [B, H, Sq_pad] workspaces (Sq rounded up to
+// Hopper backward steps (kernels/fa3_bwd_a.cu, fa3_bwd_b.cu, fa3_bwd_c.cu, fa3_bwd_d.cu): gradients of
+// an fa3 forward from its out and lse. lse2 and delta are fp32 [B, H, Sq_pad] workspaces (Sq rounded up to
 // kFaprofFa3BwdSeqPad), dq_accum an fp32 [B, H, Sq, D] workspace; Python allocates all three.
 namespace {
 
@@ -465,19 +465,40 @@ void fa3_bwd_b(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, co
             delta, dq_accum, causal, scale);
 }
 
+// Steps c and d (kernels/fa3_bwd_c.cu, fa3_bwd_d.cu): the same arguments and checks.
+void fa3_bwd_c(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+               const at::Tensor& dout, const at::Tensor& lse, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv,
+               at::Tensor& lse2, at::Tensor& delta, at::Tensor& dq_accum, bool causal, double scale) {
+    fa3_bwd("faprof::fa3_bwd_c", "fa3_bwd_c backward", faprof_fa3_bwd_c, q, k, v, out, dout, lse, dq, dk, dv, lse2,
+            delta, dq_accum, causal, scale);
+}
+
+void fa3_bwd_d(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+               const at::Tensor& dout, const at::Tensor& lse, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv,
+               at::Tensor& lse2, at::Tensor& delta, at::Tensor& dq_accum, bool causal, double scale) {
+    fa3_bwd("faprof::fa3_bwd_d", "fa3_bwd_d backward", faprof_fa3_bwd_d, q, k, v, out, dout, lse, dq, dk, dv, lse2,
+            delta, dq_accum, causal, scale);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(faprof, m) {
     m.def("fa3_bwd_a(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor(d!) lse2, Tensor(e!) delta, Tensor(f!) dq_accum, bool causal, float scale) -> ()");
     m.def("fa3_bwd_b(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor(d!) lse2, Tensor(e!) delta, Tensor(f!) dq_accum, bool causal, float scale) -> ()");
+    m.def("fa3_bwd_c(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor(d!) lse2, Tensor(e!) delta, Tensor(f!) dq_accum, bool causal, float scale) -> ()");
+    m.def("fa3_bwd_d(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor(d!) lse2, Tensor(e!) delta, Tensor(f!) dq_accum, bool causal, float scale) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(faprof, CUDA, m) {
     m.impl("fa3_bwd_a", &fa3_bwd_a);
     m.impl("fa3_bwd_b", &fa3_bwd_b);
+    m.impl("fa3_bwd_c", &fa3_bwd_c);
+    m.impl("fa3_bwd_d", &fa3_bwd_d);
 }
 
 TORCH_LIBRARY_IMPL(faprof, CPU, m) {
     m.impl("fa3_bwd_a", &fa3_bwd_a);
     m.impl("fa3_bwd_b", &fa3_bwd_b);
+    m.impl("fa3_bwd_c", &fa3_bwd_c);
+    m.impl("fa3_bwd_d", &fa3_bwd_d);
 }

@@ -165,3 +165,16 @@ cudaError_t faprof_fa3_bwd_b(const void* q, const void* k, const void* v, const 
                              const float* lse, void* dq, void* dk, void* dv, float* lse2, float* delta,
                              float* dq_accum, int B, int H, int Sq, int Sk, int D, float scale, bool causal, bool bf16,
                              cudaStream_t stream);
+// Steps c and d (kernels/fa3_bwd_c.cu, fa3_bwd_d.cu, fa3_bwd_ws.cuh), same arguments:
+//   fa3_bwd_c: (b) warp-specialized: a TMA producer warpgroup, a 3-stage ring with empty barriers, two
+//              consumer warpgroups (setmaxnreg) meeting at named barriers, double-buffered dSᵀ.
+//   fa3_bwd_d: (c) with dQ added by the TMA unit (a shared-memory tile, one bulk reduce-add per query
+//              tile); dq_accum then holds dQ with its 16-byte chunks permuted per row.
+cudaError_t faprof_fa3_bwd_c(const void* q, const void* k, const void* v, const void* o, const void* dout,
+                             const float* lse, void* dq, void* dk, void* dv, float* lse2, float* delta,
+                             float* dq_accum, int B, int H, int Sq, int Sk, int D, float scale, bool causal, bool bf16,
+                             cudaStream_t stream);
+cudaError_t faprof_fa3_bwd_d(const void* q, const void* k, const void* v, const void* o, const void* dout,
+                             const float* lse, void* dq, void* dk, void* dv, float* lse2, float* delta,
+                             float* dq_accum, int B, int H, int Sq, int Sk, int D, float scale, bool causal, bool bf16,
+                             cudaStream_t stream);

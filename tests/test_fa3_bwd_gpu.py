@@ -1,5 +1,6 @@
-"""GPU correctness of the Hopper backward steps (issue 28): fa3_bwd_a (kernels/fa3_bwd_a.cu, cp.async)
-and fa3_bwd_b (kernels/fa3_bwd_b.cu, TMA), both with fa3_wgmma_e's forward.
+"""GPU correctness of the Hopper backward steps (issue 28): fa3_bwd_a (kernels/fa3_bwd_a.cu, cp.async),
+fa3_bwd_b (kernels/fa3_bwd_b.cu, TMA), fa3_bwd_c (kernels/fa3_bwd_c.cu, warp-specialized) and fa3_bwd_d
+(kernels/fa3_bwd_d.cu, dQ by the TMA unit's bulk reduce-add), all with fa3_wgmma_e's forward.
 
 Three layers, so that a failure says where it is:
 
@@ -15,11 +16,12 @@ Three layers, so that a failure says where it is:
    (17, 113, 203, 1000) and exact tiles (128), Sq != Sk both ways, causal with Sq > Sk and Sq < Sk,
    B·H > 1, D = 64 and 128, fp16 and bf16, each step. Test ids name the step, so `-k fa3_bwd_b`
    runs one (scripts/gpu_bwd3_check.sh runs one pytest per step under a timeout: a hang in a
-   barrier names its step).
+   barrier names its step). Sq = 1000 and 2048 run 8-32 query tiles per block, so the 2- and
+   3-stage rings of steps c/d wrap several times.
 3. Against faprof's other backward on the same GPU: fa2_mma's deterministic path on the same
    forward output and LSE agrees within a few roundings; dK and dV repeat bit for bit (each block
    sums its query tiles in a fixed order: a race would make them drift) while dQ (fp32 atomics)
-   agrees within a rounding; steps a and b agree; bad inputs raise clear errors.
+   agrees within a rounding; the steps agree with each other; bad inputs raise clear errors.
 
 On a GPU that is not compute capability 9.0 these skip, and test_refuses_other_archs checks the
 op's refusal instead (the variants are `unsupported` there).
@@ -45,7 +47,7 @@ pytestmark = [
 ]
 sm90_only = pytest.mark.skipif(not _sm90(), reason="wgmma needs a compute capability 9.0 GPU (H100/H200)")
 
-STEPS = ("fa3_bwd_a", "fa3_bwd_b")
+STEPS = ("fa3_bwd_a", "fa3_bwd_b", "fa3_bwd_c", "fa3_bwd_d")
 DTYPES = ("fp16", "bf16")
 CASES = [(s, d) for s in STEPS for d in DTYPES]
 #: Tails of every tile size (the backward's query tiles are 64 or 128 rows, its key tiles 128) and
@@ -166,20 +168,30 @@ def test_agrees_with_fa2_mma_and_repeats(ops, step, dtype, D, causal):
     assert rel < u, rel  # the same fp32 terms summed in another order, then rounded
 
 
+#: Pairs of steps with the same tile math (only how tiles arrive, how dQ is added and in which order
+#: differ): every gradient within one unit roundoff of the other's. Steps c/d at D=128 form dSᵀ from
+#: the fp32 Pᵀ where a/b use the rounded Pᵀ (one rounding of a factor of dSᵀ): within AGREE_UNITS.
+SAME_MATH = [("fa3_bwd_a", "fa3_bwd_b"), ("fa3_bwd_c", "fa3_bwd_d"), ("fa3_bwd_a", "fa3_bwd_c")]
+
+
 @sm90_only
-def test_steps_agree(ops):
-    """Steps a and b differ only in how tiles arrive (the same tile math on the same bytes in shared
-    memory): every gradient within one unit roundoff of the other's (dQ's atomics add in any order)."""
+@pytest.mark.parametrize("first,second", SAME_MATH, ids=[f"{a}-{b}" for a, b in SAME_MATH])
+def test_steps_agree(ops, first, second):
+    """Steps on the same bytes: a/b (cp.async or TMA), c/d (dQ by red.global.add or by the TMA unit)
+    agree within one unit roundoff (dQ's atomics add in any order); c against a too at D=64, where c
+    runs a/b's order of GEMMs, and within AGREE_UNITS at D=128 (fp32 Pᵀ in dSᵀ)."""
     from faprof.variants import fa3_backward as kernel_fa3_bwd
 
+    u = UNIT_ROUNDOFF[torch.bfloat16]
     for D in (64, 128):
         q, k, v, dout = (torch.randn(2, 3, n, D, device="cuda", dtype=torch.bfloat16) for n in (777, 300, 300, 777))
         out, lse = _forward(ops, q, k, v, True, 0.1)
-        a = kernel_fa3_bwd.backward("fa3_bwd_a", q, k, v, out, dout, lse, True, 0.1)
-        b = kernel_fa3_bwd.backward("fa3_bwd_b", q, k, v, out, dout, lse, True, 0.1)
+        a = kernel_fa3_bwd.backward(first, q, k, v, out, dout, lse, True, 0.1)
+        b = kernel_fa3_bwd.backward(second, q, k, v, out, dout, lse, True, 0.1)
+        bound = AGREE_UNITS * u if (first, second, D) == ("fa3_bwd_a", "fa3_bwd_c", 128) else u
         for name, x, y in zip(("dq", "dk", "dv"), a, b, strict=True):
             rel = float((x.double() - y.double()).norm() / x.double().norm())
-            assert rel < UNIT_ROUNDOFF[torch.bfloat16], (D, name, rel)
+            assert rel < bound, (D, name, rel)
 
 
 @sm90_only

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from faprof import __version__
+from faprof import variants as _variants  # noqa: F401  (fills the variant registry: scenarios name variants)
 from faprof.errors import FaprofError
 
 # Piped output (CI logs, a GPU machine's captured stdout) gets wide tables instead of rich's 80 columns.

@@ -21,7 +21,6 @@ from faprof.errors import FaprofError
 def list_cmd(what: str, hidden: bool) -> None:
     """List scenarios, variants and known GPUs."""
     if what in ("all", "scenarios"):
-        from faprof import variants  # noqa: F401  (fills the registry the scenarios' variant names are checked against)
         from faprof.model.scenarios import list_scenarios, load_scenario
 
         t = Table(title="scenarios", header_style="bold")

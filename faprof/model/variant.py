@@ -138,6 +138,9 @@ def _cuda_available() -> bool:
 def get(name: str) -> Variant:
     """The variant called `name`; a FaprofError listing the known names otherwise."""
     _load()
+    if not _LOADERS and not _REGISTRY:
+        raise FaprofError(f"unknown variant {name!r}: no variant is registered in this process; import "
+                          "faprof.variants (faprof's own variants) before looking one up")
     if name not in _REGISTRY:
         known = ", ".join(sorted(v.name for v in _REGISTRY.values() if not v.hidden))
         raise FaprofError(f"unknown variant {name!r}; known variants: {known} (see `faprof list variants`)")

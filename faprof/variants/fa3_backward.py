@@ -1,14 +1,16 @@
-"""The Hopper backward steps (issue 28: fa3_bwd_a, fa3_bwd_b), wired into autograd and the registry.
+"""The Hopper backward steps (issue 28: fa3_bwd_a .. fa3_bwd_d), wired into autograd and the registry.
 
 Each step is a variant whose forward is fa3_wgmma_e's forward op (which writes the natural-log LSE
-the backward needs) and whose backward is torch.ops.faprof.fa3_bwd_<step> (kernels/fa3_bwd_a.cu,
-kernels/fa3_bwd_b.cu): FlashAttention-2's KV-block-parallel backward with all five GEMMs on
-wgmma, dQ summed with fp32 atomics (so the backward is not bit-reproducible: the variants declare
-only `fwd` deterministic). As with fa2_mma (faprof.kernel_bwd), the variant's fn is the plain forward
+the backward needs) and whose backward is torch.ops.faprof.fa3_bwd_<step> (kernels/fa3_bwd_a.cu ..
+kernels/fa3_bwd_d.cu): FlashAttention-2's KV-block-parallel backward with all five GEMMs on
+wgmma, dQ summed with fp32 atomic adds (red.global.add; step d: the TMA unit's bulk reduce-add), in
+no fixed order, so the backward is not bit-reproducible: the variants declare only `fwd`
+deterministic. As with fa2_mma (faprof.kernel_bwd), the variant's fn is the plain forward
 op unless autograd needs a graph, so its forward rows time exactly fa3_wgmma_e's forward.
 
 Workspaces the backward op takes from here: lse2 and delta, fp32 [B, H, Sq_pad] with Sq rounded up
-to FA3_BWD_SEQ_PAD (the kernel copies whole query tiles of them), and dq_accum, fp32 [B, H, Sq, D].
+to FA3_BWD_SEQ_PAD (the kernel copies whole query tiles of them), and dq_accum, fp32 [B, H, Sq, D]
+(step d's holds each row's 16-byte chunks permuted; its convert kernel undoes that).
 
 faprof.kernel_variants calls register_variants() with its fa3 support check and forward, so that
 this module needs nothing from it (no import circle).
@@ -44,6 +46,21 @@ FA3_BWD_STEPS: dict[str, tuple[str, tuple[str, ...], str]] = {
         ("tma",),
         "kernels/fa3_bwd_b.cu",
     ),
+    "fa3_bwd_c": (
+        "Hopper backward step (c): step (b) warp-specialized: a TMA producer warpgroup (setmaxnreg 24) filling a "
+        "3-stage ring released through empty mbarriers, two consumer warpgroups (setmaxnreg 240) meeting at named "
+        "barriers, double-buffered dSᵀ; at D=128 Sᵀ/dPᵀ issued together, dV under the dSᵀ math, dSᵀ from fp32 Pᵀ; "
+        "forward: fa3_wgmma_e (sm_90a)",
+        ("tma", "warp_specialized"),
+        "kernels/fa3_bwd_c.cu",
+    ),
+    "fa3_bwd_d": (
+        "Hopper backward step (d): step (c) with dQ added by the TMA unit (the consumers' dQ into a shared-memory "
+        "tile, one cp.reduce.async.bulk add per query tile from a writer warp) instead of red.global.add; forward: "
+        "fa3_wgmma_e (sm_90a)",
+        ("tma", "warp_specialized"),
+        "kernels/fa3_bwd_d.cu",
+    ),
 }
 
 
@@ -62,7 +79,7 @@ def padded_seq(Sq: int) -> int:
 
 def backward(step: str, q, k, v, out, dout, lse, causal: bool, scale: float):
     """(dq, dk, dv) of attention from the forward's out and natural-log lse, by
-    torch.ops.faprof.<step> ('fa3_bwd_a' or 'fa3_bwd_b').
+    torch.ops.faprof.<step> (a key of FA3_BWD_STEPS).
 
     Args:
         step: the backward step's op name.
@@ -153,7 +170,7 @@ def _with_workspace_limit(check: Callable[[AttentionProblem], str | None]) -> Ca
 
 def register_variants(check_factory: Callable[[str], Callable[[AttentionProblem], str | None]], plain_fwd: Callable,
                       fwd_op: str = "fa3_wgmma_e_fwd") -> list[Variant]:
-    """Register fa3_bwd_a and fa3_bwd_b.
+    """Register the steps of FA3_BWD_STEPS.
 
     Args:
         check_factory: variant name -> its support check (faprof.kernel_variants' fa3 check: head dims

@@ -10,9 +10,10 @@ or every kernel the faprof-set pass profiled (`all`).
 
 `read_source` turns a report into the long `source_lines` table: one row per (variant, shape_id,
 kernel, file, line, metric) with metric 'samples' (all warp-state samples on the line), 'stall:<reason>'
-(samples of one reason; 'stall:selected' is issuing), 'inst_executed' (warp instructions executed) and
-'pipe:<pipe>' (the executed instructions of the line whose SASS opcode runs on that pipe, for pointing
-a pipe's cause at a line); `code` holds the line's text when ncu imported the source.
+(samples of one reason; 'stall:selected' is issuing), 'inst_executed' (warp instructions executed, when
+the SourceCounters section collected them) and 'pipe:<pipe>' (the line's instructions whose SASS opcode
+runs on that pipe: executed instructions when counted, else issuing samples, for pointing a pipe's cause
+at a line); `code` holds the line's text when ncu imported the source.
 """
 
 from __future__ import annotations
@@ -39,7 +40,13 @@ SOURCE_MODES = ("auto", "all", "off")
 #: The mode `faprof profile --ncu` uses unless told otherwise.
 DEFAULT_SOURCE_MODE = "auto"
 
-#: Nsight Compute sections of the source pass: per-PC sampling and instruction counts.
+#: What the source pass collects: warp-state sampling per program counter (one replay pass per kernel).
+#: 'stall:selected' samples (a warp issuing that PC) stand for the instruction mix per line, so the
+#: SASS-patching counters of the SourceCounters section (5 passes per kernel on the H100: 43 s for 17
+#: kernels against 148 s for the faprof set's 243, 2026-11-25) are not needed.
+SOURCE_METRICS = ("group:smsp__pcsamp_warp_stall_reasons",)
+
+#: The section used instead when this ncu does not take the metric group.
 SOURCE_SECTIONS = ("SourceCounters",)
 
 #: Columns of the source_lines table.
@@ -243,7 +250,9 @@ def _action_rows(action: Any, key: tuple[str, str, str]) -> list[tuple]:
                 agg[(*where[pc], metric)] += v
                 if metric.startswith("stall:"):
                     agg[(*where[pc], "samples")] += v
-    for pc, v in per_metric.get("inst_executed", {}).items():
+    # the instruction mix per line: executed instructions where counted, else the issuing samples
+    issued = per_metric.get("inst_executed") or per_metric.get("stall:selected", {})
+    for pc, v in issued.items():
         if pc in where and v and pipe.get(pc):
             agg[(*where[pc], f"pipe:{pipe[pc]}")] += v
     by_metric: dict[str, list[tuple[str, int, float]]] = defaultdict(list)

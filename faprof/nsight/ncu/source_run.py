@@ -109,21 +109,31 @@ def collect_source(bundle: Any, scenario: Any, options: Any, mode: str, progress
     variants = list(dict.fromkeys(t.variant for t in targets))  # each target's own; aliases get copies
     shapes = list(dict.fromkeys(t.shape_id for t in targets))
     record.update(targets=[t.__dict__ for t in targets])
-    progress("nsight", {"message": f"ncu source lines: {len(targets)} kernel(s) ({', '.join(variants)}) with "
-                                   f"{'/'.join(source.SOURCE_SECTIONS)}", "tool": "ncu"})
+    progress("nsight", {"message": f"ncu source lines: {len(targets)} kernel(s) ({', '.join(variants)}), warp-state "
+                                   "sampling per line (one more pass each)", "tool": "ncu"})
     scenario_path = raw / SCENARIO_FILE
-    argv = ncu_command(
-        raw / SOURCE_STEM, ncu=ncu, scenario=scenario_path if scenario_path.is_file() else (scenario.path or scenario.name),
-        variants=variants, plan_out=raw / SOURCE_PLAN, ncu_set=None, sections=source.SOURCE_SECTIONS,
-        cache_control=getattr(options, "ncu_cache_control", None) or DEFAULT_CACHE_CONTROL,
-        clock_control=getattr(options, "ncu_clock_control", None) or DEFAULT_CLOCK_CONTROL,
-        import_source=supports_import_source(version), shapes=shapes, iters=1,
-        kernel_regex=source.kernel_regex(targets), user_variants=getattr(options, "user_variants", []) or [],
-    )
+    def command(sampling_only: bool) -> list[str]:
+        return ncu_command(
+            raw / SOURCE_STEM, ncu=ncu,
+            scenario=scenario_path if scenario_path.is_file() else (scenario.path or scenario.name),
+            variants=variants, plan_out=raw / SOURCE_PLAN, ncu_set=None,
+            metrics=source.SOURCE_METRICS if sampling_only else (),
+            sections=() if sampling_only else source.SOURCE_SECTIONS,
+            cache_control=getattr(options, "ncu_cache_control", None) or DEFAULT_CACHE_CONTROL,
+            clock_control=getattr(options, "ncu_clock_control", None) or DEFAULT_CLOCK_CONTROL,
+            import_source=supports_import_source(version), shapes=shapes, iters=1,
+            kernel_regex=source.kernel_regex(targets), user_variants=getattr(options, "user_variants", []) or [],
+        )
+
+    argv = command(sampling_only=True)
     record["command"] = argv
     timeout_s = START_S + SECONDS_PER_KERNEL * len(targets) * len(shapes)
     try:
         result = run_ncu(argv, raw / SOURCE_LOG, progress, timeout_s, child_env(), len(targets))
+        if result.metric_error and not result.permission_denied:  # an ncu without the metric group
+            argv = command(sampling_only=False)
+            record.update(command=argv, fallback="SourceCounters section (the sampling metric group was refused)")
+            result = run_ncu(argv, raw / SOURCE_LOG, progress, timeout_s, child_env(), len(targets))
     except KeyboardInterrupt:
         done("interrupted", "interrupted; the section-set tables are kept")
         raise
