@@ -86,6 +86,9 @@ class Concept:
     request: bool = False
     """Whether faprof asks ncu for it on top of the section set (`--metrics`), so that even
     `--set basic` yields FLOPs, DRAM bytes, the L2 hit rate, bank conflicts and the roofline peaks."""
+    provided_by: str = ""
+    """For a concept faprof does not request: which set provides it (a rule reading it has a
+    fallback where it is absent, and says which metric it lacks)."""
 
     def for_cc(self, cc: str | tuple[int, int] | None) -> tuple[str, ...]:
         """Metric names of this concept on a compute capability (possibly empty)."""
@@ -104,6 +107,9 @@ def _per_cc(common: Sequence[str] = (), **by_cc: Sequence[str]) -> dict[str, tup
         out[cc] = tuple(by_cc.get("sm" + cc.replace(".", ""), ())) + tuple(common)
     return out
 
+
+#: Where the counters faprof does not request come from.
+_FULL_SET = "the `full` set (SourceCounters section: SASS-patched counters)"
 
 _FLOP_OPS = ("fadd", "fmul", "ffma", "hadd", "hmul", "hfma", "dadd", "dmul", "dfma")
 
@@ -408,31 +414,30 @@ _CONCEPTS: list[Concept] = [
     Concept(
         "spill_requests",
         "local-memory requests caused by register spills",
-        _same("derived__local_spilling_requests"),
+        _same("derived__local_spilling_requests"), provided_by=_FULL_SET,
     ),
     Concept(
         "spill_inst",
         "register-spilling instructions executed",
-        _same("sass__inst_executed_register_spilling"),
+        _same("sass__inst_executed_register_spilling"), provided_by=_FULL_SET,
     ),
     Concept(
         "global_excessive_sectors",
         "global-memory sectors beyond the ideal for the accessed bytes",
-        _same("derived__memory_l2_theoretical_sectors_global_excessive"),
+        _same("derived__memory_l2_theoretical_sectors_global_excessive"), provided_by=_FULL_SET,
     ),
     Concept(
         "global_ideal_sectors",
         "ideal global-memory sectors",
-        _same("memory_l2_theoretical_sectors_global_ideal"),
+        _same("memory_l2_theoretical_sectors_global_ideal"), provided_by=_FULL_SET,
     ),
     Concept(
         "smem_excessive_wavefronts",
         "shared-memory wavefronts beyond the ideal (bank conflicts, wide accesses)",
-        _same("derived__memory_l1_wavefronts_shared_excessive"),
+        _same("derived__memory_l1_wavefronts_shared_excessive"), provided_by=_FULL_SET,
     ),
     Concept(
-        "smem_ideal_wavefronts", "ideal shared-memory wavefronts", _same("memory_l1_wavefronts_shared_ideal")
-    ),
+        "smem_ideal_wavefronts", "ideal shared-memory wavefronts", _same("memory_l1_wavefronts_shared_ideal"), provided_by=_FULL_SET),
     Concept("replay_passes", "ncu replay passes for this kernel", _same("profiler__replayer_passes")),
     # ---- tensor pipes (ad102 has corrected `_v2` HMMA counters; Hopper adds the warp-group GMMA path)
     Concept(
@@ -471,6 +476,7 @@ _CONCEPTS: list[Concept] = [
             sm80=("sm__inst_executed_pipe_tensor_op_hmma_type_hfma2.sum",),
             sm90=("sm__inst_executed_pipe_tensor_op_hmma_type_hfma2.sum",),
         ),
+        request=True,
     ),
     Concept(
         "tensor_gmma_inst",

@@ -1,0 +1,74 @@
+"""Every metric the advisor reads is one faprof asks Nsight Compute for (or says which set provides it),
+on every architecture it supports, and the recorded faprof-set report holds them.
+
+Method: the metric keys are read from the advisor's source (every `.metric("key")` call, and the
+accounting's per-state and per-pipe keys); each must be a catalogue concept that the faprof set requests
+on sm_80, sm_89 and sm_90, or one that names the set providing it (`Concept.provided_by`). The faprof-set
+fixture (tests/data/ncu/faprof_set.ncu-rep.gz, recorded on the H100) must contain the sm_90 name of
+every requested concept that has one.
+"""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import shutil
+from pathlib import Path
+
+import pytest
+
+from faprof.advisor import accounting
+from faprof.nsight.ncu import catalogue
+
+ADVISOR = Path(__file__).parent.parent / "faprof" / "advisor"
+FIXTURE = Path(__file__).parent / "data" / "ncu" / "faprof_set.ncu-rep.gz"
+CCS = ("8.0", "8.9", "9.0")
+
+
+def metric_keys() -> set[str]:
+    keys: set[str] = set()
+    for path in ADVISOR.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "metric"
+                    and node.args and isinstance(node.args[0], ast.Constant)):
+                keys.add(str(node.args[0].value))
+    keys |= set(accounting.MODEL_KEYS)
+    keys |= {f"warp_state_{s}" for s in accounting.STATES}
+    keys |= {f"pipe_inst_{p}" for p in accounting.PIPES}
+    return keys
+
+
+def test_the_scan_finds_the_rules_metrics():
+    keys = metric_keys()
+    assert {"spill_requests", "smem_wavefronts", "issue_active", "thread_inst_xu", "warp_state_barrier"} <= keys
+
+
+@pytest.mark.parametrize("key", sorted(metric_keys()))
+def test_every_metric_a_rule_reads_is_requested_or_says_where_it_comes_from(key):
+    assert key in catalogue.CATALOGUE, f"the advisor reads {key!r}, which the catalogue does not know"
+    c = catalogue.CATALOGUE[key]
+    if c.provided_by:
+        assert not c.request
+        return
+    assert c.request, f"{key!r} is read by a rule but not requested by the faprof set"
+    for cc in CCS:
+        if c.for_cc(cc):
+            assert c.for_cc(cc)[0] in catalogue.requested_metrics(cc) or any(
+                n in catalogue.requested_metrics(cc) for n in c.for_cc(cc)), (key, cc)
+    assert any(c.for_cc(cc) for cc in CCS), f"{key!r} has no metric name on any supported architecture"
+
+
+def test_the_recorded_faprof_set_report_holds_every_requested_sm90_metric(tmp_path):
+    ncu_report = pytest.importorskip("ncu_report")
+    rep = tmp_path / "faprof_set.ncu-rep"
+    with gzip.open(FIXTURE) as src, open(rep, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    ctx = ncu_report.load_report(str(rep))
+    action = ctx.range_by_idx(0).action_by_idx(0)
+    names = set(action.metric_names())
+    missing = []
+    for key in sorted(metric_keys()):
+        c = catalogue.CATALOGUE[key]
+        if c.request and c.for_cc("9.0") and not any(n in names for n in c.for_cc("9.0")):
+            missing.append(f"{key}: {c.for_cc('9.0')}")
+    assert not missing, "requested but absent from the H100 recording: " + "; ".join(missing)
