@@ -284,38 +284,6 @@ void fa2_mma_bwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, 
 }
 // =========================================================== end of backward (issue 13)
 
-// ------------------------------------------------------------------------------------ fault
-// TEST ONLY: faults on purpose (see kernels/fault.cu); the error surfaces at the next sync.
-void fault_oob(const at::Tensor& q, at::Tensor& out) {
-    constexpr const char* op = "faprof::fault_oob";
-    check_tensor(op, "q", q, q);
-    check_tensor(op, "out", out, q);
-    TORCH_CHECK(q.numel() > 0 && out.numel() > 0, op, ": q and out must not be empty");
-    c10::cuda::CUDAGuard guard(q.device());
-    check_launch(op, faprof_fault_oob(q.data_ptr<float>(), out.data_ptr<float>(), stream_of(q)));
-}
-
-// ------------------------------------------------------------------------------------- race
-// TEST ONLY: split-K attention with (atomic) or without (racy) atomic accumulation (kernels/race.cu).
-void race_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out, at::Tensor& lse,
-              bool causal, double scale, bool atomic) {
-    constexpr const char* op = "faprof::race_fwd";
-    check_tensor(op, "q", q, q);
-    check_tensor(op, "k", k, q);
-    check_tensor(op, "v", v, q);
-    check_tensor(op, "out", out, q);
-    check_tensor(op, "lse", lse, q);
-    TORCH_CHECK(q.dim() == 4 && k.sizes() == v.sizes() && out.sizes() == q.sizes(), op,
-                ": q/out must be [B, H, Sq, D] and k, v [B, H, Sk, D] of one shape");
-    TORCH_CHECK(lse.numel() == q.size(0) * q.size(1) * q.size(2), op, ": lse must hold B*H*Sq floats");
-    c10::cuda::CUDAGuard guard(q.device());
-    check_launch(op, faprof_race_fwd(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
-                                     out.data_ptr<float>(), lse.data_ptr<float>(), static_cast<int>(q.size(0)),
-                                     static_cast<int>(q.size(1)), static_cast<int>(q.size(2)),
-                                     static_cast<int>(k.size(2)), static_cast<int>(q.size(3)), causal,
-                                     static_cast<float>(scale), atomic, stream_of(q)));
-}
-
 }  // namespace
 
 TORCH_LIBRARY(faprof, m) {
@@ -327,8 +295,6 @@ TORCH_LIBRARY(faprof, m) {
     // backward (issue 13)
     m.def("fa2_bwd(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor(d!) delta, bool causal, float scale, bool deterministic) -> ()");
     m.def("fa2_mma_bwd(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv, Tensor(d!) delta, Tensor(e!) dq_accum, bool causal, float scale, bool deterministic, bool single_buffer=False) -> ()");
-    m.def("fault_oob(Tensor q, Tensor(a!) out) -> ()");
-    m.def("race_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale, bool atomic) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(faprof, CUDA, m) {
@@ -339,8 +305,6 @@ TORCH_LIBRARY_IMPL(faprof, CUDA, m) {
     m.impl("fa2_mma_fwd", &fa2_mma_fwd);
     m.impl("fa2_bwd", &fa2_bwd);  // backward (issue 13)
     m.impl("fa2_mma_bwd", &fa2_mma_bwd);
-    m.impl("fault_oob", &fault_oob);
-    m.impl("race_fwd", &race_fwd);
 }
 
 // CPU tensors reach the same checks, which reject them with "must be a CUDA tensor".
@@ -352,12 +316,10 @@ TORCH_LIBRARY_IMPL(faprof, CPU, m) {
     m.impl("fa2_mma_fwd", &fa2_mma_fwd);
     m.impl("fa2_bwd", &fa2_bwd);  // backward (issue 13)
     m.impl("fa2_mma_bwd", &fa2_mma_bwd);
-    m.impl("fault_oob", &fault_oob);
-    m.impl("race_fwd", &race_fwd);
 }
 
 // --------------------------------------------------------------------------------- fa3_wgmma
-// Hopper-only ops (kernels/fa3_wgmma.cu, fa3_wgmma_ws.cu, wgmma_test.cu), in their own fragment so that
+// Hopper-only ops (kernels/fa3_wgmma.cu, fa3_wgmma_ws.cu), in their own fragment so that
 // they stay one block at the end of this file.
 namespace {
 
@@ -417,35 +379,6 @@ void fa3_wgmma_e_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     fa3_fwd("faprof::fa3_wgmma_e_fwd", "fa3_wgmma_e", faprof_fa3_wgmma_e_fwd, q, k, v, out, lse, causal, scale);
 }
 
-// TEST ONLY: one warpgroup GEMM through wgmma (see kernels/wgmma_test.cu).
-void wgmma_gemm_test(const at::Tensor& a, const at::Tensor& b, at::Tensor& c, bool b_mn_major, bool a_in_regs,
-                     int64_t lbo, int64_t sbo, bool a_mn_major, int64_t a_lbo, int64_t a_sbo) {
-    constexpr const char* op = "faprof::wgmma_gemm_test";
-    check_tc_tensor(op, "a", a, a);
-    check_tc_tensor(op, "b", b, a);
-    check_tensor(op, "c", c, a);
-    TORCH_CHECK(!(a_in_regs && a_mn_major), op, ": a_in_regs and a_mn_major exclude each other");
-    TORCH_CHECK(a.dim() == 2 && a.size(a_mn_major ? 1 : 0) == 64, op, ": a must be ",
-                a_mn_major ? "[K, 64] (a_mn_major: A = aᵀ)" : "[64, K]", ", got ", a.sizes());
-    const int64_t K = a.size(a_mn_major ? 0 : 1);
-    TORCH_CHECK(c.dim() == 2 && c.size(0) == 64, op, ": c must be [64, N], got ", c.sizes());
-    const int64_t N = c.size(1);
-    const std::vector<int64_t> b_shape = b_mn_major ? std::vector<int64_t>{K, N} : std::vector<int64_t>{N, K};
-    TORCH_CHECK(b.sizes() == at::IntArrayRef(b_shape), op, ": b must be ", at::IntArrayRef(b_shape), ", got ",
-                b.sizes());
-    TORCH_CHECK((N == 64 || N == 128) && (K == 16 || K == 64 || K == 128), op,
-                ": N must be 64 or 128 and K 16, 64 or 128, got N=", N, " K=", K);
-    TORCH_CHECK(lbo < (1 << 18) && sbo < (1 << 18) && a_lbo < (1 << 18) && a_sbo < (1 << 18), op,
-                ": lbo, sbo, a_lbo and a_sbo must be below 2^18 bytes");
-    check_sm90a(op, a);
-    c10::cuda::CUDAGuard guard(a.device());
-    check_launch(op, faprof_wgmma_gemm_test(a.data_ptr(), b.data_ptr(), c.data_ptr<float>(), static_cast<int>(N),
-                                            static_cast<int>(K), b_mn_major, a_in_regs,
-                                            a.scalar_type() == at::kBFloat16, static_cast<int>(lbo),
-                                            static_cast<int>(sbo), a_mn_major, static_cast<int>(a_lbo),
-                                            static_cast<int>(a_sbo), stream_of(a)));
-}
-
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(faprof, m) {
@@ -454,7 +387,6 @@ TORCH_LIBRARY_FRAGMENT(faprof, m) {
     m.def("fa3_wgmma_c_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
     m.def("fa3_wgmma_d_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
     m.def("fa3_wgmma_e_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale) -> ()");
-    m.def("wgmma_gemm_test(Tensor a, Tensor b, Tensor(a!) c, bool b_mn_major, bool a_in_regs, int lbo, int sbo, bool a_mn_major=False, int a_lbo=-1, int a_sbo=-1) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(faprof, CUDA, m) {
@@ -463,7 +395,6 @@ TORCH_LIBRARY_IMPL(faprof, CUDA, m) {
     m.impl("fa3_wgmma_c_fwd", &fa3_wgmma_c_fwd);
     m.impl("fa3_wgmma_d_fwd", &fa3_wgmma_d_fwd);
     m.impl("fa3_wgmma_e_fwd", &fa3_wgmma_e_fwd);
-    m.impl("wgmma_gemm_test", &wgmma_gemm_test);
 }
 
 TORCH_LIBRARY_IMPL(faprof, CPU, m) {
@@ -472,7 +403,6 @@ TORCH_LIBRARY_IMPL(faprof, CPU, m) {
     m.impl("fa3_wgmma_c_fwd", &fa3_wgmma_c_fwd);
     m.impl("fa3_wgmma_d_fwd", &fa3_wgmma_d_fwd);
     m.impl("fa3_wgmma_e_fwd", &fa3_wgmma_e_fwd);
-    m.impl("wgmma_gemm_test", &wgmma_gemm_test);
 }
 
 // ------------------------------------------------------------------- fa3 backward (issue 28)

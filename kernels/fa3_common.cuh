@@ -1,5 +1,5 @@
 // fa3_common.cuh — Hopper (sm_90a) building blocks shared by kernels/fa3_wgmma.cu and the
-// test-only kernels/wgmma_test.cu: wgmma.mma_async wrappers, shared-memory matrix descriptors,
+// test-only tests/kernels/wgmma_test.cu: wgmma.mma_async wrappers, shared-memory matrix descriptors,
 // the 128-byte swizzled tile layout they read, and the fences around them.
 //
 // Shared-memory tile layout ("SW128", K-major for Q and K, the same bytes read MN-major for V):

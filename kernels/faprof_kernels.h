@@ -11,7 +11,7 @@
 //   * kernels run on `stream` and are asynchronous: faults surface at the next synchronization.
 //
 // To add a variant: one .cu file with its kernels and launcher, one block here, one block in
-// binding.cpp (schema + impl), one Variant in faprof/kernel_variants.py.
+// binding.cpp (schema + impl), one Variant in faprof/variants/kernels.py.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -108,26 +108,6 @@ cudaError_t faprof_fa2_mma_bwd(const void* q, const void* k, const void* v, cons
                                bool deterministic, bool single_buffer, cudaStream_t stream);
 // =========================================================== end of backward (issue 13)
 
-// ------------------------------------------------------------------------------------ fault
-// TEST ONLY: a kernel that writes far outside any allocation, so that the next synchronization
-// raises "an illegal memory access was encountered" and the CUDA context is lost for the
-// process. faprof's harness uses it to check that a faulting variant is isolated.
-cudaError_t faprof_fault_oob(const float* q,   // any fp32 CUDA tensor (read, to make the launch real)
-                             float* out,       // any fp32 CUDA tensor (never written in bounds)
-                             cudaStream_t stream);
-
-// ------------------------------------------------------------------------------------- race
-// TEST ONLY: split-K attention (kernels/race.cu) summing partial outputs into `out` with atomicAdd
-// (atomic = true: correct) or a plain load-add-store (atomic = false: a data race that loses
-// updates). Zeroes `out` first. fp32, D <= 256, gridDim.z = B*H <= 65535.
-cudaError_t faprof_race_fwd(const float* q,   // [B, H, Sq, D]
-                            const float* k,   // [B, H, Sk, D]
-                            const float* v,   // [B, H, Sk, D]
-                            float* out,       // [B, H, Sq, D]
-                            float* lse,       // [B, H, Sq] workspace
-                            int B, int H, int Sq, int Sk, int D, bool causal, float scale, bool atomic,
-                            cudaStream_t stream);
-
 // --------------------------------------------------------------------------------- fa3_wgmma
 // FlashAttention forward on Hopper warpgroup MMA (kernels/fa3_wgmma.cu), one launcher per step of
 // issue 14's progression. Same arguments and conventions as fa2_mma (fp16 or bf16 q, k, v, o;
@@ -157,16 +137,6 @@ cudaError_t faprof_fa3_wgmma_d_fwd(const void* q, const void* k, const void* v, 
                                    int Sq, int Sk, int D, float scale, bool causal, bool bf16, cudaStream_t stream);
 cudaError_t faprof_fa3_wgmma_e_fwd(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
                                    int Sq, int Sk, int D, float scale, bool causal, bool bf16, cudaStream_t stream);
-
-// TEST ONLY (kernels/wgmma_test.cu): c[64, N] = A · B with one warpgroup's wgmma m64nNk16,
-// B = b[N, K] (b_mn_major = false) or b[K, N] (true, transpose-B descriptor); A = a[64, K] from
-// swizzled shared memory or (a_in_regs) from registers, or (a_mn_major) A = aᵀ with a[K, 64] read
-// MN-major through the transpose-A bit. fp16 or bf16 (a and b), c fp32; N in {64, 128}, K in
-// {16, 64, 128}; lbo/sbo (a_lbo/a_sbo) in bytes override B's (an MN-major A's) descriptor offsets
-// (< 0: the kernels' choice). cudaErrorNotSupported on a GPU that is not compute capability 9.0.
-cudaError_t faprof_wgmma_gemm_test(const void* a, const void* b, float* c, int N, int K, bool b_mn_major,
-                                   bool a_in_regs, bool bf16, int lbo, int sbo, bool a_mn_major, int a_lbo, int a_sbo,
-                                   cudaStream_t stream);
 
 // ------------------------------------------------------------------- fa3 backward (issue 28)
 // Hopper backward steps (kernels/fa3_bwd_a.cu, fa3_bwd_b.cu, fa3_bwd_pre.cu): gradients of the fa3

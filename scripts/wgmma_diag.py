@@ -1,6 +1,7 @@
 """wgmma building blocks on the GPU, before any attention: one warpgroup GEMM per case against torch.
 
-Runs torch.ops.faprof.wgmma_gemm_test (kernels/wgmma_test.cu) over every form the fa3 kernels use:
+Runs torch.ops.faprof_test.wgmma_gemm_test (tests/kernels/wgmma_test.cu, built as the test-only
+extension by tests/kernels/testonly_variants.py) over every form the fa3 kernels use:
 SS (A and B from shared-memory descriptors) and RS (A from registers), B K-major (as K in Q·Kᵀ) and
 MN-major (transpose-B, as V in P·V), and, for the backward (kernels/fa3_bwd.cuh), an MN-major A read
 through the transpose-A bit (as dS from the dSᵀ tile in dQ = dS·K); K = 16 (one instruction), 64
@@ -21,9 +22,23 @@ every default case passes, 1 otherwise, 2 when the GPU is not compute capability
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import json
 import sys
+from pathlib import Path
+
+#: The test-only kernels' variants file, whose module builds and loads torch.ops.faprof_test.
+TESTONLY_VARIANTS = Path(__file__).resolve().parent.parent / "tests" / "kernels" / "testonly_variants.py"
+
+
+def _testonly_ops():
+    """torch.ops.faprof_test, the test-only extension built (or loaded from faprof's build cache)."""
+    spec = importlib.util.spec_from_file_location("faprof_testonly_variants", TESTONLY_VARIANTS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ops()
 
 #: Which kernel GEMMs use a (A form, B MN-major, N, K) case; both dtypes alike. fwd: kernels/fa3_wgmma*.cu
 #: (QKᵀ: N = 128 keys, K = D; PV: N = D, K = 128 keys); bwd: kernels/fa3_bwd.cuh (D=128 takes BM = 64
@@ -46,13 +61,10 @@ def main() -> int:
 
     import torch
 
-    from faprof.variants import build
-
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("wgmma_diag: needs a compute capability 9.0 GPU (H100/H200)")
         return 2
-    build.load()
-    op = torch.ops.faprof.wgmma_gemm_test
+    op = _testonly_ops().wgmma_gemm_test
     torch.manual_seed(0)
     rows: list[dict] = []
 

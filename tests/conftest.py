@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from testonly import load_testonly
 
 
 def _cuda() -> bool:
@@ -50,3 +51,11 @@ def ops():
     info = build.load()
     print(f"faprof extension: {info.summary()}")
     return torch.ops.faprof
+
+
+@pytest.fixture(scope="module")
+def testonly_ops():
+    """torch.ops.faprof_test with the test-only kernels' extension built (or loaded from its cache)."""
+    info = load_testonly().load_extension()
+    print(f"test-only extension: {info.summary()}")
+    return load_testonly().ops()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from faprof.errors import FaprofError
-from faprof.variants import build
+from faprof.variants import build, occupancy
 from faprof.variants import ptxas as build_report
 
 DATA = Path(__file__).parent / "data"
@@ -23,7 +23,13 @@ EXPECTED_KERNELS = {
     "naive.cu": {"naive_scores_kernel": [None], "naive_softmax_kernel": [None], "naive_pv_kernel": [None]},
     "fa1.cu": {"fa1_fwd_kernel": [32, 64, 128]},
     "fa2.cu": {"fa2_fwd_kernel": [32, 64, 128]},
+}
+
+#: The test-only kernels (tests/kernels/, their own extension), compiled like faprof's.
+TESTONLY = Path(__file__).parent / "kernels"
+TESTONLY_KERNELS = {
     "fault.cu": {"fault_oob_kernel": [None]},
+    "race.cu": {"race_lse_kernel": [None], "race_accum_kernel": [None]},
 }
 
 needs_nvcc = pytest.mark.skipif(
@@ -39,11 +45,20 @@ def report():
     return build_report.resource_report(archs=REPORT_ARCHS, sources=sources)
 
 
+@pytest.fixture(scope="module")
+def testonly_report():
+    sources = [TESTONLY / f for f in TESTONLY_KERNELS]
+    return build_report.resource_report(archs=REPORT_ARCHS, sources=sources, include_dirs=[build.KERNELS_DIR])
+
+
 @needs_nvcc
-def test_every_kernel_compiles_for_every_arch(report):
+@pytest.mark.parametrize("which", ["faprof", "testonly"])
+def test_every_kernel_compiles_for_every_arch(which, request):
+    report = request.getfixturevalue("report" if which == "faprof" else "testonly_report")
+    expected = EXPECTED_KERNELS if which == "faprof" else TESTONLY_KERNELS
     archs = {build.normalize_arch(a) for a in REPORT_ARCHS}
     assert archs == {"sm_80", "sm_89", "sm_90a"}
-    for file, kernels in EXPECTED_KERNELS.items():
+    for file, kernels in expected.items():
         for name, dims in kernels.items():
             for D in dims:
                 for arch in archs:
@@ -60,7 +75,7 @@ def test_report_values_are_sane(report):
     # Every kernel here carries a faprof:launch annotation, so occupancy is known for each row.
     assert report.threads.notna().all() and report.blocks_per_sm.notna().all()
     assert (report.blocks_per_sm >= 1).all(), report[report.blocks_per_sm < 1]
-    assert set(report.limiter) <= set(build_report.LIMITER_ORDER)
+    assert set(report.limiter) <= set(occupancy.LIMITER_ORDER)
     # The naive matmul kernels use two static 32x33 fp32 tiles, everything else dynamic smem only.
     mm = report[report.name.isin(["naive_scores_kernel", "naive_pv_kernel"])]
     assert (mm.smem_static_bytes == 2 * 32 * 33 * 4).all()
@@ -301,7 +316,8 @@ def test_cuda_core_variants_are_registered():
 
     names = [v.name for v in variants.all_variants()]
     assert {"naive", "fa1", "fa2"} <= set(names)
-    assert "_fault_oob" not in names and variants.get("_fault_oob").hidden
+    hidden = {v.name for v in variants.all_variants(include_hidden=True)}
+    assert not {"_fault_oob", "_race_atomic", "_race_plain"} & hidden  # test-only: not in faprof's registry
     for name in ("naive", "fa1", "fa2"):
         v = variants.get(name)
         assert (v.kind, v.dtypes, v.compute, v.needs_extension) == ("cuda", ("fp32",), "cuda_core", True)
@@ -331,3 +347,22 @@ def test_extension_links_the_loaded_libstdcxx():
         assert flags == []
     else:
         assert len(flags) == 1 and "libstdc++.so" in flags[0] and Path(flags[0]).exists()
+
+
+def test_test_only_kernels_stay_out_of_the_faprof_extension():
+    """fault/race/wgmma_test live in tests/kernels/ with their own binding; faprof's kernels/ and
+    binding.cpp hold none of them, and loading the tests' variants file registers them hidden."""
+    from faprof import variants
+
+    names = {p.name for p in build.kernel_sources()}
+    assert not names & {"fault.cu", "race.cu", "wgmma_test.cu"}
+    assert all(p.parent == build.KERNELS_DIR for p in build.kernel_sources())
+    faprof_code = "".join(p.read_text() for p in build.KERNELS_DIR.iterdir() if p.suffix in (".cpp", ".h", ".cu"))
+    for op in ("fault_oob", "race_fwd", "wgmma_gemm_test"):
+        assert op not in faprof_code, op
+    added = variants.load_user_variants(str(TESTONLY / "testonly_variants.py"))
+    assert set(added) == {"_fault_oob", "_race_atomic", "_race_plain"}
+    assert all(variants.get(n).hidden for n in added)
+    assert not set(added) & {v.name for v in variants.all_variants()}  # hidden from `faprof list`
+    for n in added:
+        assert (TESTONLY.parent.parent / variants.get(n).source).exists()

@@ -101,6 +101,19 @@ def test_list_and_doctor():
     assert r.exit_code == 0 and "torch" in r.output and "python" in r.output
 
 
+def test_list_in_a_fresh_process_finds_every_scenario_valid():
+    """In a new process nothing has filled the variant registry yet (in this one the tests' conftest
+    has): `faprof list scenarios` must load the built-in variants before checking the scenarios."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "faprof", "list", "scenarios"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "smoke" in r.stdout and "l4_causal" in r.stdout
+    assert "invalid" not in r.stdout, r.stdout
+
+
 @pytest.mark.parametrize("args,needle", [
     (["profile", "--scenario", "no_such"], "no scenario named"),
     (["profile", "--scenario", "smoke", "--variants", "fa9"], "unknown variant"),

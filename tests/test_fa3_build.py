@@ -20,13 +20,20 @@ needs_nvcc = pytest.mark.skipif(
     build.find_cuda_home() is None and shutil.which("nvcc") is None,
     reason="nvcc (CUDA toolkit) not found: install it or set CUDA_HOME to compile the kernels",
 )
-FILES = ("fa3_wgmma.cu", "fa3_wgmma_ws.cu", "wgmma_test.cu")
+FILES = ("fa3_wgmma.cu", "fa3_wgmma_ws.cu")
+#: The test-only wgmma GEMM probe: its own extension (tests/kernels/), fa3_common.cuh from kernels/.
+WGMMA_TEST = Path(__file__).parent / "kernels" / "wgmma_test.cu"
 WS_STEPS = ("fa3_wgmma_c", "fa3_wgmma_d", "fa3_wgmma_e")
+ARCHS = ("sm_80", "sm_89", "sm_90")
 
 
 @pytest.fixture(scope="module")
 def report():
-    return build_report.resource_report(archs=("sm_80", "sm_89", "sm_90"), sources=[build.KERNELS_DIR / f for f in FILES])
+    import pandas as pd
+
+    fa3 = build_report.resource_report(archs=ARCHS, sources=[build.KERNELS_DIR / f for f in FILES])
+    probe = build_report.resource_report(archs=ARCHS, sources=[WGMMA_TEST], include_dirs=[build.KERNELS_DIR])
+    return pd.concat([fa3, probe], ignore_index=True)
 
 
 @needs_nvcc

@@ -14,6 +14,7 @@ import math
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -26,7 +27,9 @@ needs_nvcc = pytest.mark.skipif(
     reason="nvcc (CUDA toolkit) not found: install it or set CUDA_HOME to compile the kernels",
 )
 STEPS = ("fa3_bwd_a", "fa3_bwd_b")
-FILES = ("fa3_bwd_a.cu", "fa3_bwd_b.cu", "fa3_bwd_pre.cu", "wgmma_test.cu")
+FILES = ("fa3_bwd_a.cu", "fa3_bwd_b.cu", "fa3_bwd_pre.cu")
+#: The test-only wgmma GEMM probe: its own extension (tests/kernels/), faprof's headers from kernels/.
+WGMMA_TEST = Path(__file__).parent / "kernels" / "wgmma_test.cu"
 #: Query rows per step of each head dim (BwdCfg in kernels/fa3_bwd.cuh).
 BM = {64: 128, 128: 64}
 
@@ -41,8 +44,12 @@ def smem_bytes(D: int, BM: int, step: str) -> int:
 
 @pytest.fixture(scope="module")
 def report():
-    return build_report.resource_report(archs=("sm_80", "sm_89", "sm_90"),
-                                        sources=[build.KERNELS_DIR / f for f in FILES])
+    import pandas as pd
+
+    archs = ("sm_80", "sm_89", "sm_90")
+    bwd = build_report.resource_report(archs=archs, sources=[build.KERNELS_DIR / f for f in FILES])
+    probe = build_report.resource_report(archs=archs, sources=[WGMMA_TEST], include_dirs=[build.KERNELS_DIR])
+    return pd.concat([bwd, probe], ignore_index=True)
 
 
 @needs_nvcc

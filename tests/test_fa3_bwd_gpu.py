@@ -4,7 +4,7 @@ fa3_bwd_b (kernels/fa3_bwd_b.cu, TMA), fa3_bwd_c (kernels/fa3_bwd_c.cu, warp-spe
 
 Three layers, so that a failure says where it is:
 
-1. test_bwd_wgmma_gemm: one warpgroup wgmma GEMM (kernels/wgmma_test.cu, TEST ONLY) in each operand
+1. test_bwd_wgmma_gemm: one warpgroup wgmma GEMM (tests/kernels/wgmma_test.cu, TEST ONLY) in each operand
    form the backward adds to the forward's: K = 64 (the backward's dV/dK at D=128 and its Sᵀ/dPᵀ at
    D=64) and an MN-major A through the transpose-A bit (dQ = dS·K reads dS from the dSᵀ tile),
    against float64 torch.matmul of the same rounded inputs. A layout error is of order 1 here
@@ -77,12 +77,12 @@ GEMM_CASES = [(form, mn, N, 64) for form in ("SS", "RS") for mn in (False, True)
 @pytest.mark.parametrize("form,mn_major,N,K", GEMM_CASES,
                          ids=[f"{f}-{'Bmn' if m else 'Bk'}-N{n}-K{k}" for f, m, n, k in GEMM_CASES])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-def test_bwd_wgmma_gemm(ops, dtype, form, mn_major, N, K):
+def test_bwd_wgmma_gemm(testonly_ops, dtype, form, mn_major, N, K):
     a_mn = form == "SS-At"
     a = torch.randn(K, 64, device="cuda", dtype=dtype) if a_mn else torch.randn(64, K, device="cuda", dtype=dtype)
     b = torch.randn(K, N, device="cuda", dtype=dtype) if mn_major else torch.randn(N, K, device="cuda", dtype=dtype)
     c = torch.full((64, N), float("nan"), device="cuda")
-    ops.wgmma_gemm_test(a, b, c, mn_major, form == "RS", -1, -1, a_mn, -1, -1)
+    testonly_ops.wgmma_gemm_test(a, b, c, mn_major, form == "RS", -1, -1, a_mn, -1, -1)
     torch.cuda.synchronize()
     ref = (a.double().t() if a_mn else a.double()) @ (b.double() if mn_major else b.double().t())
     err = float(((c.double() - ref).abs() / (1 + ref.abs())).max())

@@ -2,7 +2,7 @@
 
 Two layers, so that a failure says where it is:
 
-1. test_wgmma_gemm: one warpgroup's wgmma GEMM (kernels/wgmma_test.cu, TEST ONLY) against float64
+1. test_wgmma_gemm: one warpgroup's wgmma GEMM (tests/kernels/wgmma_test.cu, TEST ONLY) against float64
    torch.matmul of the same rounded inputs, in every form the attention kernel uses: SS (A and B
    from shared-memory descriptors) and RS (A from registers, as P), B K-major (as K in Q·Kᵀ) and
    MN-major (transpose-B, as V in P·V), K = 16 (one instruction) and 128 (eight steps over two
@@ -49,12 +49,12 @@ HEAD_DIMS = (64, 128)
 @pytest.mark.parametrize("K", [16, 128])
 @pytest.mark.parametrize("N", [64, 128])
 @pytest.mark.parametrize("dtype", list(DTYPES))
-def test_wgmma_gemm(ops, dtype, N, K, mn_major, rs):
+def test_wgmma_gemm(testonly_ops, dtype, N, K, mn_major, rs):
     dt = DTYPES[dtype]
     a = torch.randn(64, K, device="cuda", dtype=dt)
     b = torch.randn(K, N, device="cuda", dtype=dt) if mn_major else torch.randn(N, K, device="cuda", dtype=dt)
     c = torch.full((64, N), float("nan"), device="cuda")
-    ops.wgmma_gemm_test(a, b, c, mn_major, rs, -1, -1)
+    testonly_ops.wgmma_gemm_test(a, b, c, mn_major, rs, -1, -1)
     torch.cuda.synchronize()
     ref = a.double() @ (b.double() if mn_major else b.double().t())
     # fp32 accumulation of K <= 128 exact products: ~1e-6; a layout bug is of order 1.

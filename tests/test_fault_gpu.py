@@ -1,11 +1,12 @@
 """Fault containment on a real GPU: a kernel that corrupts the CUDA context is one 'failed' row.
 
-The faulting kernel (kernels/fault.cu) writes out of bounds, which raises "an illegal memory
+The faulting kernel (tests/kernels/fault.cu, a test-only extension loaded as a user-variants file) writes out of bounds, which raises "an illegal memory
 access" and leaves its process's CUDA context unusable. Run through `faprof.runner.profile`, the
 worker that ran it is replaced, and the variants after it run in the fresh worker and are correct.
 """
 
 import pytest
+from testonly import TESTONLY_VARIANTS
 
 from faprof import run as runner
 from faprof.model.scenarios import parse_scenario
@@ -20,7 +21,8 @@ def test_faulting_kernel_is_contained_and_later_variants_still_run(tmp_path):
         "problems": [{"B": 2, "H": 3, "Sq": 113, "Sk": 203, "D": 64, "dtype": "fp32", "causal": True}],
         "timing": {"budget_s": 0.2, "min_repeats": 5, "warmup_ms": 5, "e2e_repeats": 3},
     }, "test")
-    bundle = runner.profile(scen, runner.ProfileOptions(out_dir=tmp_path, task_timeout_s=300, ceilings=False))
+    bundle = runner.profile(scen, runner.ProfileOptions(out_dir=tmp_path, task_timeout_s=300, ceilings=False,
+                                                             user_variants=[str(TESTONLY_VARIANTS)]))
     df = bundle.measurements().set_index("variant")
     assert df.loc["_fault_oob", "status"] == "failed"
     assert "illegal memory access" in df.loc["_fault_oob", "reason"]

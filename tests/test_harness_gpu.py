@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from testonly import TESTONLY_VARIANTS
 
 from faprof import variants
 from faprof.measure import correctness, cupti_timer, harness
@@ -31,6 +32,7 @@ def _measure(name: str, problem: AttentionProblem, settings: TimingSettings = QU
 
 def test_a_racy_kernel_is_wrong_and_its_atomic_twin_is_right():
     p = AttentionProblem(B=2, H=4, Sq=512, Sk=512, D=64, dtype="fp32", causal=False)
+    variants.load_user_variants(str(TESTONLY_VARIANTS))  # tests/kernels/race.cu, its own extension
     good = _measure("_race_atomic", p)
     assert good["correct"] is True, good.get("check_reason")
     bad = _measure("_race_plain", p)

@@ -21,6 +21,7 @@ import textwrap
 
 import pytest
 from attention_reference import reference
+from testonly import TESTONLY_VARIANTS
 
 torch = pytest.importorskip("torch")
 
@@ -282,6 +283,7 @@ def test_fault_oob_raises_illegal_memory_access(ops):
         """
         import torch
         from faprof import variants
+        variants.load_user_variants(TESTONLY)
         q = torch.randn(8, device="cuda")
         variants.get("_fault_oob").fn(q, q, q, False, 1.0)
         print("LAUNCHED", flush=True)
@@ -289,6 +291,7 @@ def test_fault_oob_raises_illegal_memory_access(ops):
         print("NO FAULT", flush=True)
         """
     )
+    code = f"TESTONLY = {str(TESTONLY_VARIANTS)!r}\n" + code  # the test-only kernels' own extension
     res = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env={**os.environ}
     )

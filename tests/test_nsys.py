@@ -28,6 +28,10 @@ import pytest
 
 from faprof.errors import FaprofError
 from faprof.nsight import nsys
+from faprof.nsight.nsys import capture as nsys_capture
+from faprof.nsight.nsys import find as nsys_find
+from faprof.nsight.nsys import read as nsys_read
+from faprof.nsight.nsys import stage as nsys_stage
 
 DATA = Path(__file__).parent / "data" / "nsys"
 SMOKE_DB, SMOKE_PLAN = DATA / "smoke.sqlite", DATA / "smoke_plan.json"
@@ -214,7 +218,7 @@ plan_out = argv[argv.index("--plan-out") + 1] if "--plan-out" in argv else None
 
 
 def test_run_capture_stops_an_nsys_that_lingers_after_its_report(tmp_path, monkeypatch):
-    monkeypatch.setattr(nsys, "EXIT_GRACE_S", 1.0)
+    monkeypatch.setattr(nsys_capture, "EXIT_GRACE_S", 1.0)
     log_text = (DATA / "smoke_nsys.log").read_text()
     fake = _fake_nsys(tmp_path, f"""
 Path(base + ".nsys-rep").write_bytes(b"rep")
@@ -254,9 +258,9 @@ def test_run_capture_times_out(tmp_path):
 
 
 def test_generated_line_of_the_real_log():
-    assert nsys._generated((DATA / "smoke_nsys.log").read_text())
-    assert nsys._generated((DATA / "cpu_only_nsys.log").read_text())  # "Generated:\n\tNo reports were generated"
-    assert not nsys._generated("Capture range started in the application.\n")
+    assert nsys_capture._generated((DATA / "smoke_nsys.log").read_text())
+    assert nsys_capture._generated((DATA / "cpu_only_nsys.log").read_text())  # "Generated:\n\tNo reports were generated"
+    assert not nsys_capture._generated("Capture range started in the application.\n")
 
 
 # ============================================================================= collect
@@ -274,8 +278,8 @@ def _collect(bundle, monkeypatch, fake: Path | None, importer=(True, "QdstrmImpo
     from faprof.model.scenarios import load_scenario
     from faprof.run.options import ProfileOptions
 
-    monkeypatch.setattr(nsys, "find_nsys", lambda: fake)
-    monkeypatch.setattr(nsys, "check_importer", lambda _n: importer)
+    monkeypatch.setattr(nsys_stage, "find_nsys", lambda: fake)
+    monkeypatch.setattr(nsys_stage, "check_importer", lambda _n: importer)
     events: list[tuple[str, dict]] = []
     nsys.collect(bundle, load_scenario("smoke"), ProfileOptions(variants=variants),
                  lambda e, i: events.append((e, i)), cuda_ok)
@@ -368,12 +372,12 @@ print("Importer error status: Importation failed.")
 
 
 def test_doctor_checks(monkeypatch, tmp_path):
-    monkeypatch.setattr(nsys, "find_nsys", lambda: None)
+    monkeypatch.setattr(nsys_find, "find_nsys", lambda: None)
     (c,) = nsys.doctor_checks()
     assert c.name == "nsys" and c.status == "warn" and "NSYS=" in c.hint
     fake = _fake_nsys(tmp_path, "")
-    monkeypatch.setattr(nsys, "find_nsys", lambda: fake)
-    monkeypatch.setattr(nsys, "check_importer", lambda _n: (False, "cannot load libdw.so.1"))
+    monkeypatch.setattr(nsys_find, "find_nsys", lambda: fake)
+    monkeypatch.setattr(nsys_find, "check_importer", lambda _n: (False, "cannot load libdw.so.1"))
     found, importer = nsys.doctor_checks()
     assert (found.status, importer.status) == ("ok", "fail")
     assert "2025.3.1.0-fake" in found.detail and "libdw.so.1" in importer.detail
@@ -589,10 +593,10 @@ def test_not_an_export(tmp_path):
 
 
 def test_short_name_for_exports_without_shortName():
-    assert nsys._short_name("void at::native::vectorized_elementwise_kernel<4, float>(int, T2)") == \
+    assert nsys_read._short_name("void at::native::vectorized_elementwise_kernel<4, float>(int, T2)") == \
         "vectorized_elementwise_kernel"
-    assert nsys._short_name("naive_pv_kernel(const float *, float *)") == "naive_pv_kernel"
-    assert nsys._short_name(None) is None
+    assert nsys_read._short_name("naive_pv_kernel(const float *, float *)") == "naive_pv_kernel"
+    assert nsys_read._short_name(None) is None
 
 
 def test_recorded_reports_are_small():
@@ -612,3 +616,28 @@ def test_overlapping_kernels_leave_no_gap(smoke_kernels):
     call.loc[call.index[1], ["start_ns", "stream"]] = [first_end - 500, 99]
     gaps = nsys.idle_gaps(call)
     assert gaps["gap_ns"].iloc[0] == 0 and (gaps["gap_ns"] >= 0).all()
+
+
+# ========================================================================= the package's shape
+def test_python_m_parse_prints_the_summary_of_the_real_export():
+    """`python -m faprof.nsight.nsys parse` (nsys/__main__.py) reads the H100 recording as collect does."""
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-m", "faprof.nsight.nsys", "parse", str(SMOKE_DB), "--plan", str(SMOKE_PLAN)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    want = nsys.summarize(nsys.read_kernels(SMOKE_DB, _plan()), None, _plan())
+    for v, s in zip(want["variant"], want["shape_id"], strict=True):
+        assert v in r.stdout and s in r.stdout
+    assert "kernels_per_call" in r.stdout and "harness_over_gpu" in r.stdout
+
+
+def test_the_facade_is_the_parts():
+    """`nsys.X` is the part's own object (a monkeypatch of a part is seen through the facade's callers)."""
+    from faprof.nsight.nsys import command, tables
+
+    assert nsys.collect is nsys_stage.collect and callable(nsys.collect)
+    assert nsys.find_nsys is nsys_find.find_nsys and nsys.run_capture is nsys_capture.run_capture
+    assert nsys.load_sqlite is nsys_read.load_sqlite and nsys.summarize is tables.summarize
+    assert nsys.nsys_command is command.nsys_command
+    assert set(nsys.__all__) <= set(dir(nsys))

@@ -36,7 +36,8 @@ needs_nvcc = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def report():
-    return build_report.resource_report(archs=ARCHS, sources=sorted((PLANTED / "kernels").glob("*.cu")))
+    return build_report.resource_report(archs=ARCHS, sources=sorted((PLANTED / "kernels").glob("*.cu")),
+                                        include_dirs=[build.KERNELS_DIR])  # mma_ptx.cuh: in the ptxas cache key
 
 
 @needs_nvcc
@@ -131,3 +132,16 @@ def test_every_planted_kernel_has_an_expected_cause_and_a_control_of_its_own_des
     # each new kind exercises a different part of the accounting
     new = [c for c in mod.EXPECTED_CAUSE.values() if c is not None and c not in CAUSES]
     assert len(new) >= 8 and len(set(new)) == len(new)
+
+
+def test_planted_kernels_share_the_ptx_wrappers_instead_of_copying_them():
+    """planted_mma.cu includes kernels/mma_ptx.cuh (as fa2_mma.cu does) and defines none of its wrappers."""
+    import re
+
+    text = (PLANTED / "kernels" / "planted_mma.cu").read_text()
+    shared = re.findall(r"__device__ __forceinline__ \S+ (\w+)\(", (build.KERNELS_DIR / "mma_ptx.cuh").read_text())
+    assert {"ldmatrix_x4", "mma_16816", "pack2", "fast_exp2"} <= set(shared)
+    assert re.search(r'#include "[./]*(kernels/)?mma_ptx\.cuh"', text)
+    defined = set(re.findall(r"__device__ __forceinline__ \S+ (\w+)\(", text))
+    assert not defined & set(shared), defined & set(shared)
+    assert "mma.sync.aligned" not in text and "ldmatrix.sync.aligned" not in text

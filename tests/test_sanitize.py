@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from testonly import TESTONLY_VARIANTS, load_testonly
 
 from faprof.cli import main
 from faprof.errors import FaprofError
@@ -145,8 +146,11 @@ def test_found_on_cuda_home(tmp_path, monkeypatch):
 def test_memcheck_finds_the_planted_fault(tmp_path):
     """faprof's test-only kernel writes to an unmapped address: memcheck must report it, with the
     source line from -lineinfo, and the parsed rows must add up to the tool's own ERROR SUMMARY."""
+    # The test-only kernel is its own extension (tests/kernels/): built here, outside the sanitizer,
+    # so the target under memcheck only loads it from the cache.
+    load_testonly().load_extension()
     r = CliRunner().invoke(main, ["sanitize", "_fault_oob", "--scenario", "smoke", "--tool", "memcheck",
-                                  "--out", str(tmp_path)])
+                                  "--user-variants", str(TESTONLY_VARIANTS), "--out", str(tmp_path)])
     assert r.exit_code == 3, r.output
     from faprof.store import find_bundles
 

@@ -31,6 +31,7 @@ import json
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from faprof.measure import adversarial, correctness, signatures, stability, stats, wrong_text
@@ -150,6 +151,38 @@ def _open_timer(settings: TimingSettings) -> tuple[Any, str]:
         return None, f"CUPTI unavailable: {e}"
 
 
+#: Warm-up stops after this many calls even when `warmup_ms` has not passed (a call of a few
+#: microseconds would otherwise make tens of thousands of calls in a long warm-up).
+WARMUP_MAX_CALLS = 10_000
+
+#: Timed calls in the first batch: few, so a slow call cannot spend the budget before the first
+#: look at the stop rule; each later batch doubles, up to MAX_BATCH.
+FIRST_BATCH = 10
+
+#: The most timed calls between two looks at the stop rule.
+MAX_BATCH = 100
+
+
+@dataclass
+class _CudaSamples:
+    """The samples of one `time_cuda`: CUPTI kernel time (while the timer lasts) and CUDA events."""
+
+    timer: Any
+    """The KernelTimer, or None once events are the timer (asked for, unavailable, or fallen back)."""
+    note: str
+    """Why events are the timer ('' with CUPTI)."""
+    kernel: list[float] = field(default_factory=list)
+    span: list[float] = field(default_factory=list)
+    nkern: list[int] = field(default_factory=list)
+    event: list[float] = field(default_factory=list)
+    last: Any = None
+    """The last timed call's result (checked against the verified output by the caller)."""
+
+    def primary(self) -> list[float]:
+        """The samples the statistics are of: kernel time with CUPTI, else the events'."""
+        return self.kernel if self.timer is not None else self.event
+
+
 def probe_checker(variant: Any, device: str, tol: Tolerance) -> Callable[..., dict[str, Any]]:
     """check(probe, inputs, reference) for `adversarial.run`: the correctness check on a probe, with the
     FlashAttention rule's eps raised by the exponent arguments' fp32 rounding at the probe's scores
@@ -165,85 +198,115 @@ def probe_checker(variant: Any, device: str, tol: Tolerance) -> Callable[..., di
 def time_cuda(fn: Callable[[], Any], settings: TimingSettings, flusher: L2Flusher | None,
               monitor: Any = None) -> dict[str, Any]:
     """Kernel time (CUPTI) and call latency (events) of `fn` with warm-up, clean-L2 flush, a
-    GPU-side lead and adaptive repeats on the median's CI. Times in ms."""
+    GPU-side lead and adaptive repeats on the median's CI.
+
+    Args:
+        fn: one call of the variant (inputs bound).
+        settings: the scenario's timing settings.
+        flusher: the L2 flush run before every timed call (None: no flush).
+        monitor: a GPU monitor read after every batch (None: none).
+
+    Returns:
+        The samples and their statistics, the stop reason, the timer used and why, and the side
+        figures (enqueue cost, event and span medians, kernels per call, SM clock). Times in ms.
+    """
+    _warm_up(fn, settings.warmup_ms)
+    enqueue_ms = host_enqueue_ms(fn)
+    lead_cycles = int(cycles_per_us() * (LEAD_MIN_US + LEAD_FACTOR * enqueue_ms * 1e3))
+    smp = _CudaSamples(*_open_timer(settings))
+    batch = FIRST_BATCH
+    start_wall = time.perf_counter()
+    stop_reason = "max_repeats"
+    try:
+        while len(smp.event) < settings.max_repeats:
+            batch = min(batch, settings.max_repeats - len(smp.event))
+            _timed_batch(fn, batch, smp, flusher, lead_cycles)
+            if monitor is not None:
+                monitor.read()
+            reason = _stop_reason(smp.primary(), settings, start_wall)
+            if reason:
+                stop_reason = reason
+                break
+            batch = min(MAX_BATCH, batch * 2)
+    finally:
+        if smp.timer is not None:
+            smp.timer.close()
+    clock = sm_clock_mhz()
+    used = "cupti" if smp.timer is not None else "cuda_event"
+    primary = smp.primary()
+    return {"samples": primary, "stats": stats.summarize(primary), "stop": stop_reason, "timer": used,
+            "timer_note": smp.note, "host_enqueue_ms": enqueue_ms, "event_ms": statistics.median(smp.event),
+            "span_ms": statistics.median(smp.span) if smp.span else None,
+            "kernels_per_call": statistics.median(smp.nkern) if smp.nkern else None,
+            "sm_clock_mhz": clock, "last_result": smp.last}
+
+
+def _warm_up(fn: Callable[[], Any], warmup_ms: float) -> None:
+    """At least 3 synchronized calls and `warmup_ms` of wall time (at most WARMUP_MAX_CALLS calls)."""
     import torch
 
     t0 = time.perf_counter()
     calls = 0
-    while calls < 3 or (time.perf_counter() - t0) * 1e3 < settings.warmup_ms:
+    while calls < 3 or (time.perf_counter() - t0) * 1e3 < warmup_ms:
         fn()
         calls += 1
         torch.cuda.synchronize()
-        if calls >= 10_000:
+        if calls >= WARMUP_MAX_CALLS:
             break
-    enqueue_ms = host_enqueue_ms(fn)
-    lead_cycles = int(cycles_per_us() * (LEAD_MIN_US + LEAD_FACTOR * enqueue_ms * 1e3))
-    timer, note = _open_timer(settings)
-    kernel: list[float] = []
-    span: list[float] = []
-    nkern: list[int] = []
-    event: list[float] = []
-    last = None
-    batch = 10
-    start_wall = time.perf_counter()
-    stop_reason = "max_repeats"
-    try:
-        while len(event) < settings.max_repeats:
-            batch = min(batch, settings.max_repeats - len(event))
-            evs = []
-            ids = timer.new_ids(batch) if timer is not None else [0] * batch
-            for cid in ids:
-                if flusher is not None:
-                    flusher()
-                torch.cuda._sleep(lead_cycles)
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                if timer is not None:
-                    with timer.call(cid):
-                        last = fn()
-                else:
-                    last = fn()
-                e.record()
-                evs.append((s, e))
-            torch.cuda.synchronize()
-            event.extend(s.elapsed_time(e) for s, e in evs)
-            if timer is not None:
-                got = timer.collect(expect=ids)
-                seen = [got[i] for i in ids if i in got]
-                if len(seen) < CUPTI_MIN_COVERAGE * len(ids):
-                    note = (f"CUPTI recorded kernels for {len(seen)} of {len(ids)} calls "
-                            f"(records: {timer.last_counts}); CUDA events used")
-                    timer.close()
-                    timer = None
-                    kernel, span, nkern = [], [], []
-                else:
-                    kernel.extend(c.sum_ns / 1e6 for c in seen)
-                    span.extend(c.span_ns / 1e6 for c in seen)
-                    nkern.extend(c.kernels for c in seen)
-            if monitor is not None:
-                monitor.read()
-            primary = kernel if timer is not None else event
-            st = stats.summarize(primary)
-            enough = stats.enough_samples(st["n"], st["median"], settings.min_repeats, settings.min_repeats_short,
-                                          settings.short_call_ms)
-            if enough and st["rel_ci"] <= settings.target_rel_ci:
-                stop_reason = "converged"
-                break
-            if time.perf_counter() - start_wall > settings.budget_s and enough:
-                stop_reason = "budget"
-                break
-            batch = min(100, batch * 2)
-    finally:
-        if timer is not None:
-            timer.close()
-    clock = sm_clock_mhz()
-    used = "cupti" if timer is not None else "cuda_event"
-    primary = kernel if used == "cupti" else event
-    return {"samples": primary, "stats": stats.summarize(primary), "stop": stop_reason, "timer": used,
-            "timer_note": note, "host_enqueue_ms": enqueue_ms, "event_ms": statistics.median(event),
-            "span_ms": statistics.median(span) if span else None,
-            "kernels_per_call": statistics.median(nkern) if nkern else None,
-            "sm_clock_mhz": clock, "last_result": last}
+
+
+def _timed_batch(fn: Callable[[], Any], n: int, smp: _CudaSamples, flusher: L2Flusher | None,
+                 lead_cycles: int) -> None:
+    """`n` timed calls, each after a flush and a GPU-side lead; their samples added to `smp`.
+
+    A batch whose CUPTI records cover less than CUPTI_MIN_COVERAGE of its calls closes the timer:
+    from then on (and for the whole row) CUDA events are the timer, and `smp.note` says why.
+    """
+    import torch
+
+    evs = []
+    ids = smp.timer.new_ids(n) if smp.timer is not None else [0] * n
+    for cid in ids:
+        if flusher is not None:
+            flusher()
+        torch.cuda._sleep(lead_cycles)
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        if smp.timer is not None:
+            with smp.timer.call(cid):
+                smp.last = fn()
+        else:
+            smp.last = fn()
+        e.record()
+        evs.append((s, e))
+    torch.cuda.synchronize()
+    smp.event.extend(s.elapsed_time(e) for s, e in evs)
+    if smp.timer is None:
+        return
+    got = smp.timer.collect(expect=ids)
+    seen = [got[i] for i in ids if i in got]
+    if len(seen) < CUPTI_MIN_COVERAGE * len(ids):
+        smp.note = (f"CUPTI recorded kernels for {len(seen)} of {len(ids)} calls "
+                    f"(records: {smp.timer.last_counts}); CUDA events used")
+        smp.timer.close()
+        smp.timer = None
+        smp.kernel, smp.span, smp.nkern = [], [], []
+    else:
+        smp.kernel.extend(c.sum_ns / 1e6 for c in seen)
+        smp.span.extend(c.span_ns / 1e6 for c in seen)
+        smp.nkern.extend(c.kernels for c in seen)
+
+
+def _stop_reason(primary: list[float], settings: TimingSettings, start_wall: float) -> str | None:
+    """'converged' (the median's CI is narrow enough), 'budget' (time is up), or None: time more calls."""
+    st = stats.summarize(primary)
+    enough = stats.enough_samples(st["n"], st["median"], settings.min_repeats, settings.min_repeats_short,
+                                  settings.short_call_ms)
+    if enough and st["rel_ci"] <= settings.target_rel_ci:
+        return "converged"
+    if time.perf_counter() - start_wall > settings.budget_s and enough:
+        return "budget"
+    return None
 
 
 def time_host(fn: Callable[[], Any], settings: TimingSettings, sync: Callable[[], None] | None = None) -> dict[str, Any]:
@@ -353,77 +416,16 @@ def measure(variant, problem: AttentionProblem, inputs: Inputs, ref: Reference |
 
     Raises whatever the variant raises; the caller turns that into status 'failed' or 'unsupported'.
     """
-    import torch
-
     tol = tol or DEFAULT_TOLERANCE[problem.dtype]
     row: dict[str, Any] = {"device": device, "seed": inputs.seed}
     checked_outputs = None
     if ref is not None:
-        chk = correctness.check_correctness(variant, problem, inputs, ref, device, tol)
-        checked_outputs = chk.pop("checked_outputs")
-        row.update(
-            correct=chk["correct"], max_abs_err=chk["max_abs_err"], rel_err=chk["rel_err"],
-            errors=chk["errors"], out_sample=chk["out_sample"], ref_sample=chk["ref_sample"],
-            reference=ref.kind, rtol=tol.rtol, atol=tol.atol, tol_factor=tol.factor, tol_eps=tol.eps,
-            check_reason=chk["check_reason"], lse_checked=chk["lse_checked"],
-            baseline_max_err=ref.baseline_err.get("out"),
-        )
-        wrong_on = [] if chk["correct"] else ["randn"]
-        maps, sigs = list(chk["error_map"]), list(chk["signatures"])
-        if probes is not None:
-            cuda_ok = device == "cuda"
-            adv = adversarial.run(probes, lambda p: variant.supports(p, cuda_available=cuda_ok),
-                                  probe_checker(variant, device, tol))
-            row["probes"] = json.dumps(adv["probes"])
-            wrong_on += adv["failed"]
-            maps += adv["error_map"]
-            sigs += adv["signatures"]
-            if adv["failed"]:
-                # the reason quotes one failure in full (randn's, else the first input's), names the rest
-                first = [] if wrong_on[0] == "randn" else adv["reasons"][:1]
-                rest = adv["failed"] if wrong_on[0] == "randn" else adv["failed"][1:]
-                also = [f"also wrong on {', '.join(rest)}"] if rest else []
-                row["correct"] = False
-                row["check_reason"] = "; ".join(x for x in (row["check_reason"], *first, *also) if x)
-        row.update(_wrong_fields(row, wrong_on, maps, sigs))
+        checked_outputs = _check(row, variant, problem, inputs, ref, device, tol, probes)
     if not do_timing:
         return row
-    ts, dout = correctness.prepare(problem, inputs, device, variant.name)
-    out = torch.empty_like(ts[0]) if variant.kind in ("cuda", "user") and problem.direction == "fwd" else None
-    _, timed = make_call(variant, problem, ts, dout, out)
-    if device == "cuda":
-        if flusher is None and settings.flush_l2 and l2_bytes:
-            flusher = L2Flusher(l2_bytes)
-        if monitor is not None:
-            monitor.read()
-        res = time_cuda(timed, settings, flusher if settings.flush_l2 else None, monitor)
-        row["e2e_ms"] = time_e2e(timed, settings.e2e_repeats)
-        for k in ("host_enqueue_ms", "event_ms", "span_ms", "kernels_per_call", "sm_clock_mhz"):
-            row[k] = res[k]
-        st = res["stats"]
-        if settings.graph and st["median"] < GRAPH_WORTHY_MS and problem.direction == "fwd":
-            row["graph_ms"] = time_graph(timed)
-        row["peak_mem_bytes"], row["extra_mem_bytes"] = peak_memory(timed)
-        if monitor is not None:
-            monitor.read()
-            row.update(monitor.summary())
-    else:
-        res = time_host(timed, settings)
-        st = res["stats"]
-        row["e2e_ms"] = st["median"]
+    res, st = _time(row, variant, problem, inputs, device, settings, l2_bytes, flusher, monitor)
     if checked_outputs is not None and res.get("last_result") is not None:
-        rep = correctness.check_repeat(variant, problem, checked_outputs, res["last_result"], ref, tol)
-        row.update(repeatable=rep["repeatable"])
-        if not rep["repeat_ok"]:
-            row["correct"] = False
-            row["check_reason"] = "; ".join(x for x in (row.get("check_reason"), rep["repeat_reason"]) if x)
-            names = correctness._outputs(problem, res["last_result"])[0]
-            race = signatures.race_signature(names, checked_outputs, correctness.snapshot(problem, res["last_result"]))
-            old = json.loads(row["signatures"]) if row.get("signatures") else []
-            maps = json.loads(row["error_map"]) if row.get("error_map") else []
-            wrong_on = row["check_input"].split(", ") if row.get("check_input") else []
-            row.update(_wrong_fields(row, wrong_on or ["randn (timed call)"], maps,
-                                     [race.to_dict(), *old] if race is not None else old))
+        _check_repeat(row, variant, problem, checked_outputs, res["last_result"], ref, tol)
     row.update(
         timer=res["timer"], timer_note=res["timer_note"], stop=res["stop"], samples_ms=res["samples"], n=st["n"],
         median_ms=st["median"], ci95_low_ms=st["ci95_low"], ci95_high_ms=st["ci95_high"], rel_ci=st["rel_ci"],
@@ -435,6 +437,89 @@ def measure(variant, problem: AttentionProblem, inputs: Inputs, ref: Reference |
                                             stability.host_stop_rule(dataclasses.asdict(settings)))
     row["unstable_reason"] = why or None
     return row
+
+
+def _check(row: dict[str, Any], variant, problem: AttentionProblem, inputs: Inputs, ref: Reference, device: str,
+           tol: Tolerance, probes: adversarial.ProbeSet | None) -> Any:
+    """The correctness fields of `row` (randn inputs, then the probes); returns the checked outputs."""
+    chk = correctness.check_correctness(variant, problem, inputs, ref, device, tol)
+    checked_outputs = chk.pop("checked_outputs")
+    row.update(
+        correct=chk["correct"], max_abs_err=chk["max_abs_err"], rel_err=chk["rel_err"],
+        errors=chk["errors"], out_sample=chk["out_sample"], ref_sample=chk["ref_sample"],
+        reference=ref.kind, rtol=tol.rtol, atol=tol.atol, tol_factor=tol.factor, tol_eps=tol.eps,
+        check_reason=chk["check_reason"], lse_checked=chk["lse_checked"],
+        baseline_max_err=ref.baseline_err.get("out"),
+    )
+    wrong_on = [] if chk["correct"] else ["randn"]
+    maps, sigs = list(chk["error_map"]), list(chk["signatures"])
+    if probes is not None:
+        cuda_ok = device == "cuda"
+        adv = adversarial.run(probes, lambda p: variant.supports(p, cuda_available=cuda_ok),
+                              probe_checker(variant, device, tol))
+        row["probes"] = json.dumps(adv["probes"])
+        wrong_on += adv["failed"]
+        maps += adv["error_map"]
+        sigs += adv["signatures"]
+        if adv["failed"]:
+            # the reason quotes one failure in full (randn's, else the first input's), names the rest
+            first = [] if wrong_on[0] == "randn" else adv["reasons"][:1]
+            rest = adv["failed"] if wrong_on[0] == "randn" else adv["failed"][1:]
+            also = [f"also wrong on {', '.join(rest)}"] if rest else []
+            row["correct"] = False
+            row["check_reason"] = "; ".join(x for x in (row["check_reason"], *first, *also) if x)
+    row.update(_wrong_fields(row, wrong_on, maps, sigs))
+    return checked_outputs
+
+
+def _time(row: dict[str, Any], variant, problem: AttentionProblem, inputs: Inputs, device: str,
+          settings: TimingSettings, l2_bytes: int, flusher: L2Flusher | None,
+          monitor: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Time the call (GPU: CUPTI/events, e2e, graph, memory, monitor; CPU: the host clock) into `row`;
+    returns the timer's result and its statistics."""
+    import torch
+
+    ts, dout = correctness.prepare(problem, inputs, device, variant.name)
+    out = torch.empty_like(ts[0]) if variant.kind in ("cuda", "user") and problem.direction == "fwd" else None
+    _, timed = make_call(variant, problem, ts, dout, out)
+    if device != "cuda":
+        res = time_host(timed, settings)
+        row["e2e_ms"] = res["stats"]["median"]
+        return res, res["stats"]
+    if flusher is None and settings.flush_l2 and l2_bytes:
+        flusher = L2Flusher(l2_bytes)
+    if monitor is not None:
+        monitor.read()
+    res = time_cuda(timed, settings, flusher if settings.flush_l2 else None, monitor)
+    row["e2e_ms"] = time_e2e(timed, settings.e2e_repeats)
+    for k in ("host_enqueue_ms", "event_ms", "span_ms", "kernels_per_call", "sm_clock_mhz"):
+        row[k] = res[k]
+    st = res["stats"]
+    if settings.graph and st["median"] < GRAPH_WORTHY_MS and problem.direction == "fwd":
+        row["graph_ms"] = time_graph(timed)
+    row["peak_mem_bytes"], row["extra_mem_bytes"] = peak_memory(timed)
+    if monitor is not None:
+        monitor.read()
+        row.update(monitor.summary())
+    return res, st
+
+
+def _check_repeat(row: dict[str, Any], variant, problem: AttentionProblem, checked_outputs: Any, last: Any,
+                  ref: Reference | None, tol: Tolerance) -> None:
+    """The last timed call's output against the checked one: a difference makes the row wrong (a race)."""
+    rep = correctness.check_repeat(variant, problem, checked_outputs, last, ref, tol)
+    row.update(repeatable=rep["repeatable"])
+    if rep["repeat_ok"]:
+        return
+    row["correct"] = False
+    row["check_reason"] = "; ".join(x for x in (row.get("check_reason"), rep["repeat_reason"]) if x)
+    names = correctness._outputs(problem, last)[0]
+    race = signatures.race_signature(names, checked_outputs, correctness.snapshot(problem, last))
+    old = json.loads(row["signatures"]) if row.get("signatures") else []
+    maps = json.loads(row["error_map"]) if row.get("error_map") else []
+    wrong_on = row["check_input"].split(", ") if row.get("check_input") else []
+    row.update(_wrong_fields(row, wrong_on or ["randn (timed call)"], maps,
+                             [race.to_dict(), *old] if race is not None else old))
 
 
 def _wrong_fields(row: dict[str, Any], wrong_on: list[str], maps: list[dict[str, Any]],

@@ -16,6 +16,7 @@ import functools
 import math
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -212,19 +213,54 @@ def _load(path: Path) -> tuple[GPUSpec, ...]:
     return specs
 
 
-def _parse_row(path: Path, index: int, row: Any) -> GPUSpec:
-    label = f"row {index}"
+#: Relative slack when comparing two rates read from the file (rounding in the datasheet's figures).
+_RATE_SLACK = 1e-6
 
-    def fail(key: str, expected: str, got: Any) -> FaprofError:
-        return FaprofError(f"GPU database {path}: {label}: key {key!r}: expected {expected}, got {got!r}")
+_Fail = Callable[[str, str, Any], FaprofError]
+
+
+def _parse_row(path: Path, index: int, row: Any) -> GPUSpec:
+    """One [[gpu]] table, checked key by key: identity, numbers, the derived list, the rates' order."""
+    name, fail = _checked_keys(path, index, row)
+    family, match, cc, sms = _identity(row, fail)
+    numbers = _numbers(row, fail)
+    derived = _derived(row, numbers, fail)
+    fp32acc, fp16acc = numbers["fp16_tensor_tflops"], numbers["fp16_tensor_fp16acc_tflops"]
+    if fp32acc is not None and fp16acc is not None and fp32acc > fp16acc * (1 + _RATE_SLACK):
+        raise fail(
+            "fp16_tensor_tflops",
+            f"at most the fp16-accumulate rate {fp16acc} (fp32 accumulate is never faster)",
+            fp32acc,
+        )
+    return GPUSpec(
+        name=name.strip(),
+        match=tuple(m.strip() for m in match),
+        cc=cc,
+        sms=sms,
+        source=row["source"].strip(),
+        notes=row.get("notes", "").strip(),
+        family=family,
+        known=True,
+        derived=tuple(derived),
+        **numbers,  # type: ignore[arg-type]
+    )
+
+
+def _checked_keys(path: Path, index: int, row: Any) -> tuple[str, _Fail]:
+    """The row's name, and an error maker that names the row; every required key present, none unknown."""
+
+    def failer(label: str) -> _Fail:
+        def fail(key: str, expected: str, got: Any) -> FaprofError:
+            return FaprofError(f"GPU database {path}: {label}: key {key!r}: expected {expected}, got {got!r}")
+
+        return fail
 
     if not isinstance(row, dict):
-        raise FaprofError(f"GPU database {path}: {label}: expected a [[gpu]] table, got {row!r}")
+        raise FaprofError(f"GPU database {path}: row {index}: expected a [[gpu]] table, got {row!r}")
     name = row.get("name")
     if not isinstance(name, str) or not name.strip():
-        raise fail("name", "a non-empty string", name)
+        raise failer(f"row {index}")("name", "a non-empty string", name)
     label = f"row {index} ({name!r})"
-
     for key in _REQUIRED_KEYS:
         if key not in row:
             raise FaprofError(f"GPU database {path}: {label}: missing required key {key!r}")
@@ -233,7 +269,11 @@ def _parse_row(path: Path, index: int, row: Any) -> GPUSpec:
         raise FaprofError(
             f"GPU database {path}: {label}: unknown key(s) {unknown}; allowed keys: {sorted(_ALLOWED_KEYS)}"
         )
+    return name, failer(label)
 
+
+def _identity(row: dict[str, Any], fail: _Fail) -> tuple[str, list[str], str, int]:
+    """family, match, cc and sms, checked; source and notes checked as strings."""
     family = row["family"]
     if family not in FAMILIES:
         raise fail("family", f"one of {list(FAMILIES)}", family)
@@ -250,7 +290,11 @@ def _parse_row(path: Path, index: int, row: Any) -> GPUSpec:
         value = row.get(key, "")
         if not isinstance(value, str) or (key == "source" and not value.strip()):
             raise fail(key, "a non-empty string" if key == "source" else "a string", value)
+    return family, match, cc, sms
 
+
+def _numbers(row: dict[str, Any], fail: _Fail) -> dict[str, float | None]:
+    """Every optional numeric field as a float (None when the row leaves it out)."""
     numbers: dict[str, float | None] = {}
     for key in _OPTIONAL_NUMBER_FIELDS:
         value = row.get(key)
@@ -262,7 +306,11 @@ def _parse_row(path: Path, index: int, row: Any) -> GPUSpec:
         ):
             raise fail(key, "a positive number (leave the key out when it cannot be sourced)", value)
         numbers[key] = None if value is None else float(value)
+    return numbers
 
+
+def _derived(row: dict[str, Any], numbers: dict[str, float | None], fail: _Fail) -> list[str]:
+    """The `derived` list: names of numeric fields this row has a value for."""
     derived = row.get("derived", [])
     if not isinstance(derived, list) or not all(isinstance(d, str) for d in derived):
         raise fail("derived", "a list of field names", derived)
@@ -273,27 +321,7 @@ def _parse_row(path: Path, index: int, row: Any) -> GPUSpec:
             )
         if numbers[field_name] is None:
             raise fail("derived", "fields that have a value in this row", field_name)
-
-    fp32acc, fp16acc = numbers["fp16_tensor_tflops"], numbers["fp16_tensor_fp16acc_tflops"]
-    if fp32acc is not None and fp16acc is not None and fp32acc > fp16acc * (1 + 1e-6):
-        raise fail(
-            "fp16_tensor_tflops",
-            f"at most the fp16-accumulate rate {fp16acc} (fp32 accumulate is never faster)",
-            fp32acc,
-        )
-
-    return GPUSpec(
-        name=name.strip(),
-        match=tuple(m.strip() for m in match),
-        cc=cc,
-        sms=sms,
-        source=row["source"].strip(),
-        notes=row.get("notes", "").strip(),
-        family=family,
-        known=True,
-        derived=tuple(derived),
-        **numbers,  # type: ignore[arg-type]
-    )
+    return derived
 
 
 def _check_unique(path: Path, specs: tuple[GPUSpec, ...]) -> None:

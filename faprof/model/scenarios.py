@@ -302,7 +302,6 @@ def _group(ctx: _Ctx, key: str, table: dict, defaults: dict) -> ProblemGroup:
     _expect(ctx, k("name"), name, (str,), "a string")
     baseline = table.get("baseline")
     if baseline is not None:
-
         _expect(ctx, k("baseline"), baseline, (str,), "a variant name")
         try:
             registry.get(baseline)
@@ -334,9 +333,41 @@ def gate_threshold(data: dict[str, Any], where: str) -> float | None:
 
 
 def parse_scenario(data: dict[str, Any], where: str, path: Path | None = None) -> Scenario:
-    """Validate a scenario given as a dict (the parsed TOML). `where` names it in errors."""
+    """Validate a scenario given as a dict (the parsed TOML).
+
+    Args:
+        data: the parsed TOML.
+        where: names the scenario in errors (its file, or a bundle's manifest).
+        path: the file it came from, if any.
+
+    Returns:
+        The Scenario.
+
+    Raises:
+        FaprofError: naming `where`, the key and what was expected, for the first problem found.
+    """
     ctx = _Ctx(where)
     _check_keys(ctx, "", data, _TOP_KEYS)
+    name, baseline, variants = _header(ctx, data)
+    groups = _groups(ctx, data)
+    for k in ("description", "source", "notes"):
+        if k in data and not isinstance(data[k], str):
+            raise ctx.fail(k, "a string", data[k])
+    collect = _collect(ctx, data.get("collect", {}))
+    timing = _timing(ctx, data.get("timing", {}))
+    tolerance = _tolerance(ctx, data.get("tolerance", {}))
+    published = _published(ctx, data.get("published", []))
+    threshold = gate_threshold(data, where)
+    return Scenario(
+        name=name, path=path, description=str(data.get("description", "")), baseline=baseline,
+        variants=variants, groups=groups, collect=collect, timing=timing, tolerance=tolerance,
+        published=published, source=str(data.get("source", "")), notes=str(data.get("notes", "")),
+        gate_threshold=threshold, raw=data,
+    )
+
+
+def _header(ctx: _Ctx, data: dict[str, Any]) -> tuple[str, str, list[str]]:
+    """The scenario's name, baseline and variant list, the variants and baseline checked against the registry."""
     if "name" not in data:
         raise ctx.fail("name", "a string naming the scenario")
     name = _expect(ctx, "name", data["name"], (str,), "a string")
@@ -349,8 +380,6 @@ def parse_scenario(data: dict[str, Any], where: str, path: Path | None = None) -
         variants = [variants]
     if not isinstance(variants, list) or not all(isinstance(v, str) for v in variants) or not variants:
         raise ctx.fail("variants", "a non-empty list of variant names (or [\"all\"])", variants)
-
-
     for v in variants:
         if v != "all":
             try:
@@ -361,11 +390,14 @@ def parse_scenario(data: dict[str, Any], where: str, path: Path | None = None) -
         registry.get(baseline)
     except FaprofError as e:
         raise ctx.fail("baseline", f"a known variant name ({e})", baseline) from None
+    return name, baseline, variants
 
+
+def _groups(ctx: _Ctx, data: dict[str, Any]) -> list[ProblemGroup]:
+    """The problem groups: `[[groups]]`, after a first 'main' group of top-level `problems` / `grid`."""
     defaults = data.get("defaults", {})
     _expect(ctx, "defaults", defaults, (dict,), "a table of problem fields")
     _check_keys(ctx, "defaults.", defaults, _PROBLEM_KEYS)
-
     groups: list[ProblemGroup] = []
     if "groups" in data:
         glist = _expect(ctx, "groups", data["groups"], (list,), "an array of tables [[groups]]")
@@ -377,12 +409,12 @@ def parse_scenario(data: dict[str, Any], where: str, path: Path | None = None) -
         groups.insert(0, _group(ctx, "", {"name": "main", **top}, defaults))
     if not groups:
         raise ctx.fail("problems", "at least one problem: a `problems` list, a `grid`, or [[groups]]")
+    return groups
 
-    for k in ("description", "source", "notes"):
-        if k in data and not isinstance(data[k], str):
-            raise ctx.fail(k, "a string", data[k])
+
+def _collect(ctx: _Ctx, c: Any) -> dict[str, Any]:
+    """`[collect]` over its defaults (timing on, no ncu, no nsys)."""
     collect = {"timing": True, "ncu": "none", "nsys": False, "ncu_metrics": []}
-    c = data.get("collect", {})
     _expect(ctx, "collect", c, (dict,), "a table")
     _check_keys(ctx, "collect.", c, _COLLECT_KEYS)
     collect.update(c)
@@ -393,8 +425,11 @@ def parse_scenario(data: dict[str, Any], where: str, path: Path | None = None) -
             raise ctx.fail(f"collect.{k}", "true or false", collect[k])
     if not isinstance(collect["ncu_metrics"], list) or not all(isinstance(x, str) for x in collect["ncu_metrics"]):
         raise ctx.fail("collect.ncu_metrics", "a list of ncu metric names", collect["ncu_metrics"])
+    return collect
 
-    t_raw = data.get("timing", {})
+
+def _timing(ctx: _Ctx, t_raw: Any) -> TimingSettings:
+    """`[timing]`: each key typed as TimingSettings' field, then the rules between them."""
     _expect(ctx, "timing", t_raw, (dict,), "a table")
     t = upgrade_timing(t_raw)
     fields = TimingSettings.__dataclass_fields__
@@ -423,9 +458,12 @@ def parse_scenario(data: dict[str, Any], where: str, path: Path | None = None) -
         raise ctx.fail("timing.target_rel_ci_host", "a positive fraction, e.g. 0.02", timing.target_rel_ci_host)
     if timing.timer not in TIMERS:
         raise ctx.fail("timing.timer", f"one of {list(TIMERS)}", timing.timer)
+    return timing
 
+
+def _tolerance(ctx: _Ctx, tol: Any) -> dict[str, Tolerance]:
+    """`[tolerance]` over DEFAULT_TOLERANCE, per dtype and per field."""
     tolerance = dict(DEFAULT_TOLERANCE)
-    tol = data.get("tolerance", {})
     _expect(ctx, "tolerance", tol, (dict,), "a table of dtype = {rtol, atol}")
     for dt, spec in tol.items():
         if dt not in DTYPE_BYTES:
@@ -437,46 +475,44 @@ def parse_scenario(data: dict[str, Any], where: str, path: Path | None = None) -
                 raise ctx.fail(f"tolerance.{dt}.{k}", "a non-negative number", v)
         base = DEFAULT_TOLERANCE[dt]
         tolerance[dt] = Tolerance(**{k: float(spec.get(k, getattr(base, k))) for k in ("rtol", "atol", "factor", "eps")})
+    return tolerance
 
-    published: list[Published] = []
-    plist = data.get("published", [])
+
+def _published(ctx: _Ctx, plist: Any) -> list[Published]:
+    """`[[published]]`: the seed report's figures, each checked as `_one_published`."""
     _expect(ctx, "published", plist, (list,), "an array of tables [[published]]")
-    for i, p in enumerate(plist):
-        key = f"published[{i}]"
-        _expect(ctx, key, p, (dict,), "a table")
-        _check_keys(ctx, f"{key}.", p, _PUBLISHED_KEYS)
-        for req in ("gpu", "what", "subject", "value", "unit"):
-            if req not in p:
-                raise ctx.fail(f"{key}.{req}", "present (gpu, what, subject, value and unit are required)")
-        for k in ("gpu", "what", "subject", "unit", "maps_to", "section", "note", "stat"):
-            if k in p and not isinstance(p[k], str):
-                raise ctx.fail(f"{key}.{k}", "a string", p[k])
-        if isinstance(p["value"], bool) or not isinstance(p["value"], int | float):
-            raise ctx.fail(f"{key}.value", "a number", p["value"])
-        shape = p.get("shape", {})
-        _expect(ctx, f"{key}.shape", shape, (dict,), "a table like {B = 1, H = 8, S = 128}")
-        _check_keys(ctx, f"{key}.shape.", shape, _PROBLEM_KEYS)
-        for k, v in shape.items():
-            ints = k in ("B", "H", "S", "Sq", "Sk", "D")
-            if ints and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ctx.fail(f"{key}.shape.{k}", "a positive integer", v)
-        published.append(Published(
-            gpu=str(p["gpu"]), what=str(p["what"]), subject=str(p["subject"]), value=float(p["value"]),
-            unit=str(p["unit"]), shape=dict(shape), maps_to=str(p.get("maps_to", "")),
-            section=str(p.get("section", "")), note=str(p.get("note", "")), stat=str(p.get("stat", "")),
-        ))
-        if published[-1].maps_to:
-            try:
-                registry.get(published[-1].maps_to)
-            except FaprofError:
-                raise ctx.fail(f"{key}.maps_to", "a known variant name", published[-1].maps_to) from None
+    return [_one_published(ctx, f"published[{i}]", p) for i, p in enumerate(plist)]
 
-    return Scenario(
-        name=name, path=path, description=str(data.get("description", "")), baseline=baseline,
-        variants=variants, groups=groups, collect=collect, timing=timing, tolerance=tolerance,
-        published=published, source=str(data.get("source", "")), notes=str(data.get("notes", "")),
-        gate_threshold=gate_threshold(data, where), raw=data,
+
+def _one_published(ctx: _Ctx, key: str, p: Any) -> Published:
+    _expect(ctx, key, p, (dict,), "a table")
+    _check_keys(ctx, f"{key}.", p, _PUBLISHED_KEYS)
+    for req in ("gpu", "what", "subject", "value", "unit"):
+        if req not in p:
+            raise ctx.fail(f"{key}.{req}", "present (gpu, what, subject, value and unit are required)")
+    for k in ("gpu", "what", "subject", "unit", "maps_to", "section", "note", "stat"):
+        if k in p and not isinstance(p[k], str):
+            raise ctx.fail(f"{key}.{k}", "a string", p[k])
+    if isinstance(p["value"], bool) or not isinstance(p["value"], int | float):
+        raise ctx.fail(f"{key}.value", "a number", p["value"])
+    shape = p.get("shape", {})
+    _expect(ctx, f"{key}.shape", shape, (dict,), "a table like {B = 1, H = 8, S = 128}")
+    _check_keys(ctx, f"{key}.shape.", shape, _PROBLEM_KEYS)
+    for k, v in shape.items():
+        ints = k in ("B", "H", "S", "Sq", "Sk", "D")
+        if ints and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ctx.fail(f"{key}.shape.{k}", "a positive integer", v)
+    pub = Published(
+        gpu=str(p["gpu"]), what=str(p["what"]), subject=str(p["subject"]), value=float(p["value"]),
+        unit=str(p["unit"]), shape=dict(shape), maps_to=str(p.get("maps_to", "")),
+        section=str(p.get("section", "")), note=str(p.get("note", "")), stat=str(p.get("stat", "")),
     )
+    if pub.maps_to:
+        try:
+            registry.get(pub.maps_to)
+        except FaprofError:
+            raise ctx.fail(f"{key}.maps_to", "a known variant name", pub.maps_to) from None
+    return pub
 
 
 def load_scenario(name_or_path: str | Path) -> Scenario:

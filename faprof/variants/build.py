@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from faprof import resources
 from faprof.errors import FaprofError
@@ -236,6 +237,11 @@ def kernel_sources(kernels_dir: Path = KERNELS_DIR) -> list[Path]:
     return [binding, *sorted(kernels_dir.glob("*.cu"))]
 
 
+def _source_hashes(folder: Path) -> dict[str, str]:
+    files = sorted(p for p in folder.iterdir() if p.suffix in _SOURCE_SUFFIXES and p.is_file())
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
 def build_hash(
     arch: str,
     nvcc_flags: Sequence[str],
@@ -243,13 +249,21 @@ def build_hash(
     torch_cuda: str | None,
     kernels_dir: Path = KERNELS_DIR,
     ldflags: Sequence[str] = (),
+    extra_dirs: Sequence[Path] = (),
+    name: str = EXTENSION_NAME,
 ) -> str:
-    """16 hex digits over the sources' contents, the flags, torch, the arch and the platform."""
-    files = sorted(p for p in kernels_dir.iterdir() if p.suffix in _SOURCE_SUFFIXES and p.is_file())
-    payload = {
+    """16 hex digits over the sources' contents, the flags, torch, the arch and the platform.
+
+    Args:
+        arch, nvcc_flags, torch_version, torch_cuda, ldflags: what the build is made with.
+        kernels_dir: the folder whose .cu/.cuh/.h/.hpp/.cpp files go into the hash.
+        extra_dirs: more such folders (a test extension's kernels include faprof's headers).
+        name: the extension's name.
+    """
+    payload: dict[str, Any] = {
         "format": BUILD_FORMAT,
-        "name": EXTENSION_NAME,
-        "sources": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in files},
+        "name": name,
+        "sources": _source_hashes(kernels_dir),
         "nvcc_flags": list(nvcc_flags),
         "cflags": list(HOST_CFLAGS),
         "ldflags": list(ldflags),
@@ -259,6 +273,8 @@ def build_hash(
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
         "machine": platform.machine(),
     }
+    if extra_dirs:  # only then, so that faprof's own hash keeps its payload's shape
+        payload["extra_sources"] = [_source_hashes(d) for d in extra_dirs]
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -289,7 +305,51 @@ def load(verbose: bool = False, on_status: Callable[[str], None] | None = None) 
         return _LOADED
 
 
+@dataclass(frozen=True)
+class ExtensionSpec:
+    """A torch extension built from CUDA files with faprof's toolchain and flags: faprof's own, or a test's."""
+
+    name: str
+    """The shared library's name (and torch's extension name)."""
+    sources: tuple[Path, ...]
+    """The binding .cpp and the .cu files."""
+    include_dirs: tuple[Path, ...]
+    """Include paths for nvcc and the host compiler."""
+    hashed_dirs: tuple[Path, ...]
+    """Folders whose source files go into the build hash (the sources' and every included header's)."""
+    build_prefix: str = ""
+    """The build directory is <cache>/build/<prefix><hash>."""
+    what: str = "the faprof extension"
+    """How messages name it."""
+
+
+def faprof_extension() -> ExtensionSpec:
+    """faprof's own extension: kernels/binding.cpp and every kernels/*.cu."""
+    return ExtensionSpec(EXTENSION_NAME, tuple(kernel_sources()), (KERNELS_DIR,), (KERNELS_DIR,))
+
+
 def _load_locked(verbose: bool, on_status: Callable[[str], None] | None) -> BuildInfo:
+    return build_extension(faprof_extension(), verbose, on_status)
+
+
+def build_extension(spec: ExtensionSpec, verbose: bool = False,
+                    on_status: Callable[[str], None] | None = None) -> BuildInfo:
+    """Build `spec` (unless an unchanged build is cached) and load it into this process.
+
+    faprof's own extension goes through `load()` (once per process); tests build their own
+    test-only kernels with this, under the same flags and cache (see tests/kernels/).
+
+    Args:
+        spec: what to build.
+        verbose: show torch's and ninja's build output.
+        on_status: called with a short message before a cold build starts.
+
+    Returns:
+        BuildInfo with the build directory, architecture, time taken and whether it compiled.
+
+    Raises:
+        FaprofError: torch without CUDA, no nvcc, no GPU and no FAPROF_CUDA_ARCH, or a failed build.
+    """
     t0 = time.perf_counter()
     import torch
 
@@ -301,20 +361,29 @@ def _load_locked(verbose: bool, on_status: Callable[[str], None] | None) -> Buil
     arch = target_arch()
     flags = extension_nvcc_flags(arch)
     ldflags = shared_libstdcxx_ldflags()  # after `import torch`, which loads libstdc++
-    key = build_hash(arch, flags, torch.__version__, torch.version.cuda, ldflags=ldflags)
-    build_dir = cache_root() / "build" / key
-    library = build_dir / f"{EXTENSION_NAME}.so"
-    marker = build_dir / _MARKER
-
-    if marker.exists() and library.exists():
+    key = build_hash(arch, flags, torch.__version__, torch.version.cuda, kernels_dir=spec.hashed_dirs[0],
+                     ldflags=ldflags, extra_dirs=spec.hashed_dirs[1:], name=spec.name)
+    build_dir = cache_root() / "build" / f"{spec.build_prefix}{key}"
+    library = build_dir / f"{spec.name}.so"
+    if (build_dir / _MARKER).exists() and library.exists():
         try:
             torch.ops.load_library(str(library))
         except OSError as e:
             raise FaprofError(
-                f"could not load the cached faprof extension {library}: {e}; delete {build_dir} and try again"
+                f"could not load the cached {spec.what.removeprefix('the ')} {library}: {e}; delete {build_dir} and try again"
             ) from e
         return BuildInfo(build_dir, arch, time.perf_counter() - t0, False, library, tuple(flags))
+    nvcc = _prepare_toolchain()
+    before = library.stat().st_mtime_ns if library.exists() else None
+    _compile(spec, build_dir, arch, flags, ldflags, nvcc, verbose, on_status)
+    after = library.stat().st_mtime_ns if library.exists() else None
+    seconds = time.perf_counter() - t0
+    _write_marker(build_dir / _MARKER, arch, flags, ldflags, nvcc, seconds)
+    return BuildInfo(build_dir, arch, seconds, before is None or before != after, library, tuple(flags))
 
+
+def _prepare_toolchain() -> str:
+    """nvcc's path, with CUDA_HOME and MAX_JOBS set for torch.utils.cpp_extension."""
     home = find_cuda_home()
     nvcc = find_nvcc()  # raises with install advice
     if home is not None and not os.environ.get("CUDA_HOME"):
@@ -326,34 +395,43 @@ def _load_locked(verbose: bool, on_status: Callable[[str], None] | None) -> Buil
 
     if cpp_extension.CUDA_HOME is None and home is not None:
         cpp_extension.CUDA_HOME = str(home)
+    return nvcc
+
+
+def _compile(spec: ExtensionSpec, build_dir: Path, arch: str, flags: list[str], ldflags: list[str], nvcc: str,
+             verbose: bool, on_status: Callable[[str], None] | None) -> None:
+    """Compile and load `spec` with torch.utils.cpp_extension (ninja compiles the .cu files in parallel)."""
+    from torch.utils import cpp_extension
 
     build_dir.mkdir(parents=True, exist_ok=True)
-    sources = kernel_sources()
-    before = library.stat().st_mtime_ns if library.exists() else None
     if on_status is not None:
         on_status(
-            f"building the faprof extension for {arch} with {nvcc} "
-            f"({len(sources)} sources, {os.environ['MAX_JOBS']} jobs) in {build_dir}"
+            f"building {spec.what} for {arch} with {nvcc} "
+            f"({len(spec.sources)} sources, {os.environ['MAX_JOBS']} jobs) in {build_dir}"
         )
     try:
         cpp_extension.load(
-            name=EXTENSION_NAME,
-            sources=[str(s) for s in sources],
+            name=spec.name,
+            sources=[str(s) for s in spec.sources],
             extra_cflags=list(HOST_CFLAGS),
             extra_cuda_cflags=flags,
             extra_ldflags=ldflags,
-            extra_include_paths=[str(KERNELS_DIR)],
+            extra_include_paths=[str(d) for d in spec.include_dirs],
             build_directory=str(build_dir),
             is_python_module=False,
             verbose=verbose,
         )
     except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
         raise FaprofError(
-            f"building the faprof extension in {build_dir} failed: {e}\n(run `faprof build --verbose` to see "
+            f"building {spec.what} in {build_dir} failed: {e}\n(run `faprof build --verbose` to see "
             "the compiler's output)"
         ) from e
-    after = library.stat().st_mtime_ns if library.exists() else None
-    seconds = time.perf_counter() - t0
+
+
+def _write_marker(marker: Path, arch: str, flags: list[str], ldflags: list[str], nvcc: str, seconds: float) -> None:
+    """What the build was made with; a build directory without it is not reused."""
+    import torch
+
     marker.write_text(
         json.dumps(
             {
@@ -369,4 +447,3 @@ def _load_locked(verbose: bool, on_status: Callable[[str], None] | None) -> Buil
             indent=2,
         )
     )
-    return BuildInfo(build_dir, arch, seconds, before is None or before != after, library, tuple(flags))

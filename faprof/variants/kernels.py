@@ -41,7 +41,6 @@ def _ops():
     """torch.ops.faprof, building/loading the extension first."""
     import torch
 
-
     build.load()
     return torch.ops.faprof
 
@@ -160,38 +159,20 @@ def _tc_check(variant: str):
     return check
 
 
-# ------------------------------------------------------------------------------ fault
-def fault_oob(q, k, v, causal: bool, scale: float, out=None):
-    """TEST ONLY: launches a kernel that writes to an unmapped address (illegal memory access).
+#: What every CUDA-core variant shares: fp32 forward on the GPU, from faprof's extension.
+_CUDA_CORE: dict[str, Any] = dict(
+    dtypes=("fp32",), directions=("fwd",), device="cuda", compute="cuda_core", needs_extension=True
+)
 
-    The launch itself succeeds; the error surfaces at the next synchronization and leaves the
-    process's CUDA context unusable. Run it only in a process you can throw away.
-    """
-    ops = _ops()
-    out = _alloc_out(q, out)
-    ops.fault_oob(q, out)
-    return out
+#: What every tensor-core variant shares: fp16/bf16 forward on the GPU, from faprof's extension.
+_TENSOR_CORE: dict[str, Any] = dict(
+    dtypes=("fp16", "bf16"), directions=("fwd",), device="cuda", compute="tensor", needs_extension=True
+)
 
 
-# ------------------------------------------------------------------------------- race
-def _race(atomic: bool):
-    def fn(q, k, v, causal: bool, scale: float, out=None):
-        """TEST ONLY: split-K attention, partial outputs summed with (atomic) or without atomics."""
-        import torch
-
-        ops = _ops()
-        out = _alloc_out(q, out)
-        lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
-        ops.race_fwd(q, k, v, out, lse, causal, scale, atomic)
-        return out
-
-    return fn
-
-
-def _register() -> None:
-    common: dict[str, Any] = dict(
-        dtypes=("fp32",), directions=("fwd",), device="cuda", compute="cuda_core", needs_extension=True
-    )
+def _register_cuda_core() -> None:
+    """naive, fa1, fa2 and fa2_det (fp32, CUDA cores)."""
+    common = _CUDA_CORE
     register(
         Variant(
             "naive",
@@ -245,9 +226,11 @@ def _register() -> None:
             **{**common, "directions": kernel_bwd.GRAD_DIRECTIONS, "deterministic": kernel_bwd.ALL_DIRECTIONS},
         )
     )
-    tc: dict[str, Any] = dict(
-        dtypes=("fp16", "bf16"), directions=("fwd",), device="cuda", compute="tensor", needs_extension=True
-    )
+
+
+def _register_tensor_core() -> None:
+    """fa2_wmma, fa2_mma, fa2_mma_det and the hidden _fa2_mma_bwd_1buf (fp16/bf16, mma.sync / wmma)."""
+    tc = _TENSOR_CORE
     register(
         Variant(
             "fa2_wmma",
@@ -300,27 +283,6 @@ def _register() -> None:
             **{**tc, "directions": kernel_bwd.GRAD_DIRECTIONS},
         )
     )
-    register(
-        Variant(
-            "_fault_oob",
-            "cuda",
-            "TEST ONLY: a kernel that faults with an out-of-bounds write (illegal memory access)",
-            fault_oob,
-            hidden=True,
-            source="kernels/fault.cu",
-            tags=("test",),
-            **common,
-        )
-    )
-    for name, atomic, what in (("_race_atomic", True, "split-K with atomicAdd: correct"),
-                               ("_race_plain", False, "split-K with plain read-add-write: a data race")):
-        register(
-            Variant(name, "cuda", f"TEST ONLY: {what}", _race(atomic), hidden=True, source="kernels/race.cu",
-                    tags=("test",), deterministic=(),  # fp32 atomics add in any order
-                    **common)
-        )
-
-
 
 
 # ----------------------------------------------------------------------------- fa3_wgmma
@@ -395,7 +357,8 @@ def _register_fa3() -> None:
 def register_all() -> None:
     """Register faprof's kernel variants (a loader of the registry; the extension is built only when
     one of them runs)."""
-    _register()
+    _register_cuda_core()
+    _register_tensor_core()
     _register_fa3()
     # Hopper backward steps (issue 28; faprof/variants/fa3_backward.py): fa3_bwd_a, fa3_bwd_b, with fa3_wgmma_e's forward
     kernel_fa3_bwd.register_variants(_fa3_check, fa3_wgmma_e_fwd)

@@ -1,38 +1,36 @@
 """ptxas' resource report of every kernel, without a GPU: `resource_report()` compiles each kernel
 file with nvcc for a list of architectures and turns ptxas' `-v` output into a table (registers,
 shared memory, spills, barriers per kernel instantiation) with the launch configuration and the
-theoretical occupancy they imply; also the launch and setmaxnreg annotations it reads from the .cu
-files, and kernel-name demangling. The toolchain (nvcc, flags, architectures, cache) is
-faprof.build's, so the report describes the code the extension runs.
+theoretical occupancy they imply. The toolchain (nvcc, flags, architectures, cache) is
+faprof.variants.build's, so the report describes the code the extension runs.
 
-Launch configurations for the occupancy columns come from annotations beside each kernel in its
-.cu file, one line per kernel, in which `D` is the head-dimension template argument::
-
-    // faprof:launch kernel=fa2_fwd_kernel threads=128 dyn_smem=4*(32*D+64*(D+4)+64*D+4*8*64)
-
-An annotation sits next to the tile struct it describes, so the two are edited together; a
-Python table would drift from the code more easily.
+Parts: this module parses ptxas' output and the kernels' names and runs the compiles (cached by
+source hash); `faprof.variants.annotations` reads the launch/setmaxnreg annotations of the .cu
+files; `faprof.variants.occupancy` turns registers, shared memory and threads into occupancy.
 """
 
 from __future__ import annotations
 
-import ast
 import concurrent.futures
 import hashlib
 import json
 import math
-import operator
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from faprof.errors import FaprofError
+from faprof.variants.annotations import (
+    eval_launch_expr,
+    parse_launch_annotations,
+    parse_setmaxnreg_annotations,
+)
 from faprof.variants.build import (
     DEFAULT_REPORT_ARCHS,
     KERNELS_DIR,
@@ -43,9 +41,15 @@ from faprof.variants.build import (
     find_cuda_home,
     find_nvcc,
     gencode_flag,
-    normalize_arch,
     require_kernel_arch,
 )
+from faprof.variants.occupancy import occupancy
+
+__all__ = [
+    "REPORT_COLUMNS", "KernelName", "demangle", "eval_launch_expr", "nvcc_resource_command", "occupancy",
+    "parse_kernel_name", "parse_launch_annotations", "parse_setmaxnreg_annotations", "ptxas_cache_key",
+    "ptxas_parse", "resource_report",
+]
 
 # ------------------------------------------------------------------------ ptxas parsing
 _RE_ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)' for '(?P<arch>[^']+)'")
@@ -112,200 +116,6 @@ def ptxas_parse(text: str) -> list[dict[str, Any]]:
         if name in stack:
             rec["stack_frame_bytes"], rec["spill_store_bytes"], rec["spill_load_bytes"] = stack[name]
     return list(kernels.values())
-
-
-# ------------------------------------------------------------------------------ occupancy
-@dataclass(frozen=True)
-class ArchLimits:
-    """Per-SM limits of one architecture that bound occupancy (CUDA programming guide, table
-    'Technical Specifications per Compute Capability', and cuda_occupancy.h)."""
-
-    max_warps: int
-    """Resident warps per SM."""
-    max_blocks: int
-    """Resident blocks per SM."""
-    smem_per_sm: int
-    """Largest shared-memory carveout per SM, bytes (includes the per-block reserve)."""
-    smem_per_block: int
-    """Largest opt-in dynamic + static shared memory per block, bytes."""
-    regs_per_sm: int = 65536
-    """32-bit registers per SM."""
-    regs_per_block: int = 65536
-    """Registers one block may hold."""
-    reg_alloc_unit: int = 256
-    """Registers are allocated per warp in units of this many."""
-    smem_alloc_unit: int = 128
-    """Shared memory is allocated per block in units of this many bytes."""
-    smem_reserved_per_block: int = 1024
-    """Shared memory the driver reserves per block (sm_80 and later)."""
-    sub_partitions: int = 4
-    """Register files per SM: a warp's registers come from one of them."""
-    max_threads_per_block: int = 1024
-    """Threads per block."""
-
-
-#: Per-architecture limits. sm_90a and friends share their base architecture's entry.
-ARCH_LIMITS: dict[str, ArchLimits] = {
-    "sm_80": ArchLimits(max_warps=64, max_blocks=32, smem_per_sm=164 * 1024, smem_per_block=163 * 1024),
-    "sm_86": ArchLimits(max_warps=48, max_blocks=16, smem_per_sm=100 * 1024, smem_per_block=99 * 1024),
-    "sm_87": ArchLimits(max_warps=48, max_blocks=16, smem_per_sm=164 * 1024, smem_per_block=163 * 1024),
-    "sm_89": ArchLimits(max_warps=48, max_blocks=24, smem_per_sm=100 * 1024, smem_per_block=99 * 1024),
-    "sm_90": ArchLimits(max_warps=64, max_blocks=32, smem_per_sm=228 * 1024, smem_per_block=227 * 1024),
-    "sm_100": ArchLimits(max_warps=64, max_blocks=32, smem_per_sm=228 * 1024, smem_per_block=227 * 1024),
-    "sm_120": ArchLimits(max_warps=48, max_blocks=24, smem_per_sm=100 * 1024, smem_per_block=99 * 1024),
-}
-
-#: Order in which limiters are named when several allow the same number of blocks: the hardware
-#: caps first (a kernel at 64 of 64 warps is limited by warps, whatever else would also allow it),
-#: then the resources a kernel can change.
-LIMITER_ORDER = ("warps", "blocks", "registers", "shared memory")
-
-
-@dataclass(frozen=True)
-class Occupancy:
-    """Theoretical occupancy of one kernel launch on one SM."""
-
-    blocks_per_sm: int
-    """Resident blocks per SM."""
-    active_warps: int
-    """Resident warps per SM (blocks x warps per block)."""
-    occupancy_pct: float
-    """active_warps / max warps per SM, in percent."""
-    limiter: str
-    """What bounds blocks_per_sm: 'registers', 'shared memory', 'warps', 'blocks' (or 'threads'
-    when the block is larger than 1024 threads)."""
-
-
-def _round_up(x: int, unit: int) -> int:
-    return -(-x // unit) * unit
-
-
-def arch_limits(arch: str) -> ArchLimits:
-    """Limits of `arch` ('sm_90a' uses sm_90's); FaprofError for an architecture not in the table."""
-    base = re.sub(r"[af]$", "", normalize_arch(arch))
-    if base not in ARCH_LIMITS:
-        raise FaprofError(f"no occupancy limits known for {arch}; known: {', '.join(ARCH_LIMITS)}")
-    return ARCH_LIMITS[base]
-
-
-def occupancy(arch: str, threads: int, registers: int, smem_bytes: int) -> Occupancy:
-    """Theoretical occupancy, computed as CUDA's cuda_occupancy.h does.
-
-    Registers: each warp gets ceil(registers·32 / 256)·256 registers from one of the SM's four
-    register files (16384 registers each); blocks = (warps that fit per file · 4) // warps per
-    block. Shared memory: each block takes round_up(static + dynamic + 1 KB reserved, 128 B) of
-    the SM's largest carveout. Warps and blocks: the per-SM maxima.
-
-    Args:
-        arch: 'sm_80', 'sm_89', 'sm_90a', ...
-        threads: threads per block.
-        registers: registers per thread (from ptxas).
-        smem_bytes: static + dynamic shared memory per block, bytes.
-
-    Returns:
-        Occupancy with blocks per SM, active warps, percentage and the limiting resource.
-    """
-    lim = arch_limits(arch)
-    if threads < 1 or threads > lim.max_threads_per_block:
-        return Occupancy(0, 0, 0.0, "threads")
-    warps = -(-threads // 32)
-    by_warps = lim.max_warps // warps
-    by_blocks = lim.max_blocks
-
-    regs_per_warp = _round_up(registers * 32, lim.reg_alloc_unit)
-    if regs_per_warp == 0:
-        by_regs = by_blocks
-    elif (
-        regs_per_warp * _round_up(warps, lim.sub_partitions) > lim.regs_per_block
-        or regs_per_warp * warps > lim.regs_per_block
-        or registers > 255
-    ):
-        by_regs = 0
-    else:
-        warps_per_partition = (lim.regs_per_sm // lim.sub_partitions) // regs_per_warp
-        by_regs = warps_per_partition * lim.sub_partitions // warps
-
-    if smem_bytes > lim.smem_per_block:
-        by_smem = 0
-    else:
-        per_block = _round_up(smem_bytes + lim.smem_reserved_per_block, lim.smem_alloc_unit)
-        by_smem = lim.smem_per_sm // per_block
-
-    limits = {"registers": by_regs, "shared memory": by_smem, "warps": by_warps, "blocks": by_blocks}
-    blocks = min(limits.values())
-    limiter = next(name for name in LIMITER_ORDER if limits[name] == blocks)
-    return Occupancy(blocks, blocks * warps, 100.0 * blocks * warps / lim.max_warps, limiter)
-
-
-# --------------------------------------------------------------------- launch annotations
-_RE_LAUNCH = re.compile(r"//\s*faprof:launch\s+(?P<fields>.+?)\s*$", re.M)
-
-_BINOPS: dict[type, Callable[[int, int], int]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.FloorDiv: operator.floordiv,
-}
-
-
-def parse_launch_annotations(text: str) -> dict[str, dict[str, str]]:
-    """`// faprof:launch kernel=NAME [D=EXPR] threads=EXPR dyn_smem=EXPR` lines -> {NAME: {field: EXPR}}.
-
-    NAME is the kernel's name without namespaces or template arguments. Expressions may use D
-    and A0, A1, ... (see eval_launch_expr); `D=` sets the report's D column for kernels whose
-    head dimension is not their only integer template argument (e.g. D=A0).
-    """
-    out: dict[str, dict[str, str]] = {}
-    for m in _RE_LAUNCH.finditer(text):
-        fields = dict(tok.split("=", 1) for tok in m.group("fields").split() if "=" in tok)
-        if "kernel" in fields:
-            out[fields.pop("kernel")] = fields
-    return out
-
-
-_RE_SETMAXNREG = re.compile(r"//\s*faprof:setmaxnreg\s+(?P<fields>.+?)\s*$", re.M)
-
-
-def parse_setmaxnreg_annotations(text: str) -> dict[str, dict[str, int]]:
-    """`// faprof:setmaxnreg kernel=NAME ROLE=REGS ...` lines -> {NAME: {ROLE: REGS}}: the register
-    budgets a warp-specialized kernel's warpgroups set with `setmaxnreg` (static values that ptxas'
-    report, which gives the count at launch, does not show)."""
-    out: dict[str, dict[str, int]] = {}
-    for m in _RE_SETMAXNREG.finditer(text):
-        fields = dict(tok.split("=", 1) for tok in m.group("fields").split() if "=" in tok)
-        name = fields.pop("kernel", None)
-        if name and fields and all(v.isdigit() for v in fields.values()):
-            out[name] = {role: int(v) for role, v in fields.items()}
-    return out
-
-
-def eval_launch_expr(expr: str, D: int | None, args: Sequence[int] = ()) -> int:
-    """Evaluate an annotation's integer expression: +, -, *, //, parentheses, integers, the
-    name D (the head dimension) and A0, A1, ... (the kernel's integer template arguments)."""
-
-    def ev(node: ast.AST) -> int:
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if isinstance(node, ast.Name) and node.id == "D":
-            if D is None:
-                raise ValueError(
-                    f"{expr!r} uses D but the kernel's D is unknown (add D=... to the annotation)"
-                )
-            return D
-        if isinstance(node, ast.Name) and re.fullmatch(r"A\d+", node.id):
-            i = int(node.id[1:])
-            if i >= len(args):
-                raise ValueError(
-                    f"{expr!r} uses {node.id} but the kernel has {len(args)} integer template arguments"
-                )
-            return args[i]
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
-        raise ValueError(f"unsupported element in launch expression {expr!r}")
-
-    return ev(ast.parse(expr, mode="eval"))
 
 
 # ------------------------------------------------------------------------------ demangling
@@ -395,8 +205,22 @@ def parse_kernel_name(kernel: str) -> KernelName:
 
 
 # ------------------------------------------------------------------------ resource report
-def nvcc_resource_command(nvcc: str, source: Path, arch: str, output: Path) -> list[str]:
-    """The nvcc command line that compiles one kernel file for one arch and prints ptxas' usage."""
+def nvcc_resource_command(nvcc: str, source: Path, arch: str, output: Path,
+                          include_dirs: Sequence[Path] = ()) -> list[str]:
+    """The nvcc command line that compiles one kernel file for one arch and prints ptxas' usage.
+
+    Args:
+        nvcc: the compiler.
+        source: the .cu file; its own folder is the first include path.
+        arch: the architecture ('sm_90' compiles as sm_90a).
+        output: where the cubin goes.
+        include_dirs: further include paths, after the file's folder (test-only kernels include
+            faprof's headers from kernels/).
+
+    Returns:
+        The argv list.
+    """
+    includes = [flag for d in (source.parent, *include_dirs) for flag in ("-I", str(d))]
     return [
         nvcc,
         "-cubin",
@@ -405,8 +229,7 @@ def nvcc_resource_command(nvcc: str, source: Path, arch: str, output: Path) -> l
         "-Xptxas",
         "-v",
         gencode_flag(arch),
-        "-I",
-        str(source.parent),
+        *includes,
         "-o",
         str(output),
         str(source),
@@ -423,30 +246,38 @@ def _nvcc_identity(nvcc: str) -> str:
     return f"{Path(nvcc).resolve()}\n{version}"
 
 
-def ptxas_cache_key(nvcc_id: str, source: Path, arch: str) -> str:
+def _headers(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.suffix in (".h", ".cuh", ".hpp") and p.is_file())
+
+
+def ptxas_cache_key(nvcc_id: str, source: Path, arch: str, include_dirs: Sequence[Path] = ()) -> str:
     """Hash of the compiler, the command's flags, the arch, the file and every header beside it
-    (the kernels include faprof_kernels.h), so a change to any of them compiles again."""
-    headers = sorted(p for p in source.parent.iterdir() if p.suffix in (".h", ".cuh", ".hpp") and p.is_file())
+    and in `include_dirs` (the kernels include faprof_kernels.h), so a change to any of them
+    compiles again."""
     cmd = nvcc_resource_command("nvcc", Path(source.name), arch, Path("out.cubin"))
-    payload = {
+    payload: dict[str, Any] = {
         "format": PTXAS_CACHE_FORMAT,
         "nvcc": nvcc_id,
         "command": cmd[1:],
         "source": hashlib.sha256(source.read_bytes()).hexdigest(),
-        "headers": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in headers},
+        "headers": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in _headers(source.parent)},
     }
+    if include_dirs:  # only then, so that the keys of faprof's own files stay as they were
+        payload["include_dirs"] = [{p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in _headers(d)}
+                                   for d in include_dirs]
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _cached_ptxas_log(nvcc: str, nvcc_id: str, source: Path, arch: str) -> tuple[str, bool]:
+def _cached_ptxas_log(nvcc: str, nvcc_id: str, source: Path, arch: str,
+                      include_dirs: Sequence[Path] = ()) -> tuple[str, bool]:
     """ptxas' output for (source, arch), from the cache under cache_root()/ptxas when the sources,
     flags and compiler are unchanged; else compiled and stored. Returns (log, compiled)."""
-    path = cache_root() / "ptxas" / f"{ptxas_cache_key(nvcc_id, source, arch)}.log"
+    path = cache_root() / "ptxas" / f"{ptxas_cache_key(nvcc_id, source, arch, include_dirs)}.log"
     try:
         return path.read_text(), False
     except (OSError, UnicodeDecodeError):
         pass
-    log = _ptxas_log(nvcc, source, arch)
+    log = _ptxas_log(nvcc, source, arch, include_dirs)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -458,9 +289,9 @@ def _cached_ptxas_log(nvcc: str, nvcc_id: str, source: Path, arch: str) -> tuple
     return log, True
 
 
-def _ptxas_log(nvcc: str, source: Path, arch: str) -> str:
+def _ptxas_log(nvcc: str, source: Path, arch: str, include_dirs: Sequence[Path] = ()) -> str:
     with tempfile.TemporaryDirectory(prefix="faprof_ptxas_") as tmp:
-        cmd = nvcc_resource_command(nvcc, source, arch, Path(tmp) / "out.cubin")
+        cmd = nvcc_resource_command(nvcc, source, arch, Path(tmp) / "out.cubin", include_dirs)
         try:
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         except (OSError, subprocess.TimeoutExpired) as e:
@@ -497,12 +328,17 @@ REPORT_COLUMNS = (
     "mangled",
 )
 
+#: Integer columns of the report (nullable: a kernel without an annotation has no threads).
+_INT_COLUMNS = ("D", "registers", "smem_static_bytes", "dyn_smem_bytes", "threads", "stack_frame_bytes",
+                "spill_store_bytes", "spill_load_bytes", "cmem_bytes", "barriers", "blocks_per_sm", "active_warps")
+
 
 def resource_report(
     archs: Sequence[str] = DEFAULT_REPORT_ARCHS,
     sources: Sequence[str | Path] | None = None,
     jobs: int | None = None,
     use_cache: bool = True,
+    include_dirs: Sequence[str | Path] = (),
 ):
     """Compile kernel files with nvcc (no GPU needed) and tabulate ptxas' resource usage.
 
@@ -517,6 +353,8 @@ def resource_report(
         jobs: parallel nvcc processes; default the number of CPU cores.
         use_cache: reuse ptxas' output cached by source hash (see _cached_ptxas_log); the table's
             attribute `compiled` (df.attrs) counts the (file, arch) pairs that were compiled.
+        include_dirs: include paths after each file's own folder (files outside kernels/ that
+            include faprof's headers pass kernels/ here).
 
     Returns:
         A pandas DataFrame with REPORT_COLUMNS.
@@ -530,76 +368,16 @@ def resource_report(
     files = [Path(s) for s in sources] if sources is not None else sorted(KERNELS_DIR.glob("*.cu"))
     if not files:
         raise FaprofError(f"no .cu files to compile in {KERNELS_DIR}")
-    norm_archs = [require_kernel_arch(a) for a in archs]
-    tasks = [(f, a) for f in files for a in norm_archs]
-    nvcc_id = _nvcc_identity(nvcc) if use_cache else ""
-
-    def one(t: tuple[Path, str]) -> tuple[str, bool]:
-        return _cached_ptxas_log(nvcc, nvcc_id, *t) if use_cache else (_ptxas_log(nvcc, *t), True)
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
-        results = list(pool.map(one, tasks))
-    logs = [log for log, _ in results]
-    compiled = sum(1 for _, c in results if c)
-
+    tasks = [(f, a) for f in files for a in [require_kernel_arch(a) for a in archs]]
+    logs, compiled = _compile_all(nvcc, tasks, jobs, use_cache, [Path(d) for d in include_dirs])
     parsed = [(f, a, rec) for (f, a), log in zip(tasks, logs, strict=True) for rec in ptxas_parse(log)]
     names = demangle(rec["kernel"] for _, _, rec in parsed)
     annotations = {f: parse_launch_annotations(f.read_text()) for f in files}
     role_regs = {f: parse_setmaxnreg_annotations(f.read_text()) for f in files}
-
-    rows = []
-    for f, arch, rec in parsed:
-        pretty = names.get(rec["kernel"], rec["kernel"])
-        kn = parse_kernel_name(pretty)
-        D = kn.D
-        row: dict[str, Any] = {
-            **rec,
-            "file": f.name,
-            "kernel": pretty,
-            "name": kn.name,
-            "template_args": kn.template_args,
-            "D": D,
-            "arch": arch,
-            "mangled": rec["kernel"],
-            "threads": None,
-            "dyn_smem_bytes": None,
-            "blocks_per_sm": None,
-            "active_warps": None,
-            "occupancy_pct": math.nan,
-            "limiter": None,
-            "role_registers": None,
-        }
-        roles = role_regs[f].get(kn.base)
-        if roles and arch == "sm_90a":  # setmaxnreg exists in sm_90a code only
-            row["role_registers"] = ", ".join(f"{role} {n}" for role, n in roles.items())
-        ann = annotations[f].get(kn.base)
-        if ann is not None:
-            try:
-                if "D" in ann:
-                    D = row["D"] = eval_launch_expr(ann["D"], None, kn.int_args)
-                threads = eval_launch_expr(ann.get("threads", "0"), D, kn.int_args)
-                dyn = eval_launch_expr(ann.get("dyn_smem", "0"), D, kn.int_args)
-            except (ValueError, SyntaxError) as e:
-                raise FaprofError(f"{f.name}: bad faprof:launch annotation for {kn.base}: {e}") from e
-            occ = occupancy(arch, threads, rec["registers"] or 0, rec["smem_static_bytes"] + dyn)
-            row.update(threads=threads, dyn_smem_bytes=dyn, **asdict(occ))
-        rows.append(row)
-
+    rows = [_report_row(f, arch, rec, names.get(rec["kernel"], rec["kernel"]), annotations[f], role_regs[f])
+            for f, arch, rec in parsed]
     df = pd.DataFrame(rows, columns=list(REPORT_COLUMNS))
-    for col in (
-        "D",
-        "registers",
-        "smem_static_bytes",
-        "dyn_smem_bytes",
-        "threads",
-        "stack_frame_bytes",
-        "spill_store_bytes",
-        "spill_load_bytes",
-        "cmem_bytes",
-        "barriers",
-        "blocks_per_sm",
-        "active_warps",
-    ):
+    for col in _INT_COLUMNS:
         df[col] = df[col].astype("Int64")
     df = df.sort_values(
         ["file", "name", "D", "template_args", "arch"], na_position="first", kind="stable"
@@ -607,3 +385,57 @@ def resource_report(
     df.attrs["compiled"] = compiled
     df.attrs["pairs"] = len(tasks)
     return df
+
+
+def _compile_all(nvcc: str, tasks: list[tuple[Path, str]], jobs: int | None, use_cache: bool,
+                 include_dirs: list[Path]) -> tuple[list[str], int]:
+    """ptxas' log of every (file, arch), in parallel nvcc processes; and how many were compiled (not cached)."""
+    nvcc_id = _nvcc_identity(nvcc) if use_cache else ""
+
+    def one(t: tuple[Path, str]) -> tuple[str, bool]:
+        if use_cache:
+            return _cached_ptxas_log(nvcc, nvcc_id, *t, include_dirs)
+        return _ptxas_log(nvcc, *t, include_dirs), True
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        results = list(pool.map(one, tasks))
+    return [log for log, _ in results], sum(1 for _, c in results if c)
+
+
+def _report_row(f: Path, arch: str, rec: dict[str, Any], pretty: str, annotations: dict[str, dict[str, str]],
+                role_regs: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """One kernel instantiation on one arch: ptxas' figures, its name's parts, launch and occupancy."""
+    kn = parse_kernel_name(pretty)
+    D = kn.D
+    row: dict[str, Any] = {
+        **rec,
+        "file": f.name,
+        "kernel": pretty,
+        "name": kn.name,
+        "template_args": kn.template_args,
+        "D": D,
+        "arch": arch,
+        "mangled": rec["kernel"],
+        "threads": None,
+        "dyn_smem_bytes": None,
+        "blocks_per_sm": None,
+        "active_warps": None,
+        "occupancy_pct": math.nan,
+        "limiter": None,
+        "role_registers": None,
+    }
+    roles = role_regs.get(kn.base)
+    if roles and arch == "sm_90a":  # setmaxnreg exists in sm_90a code only
+        row["role_registers"] = ", ".join(f"{role} {n}" for role, n in roles.items())
+    ann = annotations.get(kn.base)
+    if ann is not None:
+        try:
+            if "D" in ann:
+                D = row["D"] = eval_launch_expr(ann["D"], None, kn.int_args)
+            threads = eval_launch_expr(ann.get("threads", "0"), D, kn.int_args)
+            dyn = eval_launch_expr(ann.get("dyn_smem", "0"), D, kn.int_args)
+        except (ValueError, SyntaxError) as e:
+            raise FaprofError(f"{f.name}: bad faprof:launch annotation for {kn.base}: {e}") from e
+        occ = occupancy(arch, threads, rec["registers"] or 0, rec["smem_static_bytes"] + dyn)
+        row.update(threads=threads, dyn_smem_bytes=dyn, **asdict(occ))
+    return row

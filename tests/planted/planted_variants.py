@@ -118,21 +118,16 @@ at D=128): those shapes test whether the accounting finds a defect worth a quart
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from pathlib import Path
 from typing import Any
 
-from faprof.errors import FaprofError
 from faprof.model.problem import AttentionProblem
-from faprof.variants import Variant, register
+from faprof.variants import Variant, build, register
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 SOURCES = ("planted_binding.cpp", "planted_mma.cu", "planted_cuda_core.cu", "planted_rowthread.cu")
 EXTENSION_NAME = "faprof_planted_ext"
-#: faprof's headers the planted sources include by relative path (shared PTX wrappers, not copies):
-#: part of the build key, so that an edit to one rebuilds the planted extension.
-SHARED_HEADERS = ("mma_ptx.cuh",)
 
 #: Fault codes of torch.ops.faprof_planted.mma_fwd (kernels/planted_kernels.h).
 MMA_FAULTS = {"clean": 0, "bank_conflicts": 1, "spills": 2, "uncoalesced": 3, "no_causal_skip": 4, "few_ctas": 5,
@@ -189,37 +184,20 @@ _LOCK = threading.Lock()
 _LOADED = False
 
 
+def extension() -> build.ExtensionSpec:
+    """The planted kernels' extension: their own sources, faprof's PTX wrappers (mma_ptx.cuh) from kernels/."""
+    return build.ExtensionSpec(EXTENSION_NAME, tuple(KERNELS / s for s in SOURCES), (KERNELS, build.KERNELS_DIR),
+                               (KERNELS, build.KERNELS_DIR), build_prefix="planted-",
+                               what="the planted-fault kernels")
+
+
 def load_extension() -> None:
     """Build (once per source/flag/torch/arch combination, cached like faprof's) and load the ops."""
     global _LOADED
     with _LOCK:
         if _LOADED:
             return
-        import os
-
-        import torch
-        from torch.utils import cpp_extension
-
-        from faprof.variants import build
-
-        arch = build.target_arch()
-        flags = build.extension_nvcc_flags(arch)
-        ldflags = build.shared_libstdcxx_ldflags()
-        key = build.build_hash(arch, flags, torch.__version__, torch.version.cuda, kernels_dir=KERNELS, ldflags=ldflags)
-        shared = b"".join((build.KERNELS_DIR / h).read_bytes() for h in SHARED_HEADERS)
-        key = hashlib.sha256(key.encode() + shared).hexdigest()[:16]
-        build_dir = build.cache_root() / "build" / f"planted-{key}"
-        build_dir.mkdir(parents=True, exist_ok=True)
-        home = build.find_cuda_home()
-        if home is not None and not os.environ.get("CUDA_HOME"):
-            os.environ["CUDA_HOME"] = str(home)
-        try:
-            cpp_extension.load(name=EXTENSION_NAME, sources=[str(KERNELS / s) for s in SOURCES],
-                               extra_cflags=list(build.HOST_CFLAGS), extra_cuda_cflags=flags, extra_ldflags=ldflags,
-                               extra_include_paths=[str(KERNELS)], build_directory=str(build_dir),
-                               is_python_module=False, verbose=False)
-        except (RuntimeError, OSError) as e:
-            raise FaprofError(f"building the planted-fault kernels in {build_dir} failed: {e}") from e
+        build.build_extension(extension())
         _LOADED = True
 
 

@@ -15,6 +15,9 @@
 // (bytes, < 0: the kernel's own choice) override B's descriptor offsets, a_lbo/a_sbo those of an
 // MN-major A, so that a failing layout can be diagnosed by trying the alternatives in one GPU run
 // (scripts/wgmma_diag.py).
+//
+// Built only by tests/kernels/testonly_variants.py as its own small extension (torch.ops.faprof_test.*),
+// never part of faprof's; the CPU build tests (tests/test_build.py, test_fa3_build.py) compile it for sm_80, sm_89 and sm_90a.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -24,7 +27,7 @@
 
 #include "fa3_bwd.cuh"  // the SS wrappers with a transposed A
 #include "fa3_common.cuh"
-#include "faprof_kernels.h"
+#include "testonly_kernels.h"
 
 namespace faprof_fa3 {
 

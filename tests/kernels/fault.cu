@@ -8,11 +8,14 @@
 // maps (the device's null page), passed in from the host so the compiler cannot prove anything
 // about it; the value written depends on q so the launch does real work. The fault surfaces at
 // the next synchronization, not at launch: cudaGetLastError() after the launch is cudaSuccess.
+//
+// Built only by tests/kernels/testonly_variants.py as its own small extension (torch.ops.faprof_test.*),
+// never part of faprof's; the CPU build tests (tests/test_build.py, test_fa3_build.py) compile it for sm_80, sm_89 and sm_90a.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "faprof_kernels.h"
+#include "testonly_kernels.h"
 
 namespace {
 

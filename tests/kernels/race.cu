@@ -10,9 +10,12 @@
 // scale·q·kᵀ over the keys it may see. Pass 2 (race_accum_kernel): grid (row blocks, key chunks,
 // B·H); each thread owns one query row and one key chunk and adds exp(s - lse)·v over the chunk
 // to out[row, :]. With kRaceChunk = 16 keys, S = 512 gives 32 CTAs adding into every row.
+//
+// Built only by tests/kernels/testonly_variants.py as its own small extension (torch.ops.faprof_test.*),
+// never part of faprof's; the CPU build tests (tests/test_build.py, test_fa3_build.py) compile it for sm_80, sm_89 and sm_90a.
 #include <cuda_runtime.h>
 
-#include "faprof_kernels.h"
+#include "testonly_kernels.h"
 
 namespace {
 
