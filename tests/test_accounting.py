@@ -117,7 +117,8 @@ def test_the_fastest_call_gets_no_gap_and_shape_facts_are_said_once(diag, by, ca
     # B=1 H=1 S=128: one query tile of work; no kernel fills 132 SMs
     small = diag[diag["shape_id"] == SMALLEST]
     notes = small[small["variant"] == "(all)"]
-    assert (notes["cause"] == "shape_note").any() and notes["title"].str.contains("too few CTAs").any()
+    assert (notes["kind"] == "note").all() and (notes["cause"] == "too_few_ctas").any()
+    assert notes["title"].str.contains("too few CTAs").any()
     prim = small[small["primary"]]
     assert not (prim["cause"] == "too_few_ctas").any(), prim[["variant", "cause"]]
 

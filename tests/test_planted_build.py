@@ -12,8 +12,6 @@ import pytest
 
 from faprof import variants
 from faprof.advisor import CAUSES
-from faprof.advisor.accounting import PIPES
-from faprof.nsight.ncu.catalogue import STALL_REASONS
 from faprof.variants import build
 from faprof.variants import ptxas as build_report
 
@@ -116,22 +114,27 @@ def test_every_planted_kernel_has_an_expected_cause_and_a_control_of_its_own_des
     mod = _planted_module()
     planted = {v.name: v for v in variants.all_variants(include_hidden=True) if v.name.startswith("planted_")}
     assert set(mod.EXPECTED_CAUSE) == set(planted) == set(mod.CONTROL_OF)
-    controls = {name for name, cause in mod.EXPECTED_CAUSE.items() if cause is None}
+    controls = set(mod.CONTROL_OF.values())
     assert controls == {"planted_clean", "planted_rowthread_clean"}
     for name, control in mod.CONTROL_OF.items():
         assert mod.EXPECTED_CAUSE[control] is None and mod.CONTROL_OF[control] == control, (name, control)
         if name != "planted_no_tensor_cores":  # its defect is its design: compared with the tensor-core control
             assert planted[name].dtypes == planted[control].dtypes and planted[name].compute == planted[control].compute
+    # a planted kernel with no expected cause besides the controls is one measured to cost nothing
+    # (planted_barrier on the H100); the planted test then requires no cause for it
+    assert {n for n, c in mod.EXPECTED_CAUSE.items() if c is None} - controls <= {"planted_barrier"}
     for name, cause in mod.EXPECTED_CAUSE.items():
-        if cause is None or cause in CAUSES:
-            continue
-        kind, _, term = cause.partition(":")
-        ok = {"stall": term in STALL_REASONS, "pipe": term in PIPES,
-              "threads": term in ("inactive", "predicated_off")}.get(kind, False)
-        assert ok, f"{name}: {cause!r} is neither an advisor cause nor an accounting term"
-    # each new kind exercises a different part of the accounting
-    new = [c for c in mod.EXPECTED_CAUSE.values() if c is not None and c not in CAUSES]
-    assert len(new) >= 8 and len(set(new)) == len(new)
+        assert cause is None or cause in CAUSES, f"{name}: {cause!r} is not a cause the advisor can name"
+    # the kinds added for the accounting each exercise a different part of it: a stall reason, a pipe,
+    # lanes, or a mechanism read from its own counters (fp64, special functions)
+    new = [c for n, c in mod.EXPECTED_CAUSE.items() if c is not None and CONTROL_OF_NEW(mod, n)]
+    assert len(new) >= 6 and len(set(new)) == len(new), new
+
+
+def CONTROL_OF_NEW(mod, name: str) -> bool:  # noqa: N802  (reads like the mapping it checks)
+    """The kinds issue 24 added: the fa2_mma family's new faults and the row-thread family."""
+    return name in ("planted_fence", "planted_transcendental", "planted_fp64") or (
+        mod.CONTROL_OF[name] == "planted_rowthread_clean" and name != "planted_rowthread_clean")
 
 
 def test_planted_kernels_share_the_ptx_wrappers_instead_of_copying_them():

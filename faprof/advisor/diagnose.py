@@ -44,6 +44,10 @@ DIAG_COLUMNS = ("variant", "shape_id", "dtype", "group", "rank", "primary", "cau
 SUMMARY_COLUMNS = ("variant", "dtype", "group", "cause", "title", "kind", "unit", "against", "primary_shapes", "shapes",
                    "n_shapes", "max_gain_pct", "median_gain_pct", "evidence", "fix")
 
+#: Causes summarize() keeps per (dtype, variant) besides those primary on some shape (None: all);
+#: `faprof explain --per-shape` lists every finding.
+SUMMARY_TOP = 3
+
 #: The variant name of shape notes (a fact about a shape, not about one variant).
 SHAPE_ROW = "(all)"
 
@@ -136,11 +140,11 @@ def _shape_notes(calls: list[Call], absolute: dict[int, list[Finding]]) -> list[
             for c in (fastest, *others):
                 absolute[id(c)] = [g for g in absolute[id(c)] if g.cause != f.cause]
             title = CAUSES[f.cause][0]
-            notes.append(Finding(SHAPE_ROW, shape, "shape_note", math.nan,
+            notes.append(Finding(SHAPE_ROW, shape, f.cause, math.nan,
                                  f"{title}: true of the fastest call here ({fastest.variant}: {f.evidence}) and of "
                                  f"{len(sharing)} of the {len(others)} other profiled variants: a property of the "
                                  "shape, not a defect of a kernel", f.fix, f"shape:{f.rule}", kernel=f.kernel,
-                                 title=f"the shape: {title}"))
+                                 kind="note", title=f"the shape: {title}"))
     return notes
 
 
@@ -217,12 +221,13 @@ def diagnose(source: Any, against: str | None = None) -> pd.DataFrame:
     return out
 
 
-def summarize(diag: pd.DataFrame) -> pd.DataFrame:
+def summarize(diag: pd.DataFrame, top: int | None = SUMMARY_TOP) -> pd.DataFrame:
     """One row per (dtype, variant, cause) across shapes: the shapes it holds for and those where it
     is primary, its largest and median estimated gain, and the evidence of its largest-gain shape.
 
     Rows are ordered by dtype, variant, then causes that are primary somewhere (most shapes first),
-    then by the largest gain; notes last."""
+    then by the largest gain; notes last. With `top`, a variant keeps its causes primary somewhere and
+    its `top` largest others (a screen per dtype); None keeps all."""
     if diag.empty:
         return pd.DataFrame(columns=list(SUMMARY_COLUMNS))
     rows = []
@@ -248,6 +253,9 @@ def summarize(diag: pd.DataFrame) -> pd.DataFrame:
     out["_v"] = out["variant"].map({v: i for i, v in enumerate(vorder)})
     out = out.sort_values(["_d", "_v", "_tier", "_n_primary", "max_gain_pct"],
                           ascending=[True, True, True, False, False], na_position="last")
+    if top is not None:  # a screen per dtype: what is primary somewhere, then the largest few more
+        rank = out.groupby(["_d", "_v"]).cumcount()
+        out = out[(out["_n_primary"] > 0) | ((out["_tier"] == 0) & (rank < top))]
     return out[list(SUMMARY_COLUMNS)].reset_index(drop=True)
 
 

@@ -147,10 +147,16 @@ class Why:
         parts = [f"{r['variant']}: {f.md(r['title'])} ({_gain(r) or 'see Why'})"
                  for _, r in self.top.iterrows() if r["shapes"] & ids] if not self.top.empty else []
         shared = list(dict.fromkeys(_bare(t) for t in self.notes.loc[
-            self.notes["shape_id"].isin(ids) & self.notes["kind"].isin(CAUSE_KINDS), "title"])) if not self.notes.empty else []
+            self.notes["shape_id"].isin(ids) & _shape_kinds(self.notes), "title"])) if not self.notes.empty else []
         if shared:
             parts.append(f"for every kernel at some shapes: {f.md(', '.join(shared))}")
         return ("**Why**: " + "; ".join(parts) + " (details below).") if parts else ""
+
+
+def _shape_kinds(notes: pd.DataFrame) -> pd.Series:
+    """Rows that are causes about a shape: the advisor's own shape notes (variant '(all)', kind 'note') or a
+    cause kind."""
+    return notes["kind"].isin(CAUSE_KINDS) | (notes["variant"] == SHAPE_ROW)
 
 
 def _bare(title: Any) -> str:
@@ -162,7 +168,7 @@ def _advisor_shape_lines(notes: pd.DataFrame, df: pd.DataFrame) -> list[str]:
     """Shape notes the advisor wrote itself (variant SHAPE_ROW): one line per cause, with their shapes."""
     labels = {r["shape_id"]: rt.shape(r) for _, r in df.drop_duplicates("shape_id").iterrows()}
     out = []
-    for title, g in notes[notes["kind"].isin(CAUSE_KINDS)].groupby(notes["title"].map(_bare), sort=False):
+    for title, g in notes[_shape_kinds(notes)].groupby(notes["title"].map(_bare), sort=False):
         shapes = list(dict.fromkeys(g["shape_id"]))
         out.append(f"- **{f.md(title)}** at {_shapes_phrase([labels.get(s, s) for s in shapes])}: "
                    f"{f.md(_short(g['evidence'].iloc[0]))}.")
