@@ -153,3 +153,21 @@ def test_rowthread_defects_add_what_they_plant_per_chunk(rt, D, causal):
     assert sc.total(c, "FFMA") == sc.total(clean, "FFMA")
     assert sc.total(c, "LDS") >= SCALAR_LOADS_MIN_RATIO * sc.total(clean, "LDS")
     assert sc.total(c, "LDS.128") < sc.total(clean, "LDS.128") // 2
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_rowthread_family_computes_each_exp2_once(rt, D, causal):
+    # A row's KC scores per chunk are split over its TPR threads: each thread's MUFU.EX2 are its KC/TPR
+    # scores' plus the rescale factor, (KC + TPR) / KC per score and row (1.125 at D=64, 1.25 at
+    # D=128, where every thread of the row computing every exp2 gave TPR + TPR/KC); the weights reach
+    # the row's other threads by one indexed shuffle each. The same in the control and every fault.
+    tpr = TPR[D]
+    _, _, _, clean = _chunk(rt, D, causal, RT["clean"])
+    ex2 = KC // tpr + 1
+    assert sc.total(clean, "MUFU.EX2") == ex2, f"{sc.total(clean, 'MUFU.EX2') * tpr / KC:.2f} exp2 per score"
+    assert sc.total(clean, "MUFU") == ex2  # no other special function
+    assert sc.total(clean, "SHFL.IDX") == KC
+    for fault, code in RT.items():
+        _, _, _, c = _chunk(rt, D, causal, code)
+        assert sc.total(c, "MUFU") == ex2 and sc.total(c, "SHFL.IDX") == KC, fault
