@@ -30,7 +30,7 @@ planted_no_tensor_cores    fp16 attention on CUDA cores (fa2 with fp16 I/O)     
 planted_no_causal_skip     causal blocks visit tiles above the diagonal         wasted_work
 planted_few_ctas           one block per (b, h): grid (1, H, B)                 too_few_ctas
 planted_launch_per_head    the clean kernel launched once per (b, h)            launch_split
-planted_barrier            __syncthreads() between every ldmatrix and its HMMAs stall:barrier
+planted_barrier            warps take turns at block barriers, one computing    stall:barrier
 planted_fence              __threadfence() after every k16 MMA step             stall:membar
 planted_transcendental     softmax weights as expf((s - m) / temperature)       pipe:xu
 planted_fp64               softmax weights (2^x) and row sums in double         pipe:fp64
@@ -265,7 +265,7 @@ def _register() -> None:
         "uncoalesced": "TEST ONLY: fa2_mma loading tiles with uncoalesced 4-byte loads",
         "no_causal_skip": "TEST ONLY: fa2_mma computing causal tiles above the diagonal",
         "few_ctas": "TEST ONLY: fa2_mma with one block per (b, h) (too few CTAs)",
-        "barrier": "TEST ONLY: fa2_mma with a __syncthreads() after every ldmatrix+HMMA step",
+        "barrier": "TEST ONLY: fa2_mma whose warps compute one at a time, taking turns at block barriers",
         "fence": "TEST ONLY: fa2_mma with a __threadfence() after every k16 MMA step",
         "transcendental": "TEST ONLY: fa2_mma computing softmax weights with an IEEE division and expf",
         "fp64": "TEST ONLY: fa2_mma computing softmax weights and row sums in double precision",

@@ -27,6 +27,9 @@ from faprof.variants.build import find_cuda_home, find_nvcc, require_kernel_arch
 from faprof.variants.ptxas import nvcc_resource_command
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
+#: fa2_mma's warps per block (both planted configs): planted_mma's kBarrier runs each compute phase
+#: in this many turns, one warp each, so its turn loops run this many times per key tile.
+MMA_WARPS = 4
 
 #: Instruction prefixes that run on the integer ALU pipe (and its 64-bit pairs), for the index-math
 #: census. IMAD variants issue to the FMA pipe on sm_80..sm_90 and are counted apart.
@@ -200,6 +203,17 @@ def mma_kernel(funcs: dict[str, list[Instr]], D: int, causal: bool, fault: int) 
 def rt_kernel(funcs: dict[str, list[Instr]], D: int, causal: bool, fault: int) -> list[Instr]:
     """planted_rt_fwd_kernel<RtConfig<D>, causal, fault>."""
     return kernel(funcs, "planted_rt_fwd_kernel", f"RtConfigILi{D}EEELb{int(causal)}ELi{fault}E")
+
+
+def mma_tile_counts(instrs: list[Instr]) -> collections.Counter:
+    """One warp's instructions per key tile of planted_mma: the tile loop's, plus the block barriers
+    of kBarrier's turn loops (loops inside the tile loop) in the turns that are not the warp's own
+    (the warp runs the phase in its own turn only, and skips it in the others)."""
+    span = tile_loop(instrs)
+    c = counts(instrs, span)
+    for sub in nested(instrs, span):
+        c["BAR.SYNC"] += (MMA_WARPS - 1) * total(counts(instrs, sub), "BAR.SYNC")
+    return c
 
 
 def _row(name: str, c: collections.Counter, keys: tuple[str, ...]) -> str:
