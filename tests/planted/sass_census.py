@@ -226,14 +226,14 @@ def main() -> None:
     keys = ("HMMA", "BAR.SYNC", "MEMBAR", "MUFU.EX2", "MUFU.RCP", "FCHK", "FFMA", "DFMA", "DADD", "F2F")
     for D in (64, 128):
         print(
-            f"planted_mma.cu, D={D}: SASS instructions in one key-tile iteration (static = dynamic: no inner loop)"
+            f"planted_mma.cu, D={D}: SASS instructions of one warp in one key-tile iteration (static = dynamic, "
+            f"but for kBarrier's {MMA_WARPS} turns: their barriers counted {MMA_WARPS} times)"
         )
         print(f"{'':18}" + "".join(f"{k:>9}" for k in keys) + f"{'all':>9}")
         for name, fault in (("clean", 0), ("barrier", 6), ("fence", 7), ("transcendental", 8), ("fp64", 9)):
-            ins = mma_kernel(mma, D, False, fault)
-            print(_row(name, counts(ins, tile_loop(ins)), keys))
+            print(_row(name, mma_tile_counts(mma_kernel(mma, D, False, fault)), keys))
     rt = compile_sass(KERNELS / "planted_rowthread.cu")
-    keys = ("FFMA", "LDS", "LDS.128", "STS", *ALU_OPS[:4], "IMAD", "BRA")
+    keys = ("FFMA", "MUFU.EX2", "SHFL", "LDS", "LDS.128", "STS", *ALU_OPS[:4], "IMAD", "BRA")
     for D in (64, 128):
         print(
             f"planted_rowthread.cu, D={D}: per 16-key chunk (nested loops x their trip count 16), [predicated]"
