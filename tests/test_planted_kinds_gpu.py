@@ -65,3 +65,35 @@ def test_every_planted_kernel_passes_faprofs_correctness_check(planted, dtype, c
                     f"({res['check_reason']})"
                 )
     assert not failures, "\n".join(failures)
+
+
+#: Row-thread fault codes (planted_kernels.h's kRowThread*; 0 is the control).
+ROWTHREAD_FAULT_CODES = range(6)
+#: fp32 lse = m * scale + log2(l) ln 2: ex2.approx's ~2 ulp per weight and the row sum's rounding
+#: keep it within ~1e-5 of float64; a row sum missing a thread's share is off by ln 2 or more.
+LSE_ATOL = 1e-4
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_rowthread_lse_matches_the_reference(planted, causal, D):
+    # Each of a row's TPR threads sums the weights of its own keys and the row sum is their total;
+    # faprof's check reads O only, so the lse (m and that total) is checked here, every fault.
+    from attention_reference import reference
+
+    clean = next(v for v in planted if v.name == "planted_rowthread_clean")
+    failures = []
+    for B, H, Sq, Sk in SHAPES[:-1]:
+        gen = torch.Generator(device="cuda").manual_seed(Sq * 1000 + Sk)
+        q, k, v = (torch.randn(B, H, s, D, device="cuda", generator=gen) for s in (Sq, Sk, Sk))
+        scale = D**-0.5
+        clean.fn(q, k, v, causal, scale)  # builds and loads the planted extension
+        _, ref_lse, _, _ = reference(q, k, v, causal, scale)
+        for code in ROWTHREAD_FAULT_CODES:
+            out = torch.full_like(q, float("nan"))
+            lse = torch.full((B, H, Sq), float("nan"), device="cuda")
+            torch.ops.faprof_planted.rowthread_fwd(q, k, v, out, lse, causal, scale, code)
+            err = (lse.double() - ref_lse).abs().max().item()
+            if not err <= LSE_ATOL:  # also NaN
+                failures.append(f"fault {code} B{B} H{H} Sq{Sq} Sk{Sk}: lse max err {err:.3g}")
+    assert not failures, "\n".join(failures)

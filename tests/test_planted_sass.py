@@ -35,6 +35,11 @@ RT = {"clean": 0, "dependency": 1, "index_math": 2, "divergence": 3, "predicated
 #: kScalarLoads: at least this many shared-memory load instructions per chunk over the control's (the
 #: compiler keeps LDS.128 for the rows it proves aligned: 704 / 256 in the sm_90 SASS).
 SCALAR_LOADS_MIN_RATIO = 2.5
+#: fa2_mma's warps per block: kBarrier's turns per phase.
+MMA_WARPS = sc.MMA_WARPS
+#: kBarrier's key tile has the control's instructions but for its turn loops' counters, branches and
+#: barriers and ptxas' register moves around the loops (-1.4% at D=128, sm_90): within this share.
+BARRIER_MAX_DIFF = 0.03
 #: fa2_mma's tile configs: (KQ k16 steps of QKᵀ, NT n8 key tiles, KP k16 steps of PV, DT n8 dim tiles,
 #: softmax weights per thread and tile) for D = 64 (128x128 tiles) and D = 128 (128x64 tiles).
 MMA_TILES = {64: (4, 16, 8, 8, 128), 128: (8, 8, 4, 16, 64)}
@@ -71,10 +76,27 @@ def test_mma_defects_add_what_they_plant_per_key_tile(mma, D, causal):
         sc.total(clean, "MEMBAR") == 0 and sc.total(clean, "MUFU.RCP") == 0 and sc.total(clean, "DFMA") == 0
     )
 
-    _, c = _tile(mma, D, causal, MMA["barrier"])
-    # one barrier per ldmatrix of K (KQ x NT/2) and of V (KP x DT/2), besides the pipeline's two
-    assert sc.total(c, "BAR.SYNC") == 2 + kq * nt // 2 + kp * dt // 2
-    assert sc.total(c, "HMMA") == sc.total(clean, "HMMA")
+    ins, c = _tile(mma, D, causal, MMA["barrier"])
+    # the control's instructions (the turns' loop counters, branches and barriers aside)
+    assert sc.total(c, "HMMA") == sc.total(clean, "HMMA") and sc.total(c, "MUFU") == sc.total(clean, "MUFU")
+    assert abs(sum(c.values()) - sum(clean.values())) <= BARRIER_MAX_DIFF * sum(clean.values())
+    # two rolled loops of WARPS turns (QKᵀ + softmax, then PV), each ended by a block barrier: the
+    # pipeline's 2 barriers per key tile, then 2 x WARPS
+    turns = sorted(sc.nested(ins, sc.tile_loop(ins)))
+    assert len(turns) == 2 and sc.total(c, "BAR.SYNC") == 2 + len(turns)
+    for span, hmma in zip(turns, (2 * kq * nt, 2 * kp * dt), strict=True):
+        body = [i for i in ins if span[0] <= i.addr <= span[1]]
+        assert sum(i.op.startswith("HMMA") for i in body) == hmma  # the phase's code, once
+        assert sum(i.op.startswith("BAR.SYNC") for i in body) == 1
+        assert any(i.op.startswith(("ISETP", "UISETP")) and f", {MMA_WARPS:#x}," in i.text for i in body), (
+            f"no compare of the turn counter with WARPS = {MMA_WARPS}"
+        )
+        # the warps whose turn it is not jump over the phase to the barrier (a branch, not predicated
+        # HMMAs, which would issue every warp's MMAs in every turn)
+        last_hmma = max(i.addr for i in body if i.op.startswith("HMMA"))
+        bar = next(i.addr for i in body if i.op.startswith("BAR.SYNC"))
+        assert not any(i.pred for i in body if i.op.startswith("HMMA"))
+        assert any(i.op.startswith("BRA") and i.pred and last_hmma < _target(i) <= bar for i in body)
 
     _, c = _tile(mma, D, causal, MMA["fence"])
     assert sc.total(c, "MEMBAR.SC.GPU") == kq + kp  # __threadfence() = fence.sc.gpu, one per k16 step
@@ -91,6 +113,11 @@ def test_mma_defects_add_what_they_plant_per_key_tile(mma, D, causal):
     assert fp64 >= 12 * weights and sc.total(c, "MUFU.EX2") == 0  # 11 DFMA + 3 DADD + the sum per weight
     local = sc.total(c, "STL", "LDL")
     assert local <= 0.005 * sum(c.values()), f"{local} local-memory accesses per tile: spills, not fp64"
+
+
+def _target(ins) -> int:
+    """A branch's target address."""
+    return int(ins.text.rsplit("0x", 1)[1], 16)
 
 
 def _reg(operand: str) -> str:
@@ -153,3 +180,21 @@ def test_rowthread_defects_add_what_they_plant_per_chunk(rt, D, causal):
     assert sc.total(c, "FFMA") == sc.total(clean, "FFMA")
     assert sc.total(c, "LDS") >= SCALAR_LOADS_MIN_RATIO * sc.total(clean, "LDS")
     assert sc.total(c, "LDS.128") < sc.total(clean, "LDS.128") // 2
+
+
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_rowthread_family_computes_each_exp2_once(rt, D, causal):
+    # A row's KC scores per chunk are split over its TPR threads: each thread's MUFU.EX2 are its KC/TPR
+    # scores' plus the rescale factor, (KC + TPR) / KC per score and row (1.125 at D=64, 1.25 at
+    # D=128, where every thread of the row computing every exp2 gave TPR + TPR/KC); the weights reach
+    # the row's other threads by one indexed shuffle each. The same in the control and every fault.
+    tpr = TPR[D]
+    _, _, _, clean = _chunk(rt, D, causal, RT["clean"])
+    ex2 = KC // tpr + 1
+    assert sc.total(clean, "MUFU.EX2") == ex2, f"{sc.total(clean, 'MUFU.EX2') * tpr / KC:.2f} exp2 per score"
+    assert sc.total(clean, "MUFU") == ex2  # no other special function
+    assert sc.total(clean, "SHFL.IDX") == KC
+    for fault, code in RT.items():
+        _, _, _, c = _chunk(rt, D, causal, code)
+        assert sc.total(c, "MUFU") == ex2 and sc.total(c, "SHFL.IDX") == KC, fault

@@ -30,7 +30,7 @@ planted_no_tensor_cores    fp16 attention on CUDA cores (fa2 with fp16 I/O)     
 planted_no_causal_skip     causal blocks visit tiles above the diagonal         wasted_work
 planted_few_ctas           one block per (b, h): grid (1, H, B)                 too_few_ctas
 planted_launch_per_head    the clean kernel launched once per (b, h)            launch_split
-planted_barrier            __syncthreads() between every ldmatrix and its HMMAs stall:barrier
+planted_barrier            warps take turns at block barriers, one computing    stall:barrier
 planted_fence              __threadfence() after every k16 MMA step             stall:membar
 planted_transcendental     softmax weights as expf((s - m) / temperature)       pipe:xu
 planted_fp64               softmax weights (2^x) and row sums in double         pipe:fp64
@@ -55,15 +55,19 @@ tensor-bound: 256 HMMA = 1,536 tensor cycles per warp, 3,072 per sub-partition.
 ==============  ==============================================  ========================================
 kind            SASS per warp and key tile (control -> fault)   expected cost on the planted shapes
 ==============  ==============================================  ========================================
-barrier         BAR.SYNC 2 -> 66 (D64 and D128); the rest as   each of the 64 steps (1 LDSM, then 4
-                the control (1,334 -> 1,393 instructions)       HMMA: 24 tensor cycles) waits at the
-                                                                barrier for the block's slowest warp
-                                                                and for its own LDSM (~30 cycles, which
-                                                                can no longer issue early); the other
-                                                                block's warp on the sub-partition fills
-                                                                part of it: ~1.5-2x, the added cycles
-                                                                stalled at BAR
-fence           MEMBAR.SC.GPU 0 -> 12 (+ERRBAR, CGAERRBAR)     a GPU-scope fence waits until the warp's
+barrier         BAR.SYNC 2 -> 10 (D64 and D128): QKᵀ + softmax  the block's 4 warps compute one at a
+                in 4 turns, then PV in 4, one warp computing    time, so a tile takes the sum of their
+                in each, a barrier ending each turn; the rest   phases: >= 4 x (768 tensor + 1,056 XU +
+                as the control (1,334 -> 1,341 instructions,    768 tensor) = 10,368 cycles at D64
+                D128 1,039 -> 1,040)                            (8,320 at D128: 544 XU) against the
+                                                                control's ~6,200 (5,700) per tile in
+                                                                the 2026-11-25 recording: >= 1.67x
+                                                                (1.46x); ~2-3x with latencies. Each
+                                                                warp waits at BAR for 3 turns of 4.
+                                                                (Symmetric extra barriers cost nothing:
+                                                                66 a tile, one between each LDSM and
+                                                                its HMMAs, measured 0.95-1.01x.)
+fence           MEMBAR.SC.GPU 0 -> 12 (+ERRBAR, CGAERRBAR)      a GPU-scope fence waits until the warp's
                                                                 memory operations, the next tile's
                                                                 cp.async copies included, are visible;
                                                                 hundreds of cycles each: >= 2x
@@ -79,8 +83,11 @@ fp64            D64: DFMA 0 -> 1,460, DADD 0 -> 524, F2F 64 ->  FP64 pipe 3,968 
 ==============  ==============================================  ========================================
 
 Row-thread family, per warp and 16-key chunk (D=64: 4 chunks a tile; D=128: 2), non-causal; the
-control issues 1,463 (D64) / 1,495 (D128) instructions, 1,042 of them FFMA and 256 LDS.128: it is
-issue-bound at ~2,930 cycles per sub-partition.
+control issues 1,439 (D64) / 1,436 (D128) instructions, 1,034 / 1,030 of them FFMA, 256 LDS.128 and
+9 / 5 MUFU.EX2 (each score's exp2 once: KC/TPR per thread, and the rescale factor): ~2,880 issue
+cycles per sub-partition. (The recording of 2026-11-25, before the exp2 fix, found the control held
+by shared-memory wavefronts, 84% of peak at D64 and 92% at D128, with issue active 59% / 34%; the
+issue estimates below assume issue-bound.)
 
 ==============  ==============================================  ========================================
 kind            SASS per warp and chunk (control -> fault)      expected cost on the planted shapes
@@ -90,28 +97,27 @@ dependency      QKᵀ becomes a rolled loop of 16 iterations of   16 x (LDS late
                 one's result (+1 STS, 1 LDS); FFMA count equal  two warps overlap) vs 1,280 issue
                                                                 cycles: ~1.4x, the added cycles fixed-
                                                                 latency waits
-index_math      +1,250 ALU (IADD3, LEA, LOP3, SHF) and +384     issue 6,240 vs 2,930 cycles (~2.1x);
-                IMAD for the 128 V loads; 1,463 -> 3,122        the ALU pipe (2 cycles a warp) busy
-                (D128: 1,495 -> 3,159)                          ~80% of the time
-divergence      QKᵀ FFMA 512 -> 512 x TPR (TPR = 2 / 4 copies   D64: 1,463 -> 2,125 instructions, the
+index_math      +1,250 ALU (IADD3, LEA, LOP3, SHF) and +380     issue 6,150 vs 2,880 cycles (~2.1x);
+                IMAD for the 128 V loads; 1,439 -> 3,075        the ALU pipe (2 cycles a warp) busy
+                (D128: 1,436 -> 3,082)                          ~80% of the time
+divergence      QKᵀ FFMA 512 -> 512 x TPR (TPR = 2 / 4 copies   D64: 1,439 -> 2,101 instructions, the
                 behind branches on the owner, none predicated)  QKᵀ part at 16 of 32 lanes (~1.45x);
-                                                                D128: 1,495 -> 3,443, at 8 lanes (~2.3x)
-predicated_off  PV: every FFMA and LDS.128 guarded; 512 ->      D64: 1,463 -> 2,104 instructions, half
+                                                                D128: 1,436 -> 3,384, at 8 lanes (~2.3x)
+predicated_off  PV: every FFMA and LDS.128 guarded; 512 ->      D64: 1,439 -> 2,081 instructions, half
                 512 x TPR FFMA                                  the PV threads predicated off (~1.4x);
-                                                                D128: 1,495 -> 3,418, 3/4 off (~2.3x)
+                                                                D128: 1,436 -> 3,360, 3/4 off (~2.3x)
 scalar_loads    shared loads 256 LDS.128 -> 64 LDS.128 + 128    704 shared-load instructions per warp
                 LDS.64 + 512 LDS (rows the compiler cannot      and chunk, 5,632 per SM (8 warps) at
-                prove 16-byte aligned); 1,463 -> 1,957          ~1 a cycle, vs ~2,930 issue cycles:
+                prove 16-byte aligned); 1,439 -> 1,933          ~1 a cycle, vs ~2,880 issue cycles:
                 instructions                                    LSU-bound, ~1.9x (more if a broadcast
                                                                 LDS.64 takes two wavefronts)
 ==============  ==============================================  ========================================
 
 Side effects a diagnosis could mistake for the defect, kept small and stated: planted_fp64 spills
 8-100 bytes (0-11 local-memory accesses per key tile against 2,400-4,000 instructions; fa2_mma itself
-spills up to 20 bytes); planted_index_math spills 36-64 bytes, loaded once per key tile outside the
-chunk loop; planted_dependency adds one STS and one LDS per score (a rolled loop cannot index
-registers); planted_barrier makes every warp compute every causal tile (the mask zeroes the extra
-ones: none at D=64, where BR = BC, and one tile per block for half the warps at D=128). The weakest
+spills up to 20 bytes); planted_index_math spills 4-40 bytes (at most one local load and one store
+per 16-key chunk against ~3,100 instructions, up to 4 more loads per key tile); planted_dependency
+adds one STS and one LDS per score (a rolled loop cannot index registers). The weakest
 expected costs are ~1.3-1.45x (dependency; divergence and predicated_off at D=64, where TPR = 2; fp64
 at D=128): those shapes test whether the accounting finds a defect worth a quarter of the time.
 """
@@ -151,8 +157,10 @@ EXPECTED_CAUSE: dict[str, str | None] = {
     "planted_few_ctas": "too_few_ctas",
     "planted_launch_per_head": "launch_split",
     # fa2_mma family (fp16, tensor cores); control planted_clean
-    # planted_barrier: measured on the H100 (2026-11-25) at 0.95-1.01x its control: the extra barriers
-    # raise barrier stalls (0.14 -> 0.22 cycles per instruction) but cost no time, so no cause is due
+    # planted_barrier: None while the recorded fixture holds its old kernel (an extra barrier between
+    # each ldmatrix and its HMMAs: 0.95-1.01x its control on the H100, 2026-11-25; barrier stalls 0.14 ->
+    # 0.22 cycles per instruction at no cost). The kernel now makes the warps take turns (>= 1.46x by
+    # its pipe-bound minimum): "stall:barrier" once a recording of it shows the cost
     "planted_barrier": None,
     "planted_fence": "stall:membar",
     "planted_transcendental": "transcendentals",
@@ -265,7 +273,7 @@ def _register() -> None:
         "uncoalesced": "TEST ONLY: fa2_mma loading tiles with uncoalesced 4-byte loads",
         "no_causal_skip": "TEST ONLY: fa2_mma computing causal tiles above the diagonal",
         "few_ctas": "TEST ONLY: fa2_mma with one block per (b, h) (too few CTAs)",
-        "barrier": "TEST ONLY: fa2_mma with a __syncthreads() after every ldmatrix+HMMA step",
+        "barrier": "TEST ONLY: fa2_mma whose warps compute one at a time, taking turns at block barriers",
         "fence": "TEST ONLY: fa2_mma with a __threadfence() after every k16 MMA step",
         "transcendental": "TEST ONLY: fa2_mma computing softmax weights with an IEEE division and expf",
         "fp64": "TEST ONLY: fa2_mma computing softmax weights and row sums in double precision",

@@ -27,6 +27,9 @@ from faprof.variants.build import find_cuda_home, find_nvcc, require_kernel_arch
 from faprof.variants.ptxas import nvcc_resource_command
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
+#: fa2_mma's warps per block (both planted configs): planted_mma's kBarrier runs each compute phase
+#: in this many turns, one warp each, so its turn loops run this many times per key tile.
+MMA_WARPS = 4
 
 #: Instruction prefixes that run on the integer ALU pipe (and its 64-bit pairs), for the index-math
 #: census. IMAD variants issue to the FMA pipe on sm_80..sm_90 and are counted apart.
@@ -202,6 +205,17 @@ def rt_kernel(funcs: dict[str, list[Instr]], D: int, causal: bool, fault: int) -
     return kernel(funcs, "planted_rt_fwd_kernel", f"RtConfigILi{D}EEELb{int(causal)}ELi{fault}E")
 
 
+def mma_tile_counts(instrs: list[Instr]) -> collections.Counter:
+    """One warp's instructions per key tile of planted_mma: the tile loop's, plus the block barriers
+    of kBarrier's turn loops (loops inside the tile loop) in the turns that are not the warp's own
+    (the warp runs the phase in its own turn only, and skips it in the others)."""
+    span = tile_loop(instrs)
+    c = counts(instrs, span)
+    for sub in nested(instrs, span):
+        c["BAR.SYNC"] += (MMA_WARPS - 1) * total(counts(instrs, sub), "BAR.SYNC")
+    return c
+
+
 def _row(name: str, c: collections.Counter, keys: tuple[str, ...]) -> str:
     return f"{name:18}" + "".join(f"{total(c, k):>9}" for k in keys) + f"{sum(c.values()):>9}"
 
@@ -212,14 +226,14 @@ def main() -> None:
     keys = ("HMMA", "BAR.SYNC", "MEMBAR", "MUFU.EX2", "MUFU.RCP", "FCHK", "FFMA", "DFMA", "DADD", "F2F")
     for D in (64, 128):
         print(
-            f"planted_mma.cu, D={D}: SASS instructions in one key-tile iteration (static = dynamic: no inner loop)"
+            f"planted_mma.cu, D={D}: SASS instructions of one warp in one key-tile iteration (static = dynamic, "
+            f"but for kBarrier's {MMA_WARPS} turns: their barriers counted {MMA_WARPS} times)"
         )
         print(f"{'':18}" + "".join(f"{k:>9}" for k in keys) + f"{'all':>9}")
         for name, fault in (("clean", 0), ("barrier", 6), ("fence", 7), ("transcendental", 8), ("fp64", 9)):
-            ins = mma_kernel(mma, D, False, fault)
-            print(_row(name, counts(ins, tile_loop(ins)), keys))
+            print(_row(name, mma_tile_counts(mma_kernel(mma, D, False, fault)), keys))
     rt = compile_sass(KERNELS / "planted_rowthread.cu")
-    keys = ("FFMA", "LDS", "LDS.128", "STS", *ALU_OPS[:4], "IMAD", "BRA")
+    keys = ("FFMA", "MUFU.EX2", "SHFL", "LDS", "LDS.128", "STS", *ALU_OPS[:4], "IMAD", "BRA")
     for D in (64, 128):
         print(
             f"planted_rowthread.cu, D={D}: per 16-key chunk (nested loops x their trip count 16), [predicated]"

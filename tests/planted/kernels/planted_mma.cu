@@ -17,8 +17,10 @@
 //                    (masked to -inf, so they add nothing but time).
 //   kFewCtas         one block per (b, h) loops over all query tiles: grid (1, H, B) instead of
 //                    (query tiles, H, B), fewer blocks than SMs at B*H < SMs.
-//   kBarrier         an extra __syncthreads() inside the innermost MMA loops (between every ldmatrix
-//                    of K or V and its four HMMAs): 66 block barriers per key tile instead of 2.
+//   kBarrier         the block's warps take turns at block barriers: in turn t only warp t computes
+//                    its QKᵀ + softmax (then, in a second round of turns, its PV) while the other
+//                    warps wait at the __syncthreads() that ends the turn; 2 + 2 x WARPS = 10 block
+//                    barriers per key tile instead of 2, the same instructions otherwise.
 //   kFence           a __threadfence() (MEMBAR.SC.GPU) after every k16 step of QKᵀ and of PV: 12 GPU-
 //                    scope fences per key tile.
 //   kTranscendental  the softmax weights as expf((s - m) / temperature): an IEEE division (MUFU.RCP,
@@ -205,6 +207,8 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
   constexpr bool BF16 = std::is_same<T, __nv_bfloat16>::value;
   constexpr int D = C::D, BR = C::BR, BC = C::BC, MT = C::MT, NT = C::NT, DT = C::DT;
   constexpr int ROW_BYTES = C::ROW_BYTES;
+  // PLANTED FAULT (kBarrier): the compute phases run in WARPS turns, one warp each.
+  constexpr int TURNS = FAULT == kBarrier ? C::WARPS : 1;
   extern __shared__ __align__(128) unsigned char smem[];
 
   const int tid = threadIdx.x;
@@ -314,180 +318,187 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
       // and PV in separate scheduling regions, which stops ptxas from interleaving them at the cost
       // of ~100 register moves and a spill per tile (seen in the SASS of the 128x64 D=128 config).
       // PLANTED FAULT (kNoCausalSkip): every warp computes every tile (the mask below zeroes them).
-      // PLANTED FAULT (kBarrier) support: every warp runs every tile, so that all reach the same
-      // barriers (a warp above the diagonal would skip them and hang the block).
-      const bool active = (CAUSAL && FAULT != kNoCausalSkip && FAULT != kBarrier) ? kv0 <= q0 + wrow0 + MT * 16 - 1
-                                                                                 : kv0 < Sk;
+      const bool active = (CAUSAL && FAULT != kNoCausalSkip) ? kv0 <= q0 + wrow0 + MT * 16 - 1 : kv0 < Sk;
       uint32_t p_frag[MT][C::KP][4];
-      if (active) {
-        // ---- S = Q Kᵀ (fp32) ----
-        float acc_s[MT][NT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = 0.f;
-
-#pragma unroll
-        for (int ks = 0; ks < C::KQ; ++ks) {
-          uint32_t a[MT][4];
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            if constexpr (C::Q_IN_REGS) {
-#pragma unroll
-              for (int e = 0; e < 4; ++e) a[mt][e] = q_frag[mt][ks][e];
-            } else {
-              ldmatrix_x4(sQw + a_off[ks & 3] + (ks >> 2) * 128 + mt * 16 * ROW_BYTES, a[mt]);
-            }
-          }
-#pragma unroll
-          for (int np = 0; np < NT / 2; ++np) {
-            uint32_t b[4];
-            ldmatrix_x4(sKs + k_off[ks & 3] + (ks >> 2) * 128 + np * 16 * ROW_BYTES, b);
-            // PLANTED FAULT (kBarrier): a block barrier between every ldmatrix and its HMMAs.
-            if constexpr (FAULT == kBarrier) __syncthreads();
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-              mma_16816<BF16>(acc_s[mt][2 * np], a[mt], b[0], b[1]);
-              mma_16816<BF16>(acc_s[mt][2 * np + 1], a[mt], b[2], b[3]);
-            }
-          }
-          if constexpr (FAULT == kFence) __threadfence();  // PLANTED FAULT (kFence)
-        }
-
-        // ---- mask: only the Sk tail tile and tiles crossing this warp's diagonal ----
-        // Element (nt, e) of a row sits at key kv0 + 2*(lane&3) + nt*8 + e; it is visible iff
-        // nt*8 + e <= lim, lim = min(Sk - 1, row) - kv0 - 2*(lane&3): one compare per element.
-        if (kv0 + BC > Sk || (CAUSAL && kv0 + BC - 1 > q0 + wrow0)) {
+      // PLANTED FAULT (kBarrier): the block's warps take turns. In turn t only warp t computes its
+      // QKᵀ and softmax (and, below, its PV) while the other warps wait at the block barrier that
+      // ends the turn: WARPS turns and WARPS barriers per phase. Every warp runs every turn's barrier,
+      // active or not (a warp above the causal diagonal just waits). Otherwise: one turn, every warp
+      // in it, no barrier. Rolled, so that the phase's code is in the SASS once, as in the control.
+#pragma unroll 1
+      for (int turn = 0; turn < TURNS; ++turn) {
+        if (active && (FAULT != kBarrier || warp == turn)) {
+          // ---- S = Q Kᵀ (fp32) ----
+          float acc_s[MT][NT][4];
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int row = q0 + wrow0 + mt * 16 + (lane >> 2) + h * 8;
-              const int lim = (CAUSAL ? min(Sk - 1, row) : Sk - 1) - kv0 - 2 * (lane & 3);
-#pragma unroll
-              for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 2; ++e)
-                  if (nt * 8 + e > lim) acc_s[mt][nt][2 * h + e] = -INFINITY;
-            }
-        }
-
-        // ---- online softmax (fp32, exp2 with the scale folded in) ----
-        float mx[MT][2];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            float m = row_m[mt][h];
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) m = fmaxf(m, fmaxf(acc_s[mt][nt][2 * h], acc_s[mt][nt][2 * h + 1]));
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-            mx[mt][h] = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-          }
-        // LAZY_RESCALE: when no row max of the warp moved (ever more likely as tiles go by), O and l
-        // need no rescaling (alpha == 1 exactly): one vote instead of 2*MT*(DT*2+1) multiplies.
-        bool rescale = true;
-        if constexpr (C::LAZY_RESCALE) {
-          bool moved = false;
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) moved |= (mx[mt][0] != row_m[mt][0]) | (mx[mt][1] != row_m[mt][1]);
-          rescale = __any_sync(0xffffffffu, moved);
-        }
-        // A row with every key so far masked keeps m = -inf; offset by 0 so that p = 0, not NaN.
-        float base[MT][2];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) base[mt][h] = (mx[mt][h] == -INFINITY) ? 0.f : mx[mt][h] * scale_log2;
-        if (rescale) {
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              float alpha;
-              if constexpr (FAULT == kTranscendental) {
-                // PLANTED FAULT (kTranscendental): exp(scale * (m_old - m_new)) as an IEEE division by
-                // the temperature and an accurate expf, in natural units.
-                alpha = expf((row_m[mt][h] - (mx[mt][h] == -INFINITY ? 0.f : mx[mt][h])) / temp);
-              } else if constexpr (FAULT == kFp64) {
-                // PLANTED FAULT (kFp64): the rescale factor in double precision.
-                alpha = static_cast<float>(exp2_f64(static_cast<double>(row_m[mt][h]) * scale_log2 - base[mt][h]));
-              } else {
-                alpha = fast_exp2(row_m[mt][h] * scale_log2 - base[mt][h]);
-              }
-              row_l[mt][h] *= alpha;
-#pragma unroll
-              for (int dt = 0; dt < DT; ++dt) {
-                acc_o[mt][dt][2 * h] *= alpha;
-                acc_o[mt][dt][2 * h + 1] *= alpha;
-              }
-            }
-        }
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            row_m[mt][h] = mx[mt][h];
-            StatT sum = 0.f;
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const float s = acc_s[mt][nt][2 * h + e];
-                float p;
-                if constexpr (FAULT == kTranscendental) {
-                  // PLANTED FAULT (kTranscendental): per score, an IEEE division by the temperature and
-                  // an accurate expf instead of one FFMA with the folded scale and one ex2.approx.
-                  p = expf((s - (mx[mt][h] == -INFINITY ? 0.f : mx[mt][h])) / temp);
-                } else if constexpr (FAULT == kFp64) {
-                  // PLANTED FAULT (kFp64): per score, 2^x and the row sum in double.
-                  const double pd = exp2_f64(static_cast<double>(fmaf(s, scale_log2, -base[mt][h])));
-                  sum += pd;
-                  p = static_cast<float>(pd);
-                } else {
-                  p = fast_exp2(fmaf(s, scale_log2, -base[mt][h]));
-                }
-                acc_s[mt][nt][2 * h + e] = p;
-                if constexpr (FAULT != kFp64) sum += p;
+              for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = 0.f;
+
+#pragma unroll
+          for (int ks = 0; ks < C::KQ; ++ks) {
+            uint32_t a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              if constexpr (C::Q_IN_REGS) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) a[mt][e] = q_frag[mt][ks][e];
+              } else {
+                ldmatrix_x4(sQw + a_off[ks & 3] + (ks >> 2) * 128 + mt * 16 * ROW_BYTES, a[mt]);
               }
-            row_l[mt][h] += sum;
+            }
+#pragma unroll
+            for (int np = 0; np < NT / 2; ++np) {
+              uint32_t b[4];
+              ldmatrix_x4(sKs + k_off[ks & 3] + (ks >> 2) * 128 + np * 16 * ROW_BYTES, b);
+#pragma unroll
+              for (int mt = 0; mt < MT; ++mt) {
+                mma_16816<BF16>(acc_s[mt][2 * np], a[mt], b[0], b[1]);
+                mma_16816<BF16>(acc_s[mt][2 * np + 1], a[mt], b[2], b[3]);
+              }
+            }
+            if constexpr (FAULT == kFence) __threadfence();  // PLANTED FAULT (kFence)
           }
 
-        // P as the A fragments of PV: the C layout of n8 tiles 2kk, 2kk+1 is the A layout of k16 step kk.
+          // ---- mask: only the Sk tail tile and tiles crossing this warp's diagonal ----
+          // Element (nt, e) of a row sits at key kv0 + 2*(lane&3) + nt*8 + e; it is visible iff
+          // nt*8 + e <= lim, lim = min(Sk - 1, row) - kv0 - 2*(lane&3): one compare per element.
+          if (kv0 + BC > Sk || (CAUSAL && kv0 + BC - 1 > q0 + wrow0)) {
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+            for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int kk = 0; kk < C::KP; ++kk) {
-            p_frag[mt][kk][0] = pack2<BF16>(acc_s[mt][2 * kk][0], acc_s[mt][2 * kk][1]);
-            p_frag[mt][kk][1] = pack2<BF16>(acc_s[mt][2 * kk][2], acc_s[mt][2 * kk][3]);
-            p_frag[mt][kk][2] = pack2<BF16>(acc_s[mt][2 * kk + 1][0], acc_s[mt][2 * kk + 1][1]);
-            p_frag[mt][kk][3] = pack2<BF16>(acc_s[mt][2 * kk + 1][2], acc_s[mt][2 * kk + 1][3]);
+              for (int h = 0; h < 2; ++h) {
+                const int row = q0 + wrow0 + mt * 16 + (lane >> 2) + h * 8;
+                const int lim = (CAUSAL ? min(Sk - 1, row) : Sk - 1) - kv0 - 2 * (lane & 3);
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                  for (int e = 0; e < 2; ++e)
+                    if (nt * 8 + e > lim) acc_s[mt][nt][2 * h + e] = -INFINITY;
+              }
           }
+
+          // ---- online softmax (fp32, exp2 with the scale folded in) ----
+          float mx[MT][2];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              float m = row_m[mt][h];
+#pragma unroll
+              for (int nt = 0; nt < NT; ++nt) m = fmaxf(m, fmaxf(acc_s[mt][nt][2 * h], acc_s[mt][nt][2 * h + 1]));
+              m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+              mx[mt][h] = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+            }
+          // LAZY_RESCALE: when no row max of the warp moved (ever more likely as tiles go by), O and l
+          // need no rescaling (alpha == 1 exactly): one vote instead of 2*MT*(DT*2+1) multiplies.
+          bool rescale = true;
+          if constexpr (C::LAZY_RESCALE) {
+            bool moved = false;
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) moved |= (mx[mt][0] != row_m[mt][0]) | (mx[mt][1] != row_m[mt][1]);
+            rescale = __any_sync(0xffffffffu, moved);
+          }
+          // A row with every key so far masked keeps m = -inf; offset by 0 so that p = 0, not NaN.
+          float base[MT][2];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) base[mt][h] = (mx[mt][h] == -INFINITY) ? 0.f : mx[mt][h] * scale_log2;
+          if (rescale) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                float alpha;
+                if constexpr (FAULT == kTranscendental) {
+                  // PLANTED FAULT (kTranscendental): exp(scale * (m_old - m_new)) as an IEEE division by
+                  // the temperature and an accurate expf, in natural units.
+                  alpha = expf((row_m[mt][h] - (mx[mt][h] == -INFINITY ? 0.f : mx[mt][h])) / temp);
+                } else if constexpr (FAULT == kFp64) {
+                  // PLANTED FAULT (kFp64): the rescale factor in double precision.
+                  alpha = static_cast<float>(exp2_f64(static_cast<double>(row_m[mt][h]) * scale_log2 - base[mt][h]));
+                } else {
+                  alpha = fast_exp2(row_m[mt][h] * scale_log2 - base[mt][h]);
+                }
+                row_l[mt][h] *= alpha;
+#pragma unroll
+                for (int dt = 0; dt < DT; ++dt) {
+                  acc_o[mt][dt][2 * h] *= alpha;
+                  acc_o[mt][dt][2 * h + 1] *= alpha;
+                }
+              }
+          }
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              row_m[mt][h] = mx[mt][h];
+              StatT sum = 0.f;
+#pragma unroll
+              for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const float s = acc_s[mt][nt][2 * h + e];
+                  float p;
+                  if constexpr (FAULT == kTranscendental) {
+                    // PLANTED FAULT (kTranscendental): per score, an IEEE division by the temperature and
+                    // an accurate expf instead of one FFMA with the folded scale and one ex2.approx.
+                    p = expf((s - (mx[mt][h] == -INFINITY ? 0.f : mx[mt][h])) / temp);
+                  } else if constexpr (FAULT == kFp64) {
+                    // PLANTED FAULT (kFp64): per score, 2^x and the row sum in double.
+                    const double pd = exp2_f64(static_cast<double>(fmaf(s, scale_log2, -base[mt][h])));
+                    sum += pd;
+                    p = static_cast<float>(pd);
+                  } else {
+                    p = fast_exp2(fmaf(s, scale_log2, -base[mt][h]));
+                  }
+                  acc_s[mt][nt][2 * h + e] = p;
+                  if constexpr (FAULT != kFp64) sum += p;
+                }
+              row_l[mt][h] += sum;
+            }
+
+          // P as the A fragments of PV: the C layout of n8 tiles 2kk, 2kk+1 is the A layout of k16 step kk.
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int kk = 0; kk < C::KP; ++kk) {
+              p_frag[mt][kk][0] = pack2<BF16>(acc_s[mt][2 * kk][0], acc_s[mt][2 * kk][1]);
+              p_frag[mt][kk][1] = pack2<BF16>(acc_s[mt][2 * kk][2], acc_s[mt][2 * kk][3]);
+              p_frag[mt][kk][2] = pack2<BF16>(acc_s[mt][2 * kk + 1][0], acc_s[mt][2 * kk + 1][1]);
+              p_frag[mt][kk][3] = pack2<BF16>(acc_s[mt][2 * kk + 1][2], acc_s[mt][2 * kk + 1][3]);
+            }
+        }
+        if constexpr (FAULT == kBarrier) __syncthreads();  // PLANTED FAULT (kBarrier): the turn's end
       }
 
       cp_async_wait<2>();  // all but {K[j+1], V[j+1]}: V[j] has landed
       __syncthreads();
 
-      if (active) {
-        // ---- O += P V ----
+      // PLANTED FAULT (kBarrier): PV in turns too.
+#pragma unroll 1
+      for (int turn = 0; turn < TURNS; ++turn) {
+        if (active && (FAULT != kBarrier || warp == turn)) {
+          // ---- O += P V ----
 #pragma unroll
-        for (int kk = 0; kk < C::KP; ++kk) {
+          for (int kk = 0; kk < C::KP; ++kk) {
 #pragma unroll
-          for (int dp = 0; dp < DT / 2; ++dp) {
-            uint32_t b[4];
-            ldmatrix_x4_trans(sVs + a_off[dp & 3] + (dp >> 2) * 128 + kk * 16 * ROW_BYTES, b);
-            // PLANTED FAULT (kBarrier): a block barrier between every ldmatrix and its HMMAs.
-            if constexpr (FAULT == kBarrier) __syncthreads();
+            for (int dp = 0; dp < DT / 2; ++dp) {
+              uint32_t b[4];
+              ldmatrix_x4_trans(sVs + a_off[dp & 3] + (dp >> 2) * 128 + kk * 16 * ROW_BYTES, b);
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-              mma_16816<BF16>(acc_o[mt][2 * dp], p_frag[mt][kk], b[0], b[1]);
-              mma_16816<BF16>(acc_o[mt][2 * dp + 1], p_frag[mt][kk], b[2], b[3]);
+              for (int mt = 0; mt < MT; ++mt) {
+                mma_16816<BF16>(acc_o[mt][2 * dp], p_frag[mt][kk], b[0], b[1]);
+                mma_16816<BF16>(acc_o[mt][2 * dp + 1], p_frag[mt][kk], b[2], b[3]);
+              }
             }
+            if constexpr (FAULT == kFence) __threadfence();  // PLANTED FAULT (kFence)
           }
-          if constexpr (FAULT == kFence) __threadfence();  // PLANTED FAULT (kFence)
         }
+        if constexpr (FAULT == kBarrier) __syncthreads();  // PLANTED FAULT (kBarrier): the turn's end
       }
     }
     cp_async_wait<0>();

@@ -5,11 +5,14 @@
 // its head-dim elements of q and of the O accumulator in registers (fa2.cu instead gives a warp 8 rows
 // and a lane 2 keys). K and V tiles of BC keys sit in shared memory (cp.async, two stages); every
 // thread walks the tile's keys, reads the key's 32 elements of its slice as broadcast float4 loads,
-// and the TPR partial dot products of a row are summed with xor shuffles. Softmax is online, in
-// chunks of KC keys, in the log2 domain with the scale folded in (ex2.approx). Blocks are 256
-// threads (256/TPR rows); one block per SM whatever the registers (the launcher sizes the dynamic
-// shared memory for that), so the control and every defect run 8 warps per SM and differ in their
-// instruction streams only. fp32 in, fp32 out; causal or not; D = 64 or 128; any Sq, Sk.
+// and the TPR partial dot products of a row are combined by a reduce-scatter of xor shuffles, so
+// that each whole score lands in one of the row's threads (KC/TPR scores each). Softmax is online,
+// in chunks of KC keys, in the log2 domain with the scale folded in: each score's exp2 (ex2.approx)
+// once, by the thread that holds the score, the weights then shared with the row's other threads by
+// indexed shuffles for PV. Blocks are 256 threads (256/TPR rows); one block per SM whatever the
+// registers (the launcher sizes the dynamic shared memory for that), so the control and every defect
+// run 8 warps per SM and differ in their instruction streams only. fp32 in, fp32 out; causal or not;
+// D = 64 or 128; any Sq, Sk.
 //
 // The defects (each `PLANTED FAULT`, results within fp32 rounding of the control's):
 //   kDependency    QKᵀ with one accumulator: a rolled loop over the chunk's keys computes one score
@@ -175,6 +178,7 @@ planted_rt_fwd_kernel(const float* __restrict__ q,  // [B, H, Sq, D]
 
   const int tid = threadIdx.x;
   const int part = tid % TPR;  // this thread's slice: chunks part + TPR * i
+  const int lane0 = (tid & 31) - part;  // the lane of its row's part 0
   const int n_qt = (Sq + BR - 1) / BR;
   const int qt = CAUSAL ? n_qt - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);  // heavy first
   const int q0 = qt * BR;
@@ -251,34 +255,55 @@ planted_rt_fwd_kernel(const float* __restrict__ q,  // [B, H, Sq, D]
         qk_slice<C, FAULT>(s, qr, Kt, kr0, part, base, ld);
       }
 
-      // ---- whole scores: sum the row's TPR slices ----
+      // ---- whole scores, each in one of the row's threads: a reduce-scatter of the TPR slices ----
+      // Before round m (1, then 2 when TPR = 4) slot kc (a multiple of m) holds key kc + (part & (m-1)).
+      // Round m pairs slots kc and kc + m (kc a multiple of 2m): the thread with bit m of `part` clear
+      // keeps slot kc's key and sends its partner (part ^ m) its partial of slot kc + m's key; the
+      // partner keeps slot kc + m's key, in its slot kc, and sends slot kc's. Afterwards slot kc (a
+      // multiple of TPR) holds the whole score of key kc + part, summed as (p0 + p1) + (p2 + p3) over
+      // the slices of parts 0..3 (fp32 addition commutes, so that pairing fixes every bit).
 #pragma unroll
-      for (int kc = 0; kc < KC; ++kc) {
-        s[kc] += __shfl_xor_sync(0xffffffffu, s[kc], 1);
-        if constexpr (TPR == 4) s[kc] += __shfl_xor_sync(0xffffffffu, s[kc], 2);
+      for (int m = 1; m < TPR; m *= 2) {
+        const bool up = (part & m) != 0;
+#pragma unroll
+        for (int kc = 0; kc < KC; kc += 2 * m) {
+          const float keep = up ? s[kc + m] : s[kc];
+          const float give = up ? s[kc] : s[kc + m];
+          s[kc] = keep + __shfl_xor_sync(0xffffffffu, give, m);
+        }
       }
       if (need_mask) {
-        const int lim = (CAUSAL ? min(Sk - 1, row) : Sk - 1) - kv0 - kr0;  // visible iff kc <= lim
+        // slot kc holds key kc + part: visible iff kc <= lim
+        const int lim = (CAUSAL ? min(Sk - 1, row) : Sk - 1) - kv0 - kr0 - part;
 #pragma unroll
-        for (int kc = 0; kc < KC; ++kc)
+        for (int kc = 0; kc < KC; kc += TPR)
           if (kc > lim) s[kc] = -INFINITY;
       }
 
-      // ---- online softmax (log2 domain, scale folded in) ----
+      // ---- online softmax (log2 domain, scale folded in): each score's exp2 once ----
+      // The row max over the thread's KC/TPR scores, then over the row's threads (exact: every thread
+      // of the row gets the same m, alpha and base2).
       float mx = m_run;
 #pragma unroll
-      for (int kc = 0; kc < KC; ++kc) mx = fmaxf(mx, s[kc]);
+      for (int kc = 0; kc < KC; kc += TPR) mx = fmaxf(mx, s[kc]);
+#pragma unroll
+      for (int m = 1; m < TPR; m *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
       const float base2 = mx == -INFINITY ? 0.f : mx * scale_log2;  // a row with nothing visible yet: p = 0
       const float alpha = ex2(m_run * scale_log2 - base2);
       m_run = mx;
-      l_run *= alpha;
+      l_run *= alpha;  // this thread's share of the row sum (its own keys'); summed over the row at the end
 #pragma unroll
       for (int d = 0; d < DS; ++d) acc[d] *= alpha;
 #pragma unroll
-      for (int kc = 0; kc < KC; ++kc) {
+      for (int kc = 0; kc < KC; kc += TPR) {
         s[kc] = ex2(fmaf(s[kc], scale_log2, -base2));
         l_run += s[kc];
       }
+      // Every thread of the row needs all KC weights for its slice of PV: weight kc from the row's
+      // thread kc % TPR (slot kc - kc % TPR), one indexed shuffle each.
+      float p[KC];
+#pragma unroll
+      for (int kc = 0; kc < KC; ++kc) p[kc] = __shfl_sync(0xffffffffu, s[kc - kc % TPR], lane0 + kc % TPR);
 
       // ---- O += P V over this thread's slice ----
 #pragma unroll
@@ -291,20 +316,20 @@ planted_rt_fwd_kernel(const float* __restrict__ q,  // [B, H, Sq, D]
             if (c % TPR == part) {
               const float4 vf = tile_f4<C, FAULT>(Vt, kr0 + kc, c, base, ld);
               const int i = c / TPR;
-              acc[4 * i + 0] = fmaf(s[kc], vf.x, acc[4 * i + 0]);
-              acc[4 * i + 1] = fmaf(s[kc], vf.y, acc[4 * i + 1]);
-              acc[4 * i + 2] = fmaf(s[kc], vf.z, acc[4 * i + 2]);
-              acc[4 * i + 3] = fmaf(s[kc], vf.w, acc[4 * i + 3]);
+              acc[4 * i + 0] = fmaf(p[kc], vf.x, acc[4 * i + 0]);
+              acc[4 * i + 1] = fmaf(p[kc], vf.y, acc[4 * i + 1]);
+              acc[4 * i + 2] = fmaf(p[kc], vf.z, acc[4 * i + 2]);
+              acc[4 * i + 3] = fmaf(p[kc], vf.w, acc[4 * i + 3]);
             }
           }
         } else {
 #pragma unroll
           for (int i = 0; i < CH; ++i) {
             const float4 vf = tile_f4<C, FAULT>(Vt, kr0 + kc, part + TPR * i, base, ld);
-            acc[4 * i + 0] = fmaf(s[kc], vf.x, acc[4 * i + 0]);
-            acc[4 * i + 1] = fmaf(s[kc], vf.y, acc[4 * i + 1]);
-            acc[4 * i + 2] = fmaf(s[kc], vf.z, acc[4 * i + 2]);
-            acc[4 * i + 3] = fmaf(s[kc], vf.w, acc[4 * i + 3]);
+            acc[4 * i + 0] = fmaf(p[kc], vf.x, acc[4 * i + 0]);
+            acc[4 * i + 1] = fmaf(p[kc], vf.y, acc[4 * i + 1]);
+            acc[4 * i + 2] = fmaf(p[kc], vf.z, acc[4 * i + 2]);
+            acc[4 * i + 3] = fmaf(p[kc], vf.w, acc[4 * i + 3]);
           }
         }
       }
@@ -312,6 +337,9 @@ planted_rt_fwd_kernel(const float* __restrict__ q,  // [B, H, Sq, D]
     __syncthreads();  // every thread is done with stage j & 1 before iteration j+1 refills it
   }
   cp_async_wait<0>();
+  // the row's sum of weights: each of its threads summed those of its own keys
+#pragma unroll
+  for (int m = 1; m < TPR; m *= 2) l_run += __shfl_xor_sync(0xffffffffu, l_run, m);
 
   // ---- normalise and store O and lse ----
   if (row < Sq) {
