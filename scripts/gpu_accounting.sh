@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The accounting's data on a GPU machine (issue 24): the faprof set's fixture re-recorded with the
-# accounting's counters, `l4_causal --ncu` with a Triton user kernel beside faprof's and PyTorch's,
-# and a `--set full` re-run of the largest shapes (per-PC source counters, for the source-line reader).
+# accounting's counters, and `l4_causal --ncu` with a Triton user kernel beside faprof's and PyTorch's
+# (the faprof-set pass, then the source-line pass on faprof's and the user's kernels).
 #
 #   OUT=/tmp/out bash scripts/gpu_accounting.sh
 #
-# Writes under $OUT: ncu_fixture/ (see record_ncu_faprof_fixture.sh), acc_l4.tgz (the l4_causal bundle
-# without raw/), acc_full.tgz (the full-set bundle with its report), acc_logs.tgz; a short table last.
+# Writes under $OUT: ncu_fixture/ (see record_ncu_faprof_fixture.sh), acc_l4.tgz (the l4_causal bundle,
+# raw .ncu-rep files gzipped), acc_logs.tgz; last a short table: the source pass's cost against the
+# section-set pass, and the primary cause with its hottest source line for each kernel of one shape.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_env.sh
@@ -25,14 +26,9 @@ timeout -k 10 330 $PY -m faprof profile --scenario l4_causal --kernel examples/k
 echo "l4_causal --ncu: exit $? in $(( $(date +%s) - t1 )) s"
 L4=$(ls -d "$WORK"/runs/*/ 2>/dev/null | head -1)
 if [ -n "$L4" ]; then
-  (cd "$WORK/runs" && tar czf "$OUT/acc_l4.tgz" --exclude='*/raw/*.ncu-rep' .)
-  mkdir -p "$WORK/full" && cp -r "$L4" "$WORK/full/"
-  FULL=$(ls -d "$WORK"/full/*/ | head -1)
-  t2=$(date +%s)
-  timeout -k 10 200 $PY -m faprof ncu "$FULL" --set full --shapes largest \
-    --variants naive,fa1,fa2,fa2_wmma,fa2_mma,fa3_wgmma_e,triton_attn > "$WORK/logs/full.log" 2>&1
-  echo "ncu --set full (largest shapes): exit $? in $(( $(date +%s) - t2 )) s"
-  (cd "$WORK/full" && tar czf "$OUT/acc_full.tgz" .)
+  find "$L4/raw" \( -name '*.nsys-rep' -o -name '*.sqlite' \) -delete
+  find "$L4/raw" -name '*.ncu-rep' -exec gzip -9 {} \;
+  (cd "$WORK/runs" && tar czf "$OUT/acc_l4.tgz" .)
 fi
 (cd "$WORK" && tar czf "$OUT/acc_logs.tgz" logs)
 
@@ -60,4 +56,16 @@ for c in calls:
         print(f"{c.variant:14s} {s['duration_ms']:.4f} ms model {s['model_ms']:.4f}  cpi {s['cpi']:.1f} warps {s['warps_resident']:.2f} "
               f"active {s['active_fraction']:.2f} lanes {s['active_lanes']:.1f}  " + ", ".join(f"{k} {v:.0%}" for k, v in top))
 print(f"{n_ok} calls with a complete accounting of {len(calls)}")
+ncu = b.manifest().get("ncu") or {}
+src = ncu.get("source") or {}
+print(f"ncu section-set pass: {ncu.get('wall_s')} s, {ncu.get('kernels')} kernels; source pass: status {src.get('status')} "
+      f"{src.get('wall_s')} s, {src.get('kernels')} kernels, passes {src.get('passes')}"
+      + (f" ({src['wall_s'] / ncu['wall_s']:.0%} of the set pass)" if src.get('wall_s') and ncu.get('wall_s') else ""))
+from faprof import advisor
+d = advisor.diagnose(b)
+p = d[d["primary"] & d["shape_id"].str.startswith("b16_h8_sq512") & d["shape_id"].str.contains("fp16")]
+for _, r in p.iterrows():
+    gain = r["estimated_gain_pct"]
+    where = r["source"] if isinstance(r["source"], str) else ""
+    print(f"{r['variant']:14s} {r['cause']:24s} {gain:5.0f}%  {where[:90]}")
 PYEOF
