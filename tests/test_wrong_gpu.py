@@ -76,7 +76,8 @@ def test_correct_variants_get_no_signature_and_pass_every_probe(run):
             r = df.loc[(v, shape)]
             assert r["status"] == "ok", (v, shape, r["reason"])
             assert not isinstance(r["signatures"], str) and not isinstance(r["bug_signature"], str)
-            assert {p["status"] for p in json.loads(r["probes"])} == {"ok"}, (v, shape, r["probes"])
+            # every probe passes or is one the variant's support test declines (sdpa_flash: causal Sq != Sk)
+            assert {p["status"] for p in json.loads(r["probes"])} <= {"ok", "skipped"}, (v, shape, r["probes"])
 
 
 SHAPES = [
@@ -95,14 +96,15 @@ def test_no_correct_variant_is_flagged_by_a_probe(problem):
                               inputs.seed)
     tol = DEFAULT_TOLERANCE[problem.dtype]
     ran = []
+    planted = {spec.split("=", 1)[0] for spec in SPECS if "wrong" in spec.split("=", 1)[0]}
     for v in variants.all_variants():
-        if not v.supports(problem, cuda_available=True)[0]:
+        if v.name in planted or not v.supports(problem, cuda_available=True)[0]:
             continue
         dev = v.resolved_device(True)
         res = adversarial.run(ps, lambda p, v=v: v.supports(p, cuda_available=True),
                               lambda pr, inp, rf, v=v, dev=dev: correctness.check_correctness(
                                   v, pr.problem, inp, rf, dev, tol, check_input=pr.name))
-        bad = [(r["name"], r["status"], r["reason"]) for r in res["probes"] if r["status"] in ("wrong", "error")]
+        bad = [(r["name"], r["status"], r["reason"]) for r in res["probes"] if r["status"] not in ("ok", "skipped")]
         assert not bad, (v.name, bad)
         ran.append(v.name)
     assert ran

@@ -167,3 +167,22 @@ def test_error_maps_live_in_their_own_table(run):
     assert set(maps["row_seq"]) <= live
     assert {"variant", "shape_id", "output", "axis", "bin", "n", "n_bad", "share_bad", "max_err",
             "n_unwritten", "check_input"} <= set(maps.columns)
+
+
+@pytest.mark.parametrize("S", [200, 129])
+def test_a_stride_bug_is_named_when_the_rows_are_subsampled(S):
+    """Past MAX_ROWS query rows the signatures examine a sample of rows; the batch-offset bug is still
+    named (recorded on the H100: an IndexError there, rows sampled against every row's errors)."""
+    from faprof.measure import correctness
+    from faprof.model.problem import AttentionProblem
+    from faprof.model.scenarios import DEFAULT_TOLERANCE
+    from faprof.variants import get
+
+    assert S > signatures.MAX_ROWS
+    p = AttentionProblem(B=2, H=2, Sq=S, Sk=S, D=32, dtype="fp32", causal=False)
+    inputs = correctness.make_inputs(p, "cpu", seed=0)
+    ref = correctness.compute_reference(p, inputs, cuda_ok=False)
+    res = correctness.check_correctness(get("wrong_batch_offset"), p, inputs, ref, "cpu", DEFAULT_TOLERANCE["fp32"])
+    assert not res["correct"]
+    assert res["signatures"] and res["signatures"][0]["family"] == "stride", res["signatures"]
+    assert "batch 0" in res["signatures"][0]["title"]

@@ -300,7 +300,8 @@ def check_outputs(problem: AttentionProblem, result, ref: Reference, tol: Tolera
             continue
         if name == "lse":
             r = r.reshape(rf.shape) if r.numel() == rf.numel() else r
-        c = compare(r, rf, tol, ref.baseline_err.get(name), _position_text(name, tuple(rf.shape), tile(name) if tile else None))
+        c = compare(r, rf, tol.for_output(name), ref.baseline_err.get(name),
+                    _position_text(name, tuple(rf.shape), tile(name) if tile else None))
         per[name] = {k: v for k, v in c.items() if k != "worst_elem"}
         ok = ok and c["ok"]
         if not c["ok"]:

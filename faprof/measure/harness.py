@@ -184,12 +184,13 @@ class _CudaSamples:
 
 
 def probe_checker(variant: Any, device: str, tol: Tolerance) -> Callable[..., dict[str, Any]]:
-    """check(probe, inputs, reference) for `adversarial.run`: the correctness check on a probe, with the
-    FlashAttention rule's eps raised by the exponent arguments' fp32 rounding at the probe's scores
-    (`adversarial.argument_rounding_eps`), slack no exact kernel can avoid."""
+    """check(probe, inputs, reference) for `adversarial.run`: the correctness check on a probe, each
+    output's atol and eps raised by the rounding error an exact kernel may have on the probe's inputs
+    beyond PyTorch's (`adversarial.rounding_slack`)."""
 
     def check(pr: adversarial.Probe, inp: adversarial.ProbeInputs, rf: Any) -> dict[str, Any]:
-        ptol = dataclasses.replace(tol, eps=tol.eps + adversarial.argument_rounding_eps(pr.problem, inp))
+        slack = adversarial.rounding_slack(pr.problem, inp)
+        ptol = dataclasses.replace(tol, output_slack=tuple(sorted(slack.items())))
         return correctness.check_correctness(variant, pr.problem, inp, rf, device, ptol, check_input=pr.name)
 
     return check

@@ -238,6 +238,12 @@ def _sliced(oe: OutputErrors, s: _Slices) -> tuple[Any, Any, Any, Any, Any]:
     return s.cache[key]  # type: ignore[no-any-return]
 
 
+def _err_sliced(oe: OutputErrors, s: _Slices) -> Any:
+    """The output's per-row max error on the examined slices and rows: [n, R] (as `_sliced`'s masks)."""
+    e = oe.err[s.b.to(oe.err.device), s.h.to(oe.err.device)]
+    return e[:, s.rows.to(e.device)] if s.rows is not None and oe.name not in KEY_OUTPUTS else e
+
+
 def _close(r: Any, alt: Any, ref: Any, tol: _Tol) -> Any:
     """Elements of r within the check's rules of `alt`: |r - alt| <= min(atol + rtol·|alt|, the
     FlashAttention bound scaled by (1 + |alt|) / (1 + |ref|)), i.e. as close to the alternative as a
@@ -567,7 +573,7 @@ def _stride_signatures(case: Case, s: _Slices) -> list[Signature]:
                     c = Counter(got).most_common(1)[0][0]
                     pairs.append(((b, h), (c // H, c % H)))
             title = _stride_title(pairs, "answer")
-            e_ref = float(oe.err[s.b, s.h][expl].max())
+            e_ref = float(_err_sliced(oe, s)[expl].max())
             found.append(Signature("stride", "slice_copy", title, name, case.check_input, n_e / n_w, n_w, n_e, e_ref,
                                    math.nan, _rows_text(expl, s, name)))
     if found or "out" not in case.errors or case.errors["out"].n_bad == 0:
@@ -606,7 +612,7 @@ def _stride_signatures(case: Case, s: _Slices) -> list[Signature]:
         if n_w and n_e / n_w >= MIN_SHARE:
             what = "Q" if which == "q" else "K and V"
             title = _stride_title(pairs, f"{what}")
-            e_ref = float(oe.err[s.b, s.h][expl].max())
+            e_ref = float(_err_sliced(oe, s)[expl].max())
             found.append(Signature("stride", f"{which}_from_other_slice", title, "out", case.check_input, n_e / n_w,
                                    n_w, n_e, e_ref, err_alt, _rows_text(expl, s, "out")))
     return found
@@ -660,7 +666,7 @@ def _overflow_signature(case: Case, s: _Slices) -> Signature | None:
         detail = (f"{both} of {n_w} wrong rows have a score above {limit:.2f} (ln of {label}'s largest value), "
                   f"{both} of the {n_over} such rows are wrong, {nonfinite} of them inf/NaN; rows under it are right")
         title = f"softmax without max subtraction: exp(score) overflows {label} where a row's largest score exceeds {limit:.1f}"
-        e_ref = float(oe.err[s.b, s.h][wrong & over].max())
+        e_ref = float(_err_sliced(oe, s)[wrong & over].max())
         return Signature("overflow", f"no_max_subtraction_{label}", title, "out", case.check_input, both / n_w, n_w,
                          both, e_ref, math.nan, detail)
     return None

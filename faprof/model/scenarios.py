@@ -33,6 +33,7 @@ Layout of a file (every key is checked; unknown keys are errors, so typos do not
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import tomllib
 from dataclasses import dataclass, field
@@ -119,6 +120,16 @@ class Tolerance:
     """FlashAttention's rule: max |out - ref| <= factor * (PyTorch's max error in this dtype) + eps."""
     eps: float = 0.0
     """The absolute slack of FlashAttention's rule (about the dtype's rounding step at 1)."""
+    output_slack: tuple[tuple[str, float], ...] = ()
+    """(output, absolute error) pairs added to atol and eps for that output only: the error an exact
+    kernel may have on an input (faprof.measure.adversarial.rounding_slack for the probes)."""
+
+    def for_output(self, name: str) -> Tolerance:
+        """The tolerance output `name` is checked under (its slack added to atol and eps)."""
+        extra = dict(self.output_slack).get(name, 0.0)
+        if not self.output_slack:
+            return self
+        return dataclasses.replace(self, atol=self.atol + extra, eps=self.eps + extra, output_slack=())
 
 
 #: Default tolerances per dtype, against a float64 (or fp32 GPU) reference.

@@ -60,6 +60,9 @@ def _sdpa_fn(backend_name: str | None):
 def _flash_check(problem: AttentionProblem) -> str | None:
     if problem.D % 8 != 0 or problem.D > 256:
         return f"PyTorch's flash backend needs D a multiple of 8 and at most 256, got D={problem.D}"
+    if problem.causal and problem.Sq != problem.Sk:
+        return (f"PyTorch's flash backend refuses is_causal when Sq != Sk (its mask is aligned bottom-right), "
+                f"got Sq={problem.Sq}, Sk={problem.Sk}")
     return None
 
 
