@@ -157,11 +157,9 @@ EXPECTED_CAUSE: dict[str, str | None] = {
     "planted_few_ctas": "too_few_ctas",
     "planted_launch_per_head": "launch_split",
     # fa2_mma family (fp16, tensor cores); control planted_clean
-    # planted_barrier: None while the recorded fixture holds its old kernel (an extra barrier between
-    # each ldmatrix and its HMMAs: 0.95-1.01x its control on the H100, 2026-11-25; barrier stalls 0.14 ->
-    # 0.22 cycles per instruction at no cost). The kernel now makes the warps take turns (>= 1.46x by
-    # its pipe-bound minimum): "stall:barrier" once a recording of it shows the cost
-    "planted_barrier": None,
+    # planted_barrier: the warps take turns; H100 2026-11-25 (tests/data/planted): 2.14-2.47x its control,
+    # barrier stalls the primary cause on every shape (the earlier extra-barrier kernel cost nothing)
+    "planted_barrier": "stall:barrier",
     "planted_fence": "stall:membar",
     "planted_transcendental": "transcendentals",
     "planted_fp64": "fp64_arithmetic",
