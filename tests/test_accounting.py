@@ -1,8 +1,8 @@
 """The accounting and the comparative diagnosis, on a bundle recorded on the H100 (tests/data/accounting).
 
 Method: `faprof profile --scenario l4_causal --kernel examples/kernels/triton_attn.py:triton_attn --ncu`
-on the lent H100 80GB HBM3 (faprof set with the accounting's counters), plus the source lines of a
-`--set full` re-run of its largest shapes (see tests/data/accounting/README.md). The tests check that the
+on the lent H100 80GB HBM3 (faprof set with the accounting's counters, then the source-line pass that
+`--ncu` runs on faprof's and the user's kernels; see tests/data/accounting/README.md). The tests check that the
 accounting closes (every warp cycle in one state, the time model equal to ncu's duration), that a gap's
 terms add up to the measured gap exactly, and what the advisor says about kernels whose causes are known
 from their design: fa2_mma (mma.sync on Hopper, 255 registers/thread) against cuDNN's wgmma kernel.
@@ -58,9 +58,11 @@ def test_every_warp_cycle_is_in_one_state(calls):
             ratio = a.total_warp_cycles / lz.metric("warps_active_sum")
             ratios.append(ratio)
             assert math.isclose(sum(a.state_share(s) for s in a.warp_cycles), 1.0, rel_tol=1e-9)
-            # the counters come from different replay passes: kernels of a few µs differ pass to pass
-            # (measured: 0.954-1.085 for 5-7 µs kernels); from 20 µs on they agree within 2%
-            assert abs(ratio - 1) < (0.02 if lz.duration_ms >= 0.02 else 0.10), (c.variant, c.shape_id, ratio)
+            # the counters come from different replay passes, which differ more the shorter the kernel
+            # (two H100 recordings of l4_causal: up to 8.9% off below 20 µs, 4.4% at 20-50 µs, 1.2%
+            # at 50-200 µs, 0.09% above)
+            limit = 0.10 if lz.duration_ms < 0.02 else 0.05 if lz.duration_ms < 0.05 else 0.02
+            assert abs(ratio - 1) < limit, (c.variant, c.shape_id, lz.duration_ms, ratio)
     assert len(ratios) >= 80
     assert abs(statistics.median(ratios) - 1) < 0.01
 
