@@ -203,6 +203,7 @@ PAGE_FILES = (
     ("ncu.py", "Nsight Compute", ":material/analytics:"),
     ("timeline.py", "Timeline", ":material/view_timeline:"),
     ("diff.py", "Diff", ":material/compare_arrows:"),
+    ("wrong.py", "Wrong results", ":material/error:"),
 )
 
 _REROUTED = "_faprof_rerouted"

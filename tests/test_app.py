@@ -32,7 +32,7 @@ H100_NCU = "20261121T195544Z_nvidia-h100-80gb-hbm3_smoke"
 H100_NSYS = "20261121T194831Z_nvidia-h100-80gb-hbm3_smoke"
 CPU_L4 = "20261121T193107Z_cpu_l4-causal"
 FLAGS = "20261121T193159Z_cpu_flags"
-PAGES = ("overview", "variants", "gpus", "ncu", "timeline", "diff")
+PAGES = ("overview", "variants", "gpus", "ncu", "timeline", "diff", "wrong")
 
 #: AppTest's per-run timeout: the first run imports plotly and loads every bundle (2-core CI).
 APPTEST_TIMEOUT_S = 60
@@ -640,3 +640,42 @@ def test_sanitize_runs_are_listed_per_tool(runs):
     assert {"memcheck", "racecheck", "initcheck", "synccheck"} <= set(san["tool"])
     assert (san["status"] == "clean").all() and (san["hazards"] == 0).all()  # as recorded on the H100
     assert any("fa2_mma" in v for v in san["variants"])
+
+
+# ------------------------------------------------------------------------------ wrong results
+WRONG_BUNDLES = ROOT / "tests" / "data" / "wrong_bundle"
+WRONG_RUN = "20261125T044351Z_nvidia-h100-80gb-hbm3_wrong-gpu"
+
+
+def test_error_map_grid_of_a_real_wrong_kernel():
+    """The H100 batch-offset kernel (every batch reads batch 0): batch 0 right, every other batch wrong."""
+    runs = fd.load_runs([(WRONG_BUNDLES, "command line")])
+    maps = runs.table("error_maps")
+    idx = fd.maps_index(maps)
+    assert {"wrong_batch_offset", "wrong_causal_shift"} <= set(idx["variant"])
+    assert set(idx[idx["variant"] == "wrong_batch_offset"]["check_input"]) >= {"randn", "large_scores", "tile_plus"}
+    grid = fd.map_grid(maps, variant="wrong_batch_offset", shape_id="b3_h2_sq200_sk200_d64_fp16_full_fwd",
+                       check_input="randn", output="out")
+    batch = grid["z"][grid["axes"].index(fd.AXIS_LABELS["batch"])]
+    assert batch[0] == 0 and all(s > 0.3 for s in batch[1:3])  # 2 heads x 200 rows x 64 columns a batch
+    assert len(grid["z"]) == len(grid["axes"]) == len(grid["hover"]) and all(len(r) == grid["columns"] for r in grid["z"])
+    assert "of 25600 wrong" in grid["hover"][grid["axes"].index(fd.AXIS_LABELS["batch"])][1]
+    shift = fd.map_grid(maps, variant="wrong_causal_shift", shape_id="b2_h2_sq128_sk128_d64_fp16_causal_fwd",
+                        check_input="randn", output="out")
+    assert fd.AXIS_LABELS["mask"] in shift["axes"]  # a causal row is also mapped against its mask
+
+
+def test_wrong_results_page_draws_the_map_and_names_the_bug(app):
+    at = _open(app(WRONG_BUNDLES), "wrong")
+    at.selectbox(key="wrong_row").set_value(("wrong_batch_offset", "b3_h2_sq200_sk200_d64_fp16_full_fwd")).run()
+    assert not at.exception
+    assert any("stride" in m.value or "offset" in m.value for m in at.markdown), [m.value for m in at.markdown]
+    specs = _chart_specs(at)
+    assert specs and specs[0]["data"][0]["type"] == "heatmap"
+    assert fd.AXIS_LABELS["batch"] in specs[0]["data"][0]["y"]
+    assert at.dataframe
+
+
+def test_wrong_results_page_says_when_there_is_nothing_wrong(app):
+    at = _open(app(BUNDLES), "wrong")
+    assert any("error map" in i.value for i in at.info)  # the flags run's wrong rows predate error maps

@@ -52,6 +52,7 @@ PAGES: dict[str, tuple[str, bool | None]] = {
     "ncu": ("Nsight Compute", None),
     "timeline": ("Timeline", None),
     "diff": ("Diff", True),
+    "wrong": ("Wrong results", False),
 }
 
 CHART = ".js-plotly-plot, [data-testid=stPlotlyChart]"

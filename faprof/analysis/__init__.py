@@ -12,7 +12,8 @@ every public name of its modules, one per topic:
 - `ncu_views`: occupancy, throughput, stall shares and rooflines from the Nsight Compute tables;
 - `timeline`: the Nsight Systems timeline of one problem;
 - `diff`: two runs row by row with faprof's one significance test;
-- `files`: CSV, bundle archives, sanitize runs.
+- `files`: CSV, bundle archives, sanitize runs;
+- `wrong`: wrong rows' error maps as heatmap grids.
 
 Modules inside the package import each other directly, never this facade (no import circles).
 """
@@ -115,5 +116,11 @@ from faprof.analysis.speed import (  # noqa: F401
 from faprof.analysis.timeline import (  # noqa: F401
     MAX_TIMELINE_BARS,
     timeline,
+)
+from faprof.analysis.wrong import (  # noqa: F401
+    AXIS_LABELS,
+    MAP_KEY,
+    map_grid,
+    maps_index,
 )
 from faprof.store import MANIFEST, find_bundles  # noqa: F401  (the app finds uploaded bundles with them)

@@ -485,7 +485,8 @@ def _tolerance(ctx: _Ctx, tol: Any) -> dict[str, Tolerance]:
             if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
                 raise ctx.fail(f"tolerance.{dt}.{k}", "a non-negative number", v)
         base = DEFAULT_TOLERANCE[dt]
-        tolerance[dt] = Tolerance(**{k: float(spec.get(k, getattr(base, k))) for k in ("rtol", "atol", "factor", "eps")})
+        rtol, atol, factor, eps = (float(spec.get(k, getattr(base, k))) for k in ("rtol", "atol", "factor", "eps"))
+        tolerance[dt] = Tolerance(rtol=rtol, atol=atol, factor=factor, eps=eps)
     return tolerance
 
 
