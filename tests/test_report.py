@@ -353,3 +353,32 @@ def test_why_uses_the_advisors_own_gap_terms_and_shape_notes_when_it_gives_them(
     assert "(all)" not in text
     assert w.brief(["s1"]) == ("**Why**: fa2_mma: warp-level MMA pipe (62% of the gap to sdpa_cudnn); "
                                "for every kernel at some shapes: too few CTAs (details below).")
+
+
+def test_a_term_larger_than_its_gap_is_said_in_time_and_level_variants_get_no_cause():
+    """Terms of an exact gap split can offset each other, so one may exceed the gap (949% was printed on the H100
+    l4_causal report): such a term is said as time against the gap's size. A variant level with the block's
+    fastest has no gap to explain: the brief names it as level, without a cause."""
+    from faprof.advisor.render import share_text
+    from faprof.report import why
+
+    r = {"unit": "gap", "estimated_gain_pct": 580.0, "gap_ms": 0.0029, "against": "triton_attn"}
+    assert share_text(r) == "+2.9 µs, more than the whole 0.5 µs gap to triton_attn (other terms give time back)"
+    assert share_text({**r, "estimated_gain_pct": 80.0, "gap_ms": 0.0004}) == "80% of the gap to triton_attn (+0.4 µs)"
+
+    df = pd.DataFrame([
+        {"variant": v, "variant_kind": k, "shape_id": "s1", "status": "ok", "median_ms": ms, "dtype": "fp16",
+         "direction": "fwd", "B": 16, "H": 8, "Sq": 512, "Sk": 512, "D": 64, "causal": True, "flops": 1e9}
+        for v, k, ms in (("triton_attn", "user", 0.0286), ("fa3_wgmma_e", "cuda", 0.0290), ("fa2_mma", "cuda", 0.0330))])
+    base = {"dtype": "fp16", "group": "", "kernel": "k", "fix": "f", "rule": "r", "primary": True, "rank": 1,
+            "shape_id": "s1", "kind": "term", "unit": "gap", "against": "triton_attn", "evidence": "e"}
+    diag = pd.DataFrame([
+        {**base, "variant": "fa3_wgmma_e", "cause": "idle", "title": "idle SMs", "estimated_gain_pct": 580.0,
+         "share_of_gap_pct": 580.0, "gap_ms": 0.0029},
+        {**base, "variant": "fa2_mma", "cause": "pipe_hmma", "title": "warp-level MMA pipe", "estimated_gain_pct": 60.0,
+         "share_of_gap_pct": 60.0, "gap_ms": 0.0026}])
+    w = why.from_diagnosis(diag, df, ["triton_attn", "fa3_wgmma_e", "fa2_mma"], ["Nsight Compute"])
+    brief = w.brief(["s1"], level=["fa3_wgmma_e"])
+    assert "fa2_mma: warp-level MMA pipe (60% of the gap to triton_attn (+2.6 µs))" in brief
+    assert "idle SMs" not in brief and "level with the fastest (within 2% over these shapes): fa3_wgmma_e" in brief
+    assert "+2.9 µs, more than the whole 0.5 µs gap" in w.brief(["s1"])  # not level: its term, said in time

@@ -27,9 +27,15 @@ def share_text(r: Any, prefix: str = "") -> str:
     if unit == "gap":
         ms = r.get("gap_ms")
         try:
-            us = f" ({1e3 * float(ms):+.1f} µs)" if ms is not None and not math.isnan(float(ms)) else ""
+            term = float(ms) if ms is not None else math.nan
         except (TypeError, ValueError):
-            us = ""
+            term = math.nan
+        share = float(r.get("estimated_gain_pct"))
+        if share > 100 and not math.isnan(term):
+            # terms that offset others exceed the gap: say the time, not a share above 100%
+            return (f"{prefix}{1e3 * term:+.1f} µs, more than the whole {1e3 * term * 100 / share:.1f} µs gap to "
+                    f"{r.get('against')} (other terms give time back)")
+        us = f" ({1e3 * term:+.1f} µs)" if not math.isnan(term) else ""
         return f"{prefix}{gain} of the gap to {r.get('against')}{us}"
     if unit == "kernel":
         return f"{prefix}~{gain} of the kernel"

@@ -82,6 +82,18 @@ def headline(block: Block) -> list[str]:
     return [*lines, sentence + (" " + base_note if base_note else ""), ""]
 
 
+def level_with_fastest(block: Block) -> list[str]:
+    """Variants other than the fastest whose speed is level with it (the fastest's lead under LEVEL_WITHIN),
+    in ranking order: there is no gap to explain."""
+    top = best(block)
+    if top is None:
+        return []
+    name = str(top["variant"])
+    r = block.ranking
+    return [str(v) for v in r.loc[(r["variant"] != name) & (r["wrong"] == 0), "variant"]
+            if _lead(block, name, str(v)) < LEVEL_WITHIN]
+
+
 def _lead(block: Block, a: str, b: str) -> float:
     """How much faster a is than b over the shapes both timed (geometric mean of b's median over a's)."""
     t = timed(block.rows)

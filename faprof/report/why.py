@@ -20,10 +20,12 @@ from typing import Any
 import pandas as pd
 
 from faprof import advisor
+from faprof.advisor.render import share_text
 from faprof.analysis import short_labels
 from faprof.model import schema
 from faprof.report import fmt as f
 from faprof.report import tables as rt
+from faprof.report.answer import LEVEL_WITHIN
 
 #: Variant kinds whose code the user can change: faprof's CUDA kernels and user kernels.
 ACTIONABLE_KINDS = ("cuda", "user")
@@ -100,13 +102,17 @@ def _top_causes(rest: pd.DataFrame, df: pd.DataFrame, variants: list[str]) -> pd
     named = rest[rest["kind"].isin(CAUSE_KINDS)]
     first = named.sort_values(["variant", "shape_id", "rank"]).drop_duplicates(["variant", "shape_id"])
     direction = df.drop_duplicates("shape_id").set_index("shape_id")["direction"]
+    size = df.drop_duplicates("shape_id").set_index("shape_id")["flops"] if "flops" in df else pd.Series(dtype=float)
     first = first.assign(direction=first["shape_id"].map(direction).fillna("fwd"))
     rows = []
     for v in variants:
         for (dtype, dr), gd in first[first["variant"] == v].groupby(["dtype", "direction"], sort=False):
             counts = gd.groupby("title").agg(n=("shape_id", "nunique"), gain=("estimated_gain_pct", "max"))
             title = counts.sort_values(["n", "gain"], ascending=False).index[0]
-            top = gd[gd["title"] == title].sort_values("estimated_gain_pct", ascending=False).iloc[0]
+            lead = gd[gd["title"] == title]
+            # the figure quoted is the one at the largest of those shapes (the answer's table is at the largest)
+            top = lead.assign(_size=lead["shape_id"].map(size)).sort_values(["_size", "estimated_gain_pct"],
+                                                                          ascending=False).iloc[0].drop("_size")
             mine = df[(df["variant"] == v) & (df["dtype"] == dtype) & (df["direction"] == dr) & df["status"].isin(schema.TIMED)]
             rows.append({**top.to_dict(), "n": int(counts.loc[title, "n"]), "total": mine["shape_id"].nunique(),
                          "shapes": set(gd.loc[gd["title"] == title, "shape_id"])})
@@ -116,7 +122,8 @@ def _top_causes(rest: pd.DataFrame, df: pd.DataFrame, variants: list[str]) -> pd
 def _gain(r: Any) -> str:
     """How much a finding explains, in the unit the advisor gave it: the gap to a faster kernel, or the call."""
     if r.get("unit") == "gap" and pd.notna(r.get("share_of_gap_pct")):
-        return f"{r['share_of_gap_pct']:.0f}% of the gap to {r.get('against') or 'the fastest'}"
+        return share_text({**r, "estimated_gain_pct": r["share_of_gap_pct"],
+                                   "against": r.get("against") or "the fastest"})
     x = r.get("estimated_gain_pct")
     return f"up to {x:.0f}% of the call's time" if x is not None and pd.notna(x) else ""
 
@@ -140,12 +147,16 @@ class Why:
     top: pd.DataFrame = field(default_factory=pd.DataFrame)
     notes: pd.DataFrame = field(default_factory=pd.DataFrame)
 
-    def brief(self, shape_ids: Iterable[str]) -> str:
+    def brief(self, shape_ids: Iterable[str], level: Iterable[str] = ()) -> str:
         """One line for a block's first screen: each changeable variant's leading cause on these shapes, and
-        the causes that belong to the shapes ('' when the advisor has nothing to say there)."""
-        ids = set(shape_ids)
-        parts = [f"{r['variant']}: {f.md(r['title'])} ({_gain(r) or 'see Why'})"
-                 for _, r in self.top.iterrows() if r["shapes"] & ids] if not self.top.empty else []
+        the causes that belong to the shapes ('' when the advisor has nothing to say there). Variants in
+        `level` (level with the block's fastest) are named as such, without a cause: there is no gap."""
+        ids, level = set(shape_ids), list(level)
+        rows = [r for _, r in self.top.iterrows() if r["shapes"] & ids] if not self.top.empty else []
+        parts = [f"{r['variant']}: {f.md(r['title'])} ({_gain(r) or 'see Why'})" for r in rows if r["variant"] not in level]
+        even = [v for v in level if any(r["variant"] == v for r in rows)]
+        if even:
+            parts.append(f"level with the fastest (within {100 * (LEVEL_WITHIN - 1):.0f}% over these shapes): {', '.join(even)}")
         shared = list(dict.fromkeys(_bare(t) for t in self.notes.loc[
             self.notes["shape_id"].isin(ids) & _shape_kinds(self.notes), "title"])) if not self.notes.empty else []
         if shared:

@@ -148,7 +148,7 @@ def _answer(run: Run) -> list[str]:
             table = answer.summary_table(b)
             if table:
                 parts += [table, ""]
-        brief = run.diagnosis.brief(b.rows["shape_id"]) if run.diagnosis is not None else ""
+        brief = run.diagnosis.brief(b.rows["shape_id"], answer.level_with_fastest(b)) if run.diagnosis is not None else ""
         if brief:
             parts += [brief, ""]
     return parts
