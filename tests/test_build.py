@@ -366,3 +366,30 @@ def test_test_only_kernels_stay_out_of_the_faprof_extension():
     assert not set(added) & {v.name for v in variants.all_variants()}  # hidden from `faprof list`
     for n in added:
         assert (TESTONLY.parent.parent / variants.get(n).source).exists()
+
+
+@pytest.mark.parametrize("own", [True, False])
+def test_a_failed_build_names_a_command_that_exists(monkeypatch, tmp_path, own):
+    """The message of a failed build points at a `faprof build` invocation the CLI accepts."""
+    import shlex
+
+    from click.testing import CliRunner
+    from torch.utils import cpp_extension
+
+    from faprof import cli
+    from faprof.errors import FaprofError
+    from faprof.variants import build as b
+
+    def fail(**kw):
+        raise RuntimeError("Error building extension: nvcc exited with 2")
+
+    monkeypatch.setattr(cpp_extension, "load", fail)
+    monkeypatch.setenv("MAX_JOBS", "1")
+    spec = b.faprof_extension() if own else b.ExtensionSpec("user_ext", (), (tmp_path,), (tmp_path,), what="user kernel x")
+    with pytest.raises(FaprofError) as e:
+        b._compile(spec, tmp_path / "build", "sm_90", [], [], "nvcc", False, None)
+    command = str(e.value).split("`")[1]
+    assert command.startswith("faprof build")
+    args = shlex.split(command)[2:]
+    res = CliRunner().invoke(cli.main, ["build", *[a.replace("sm_XX", "sm_90") for a in args], "--help"])
+    assert res.exit_code == 0, res.output  # every option it names exists

@@ -79,7 +79,8 @@ def doctor() -> None:
 @main.command()
 @click.option("--arch", default="sm_80,sm_89,sm_90", show_default=True, help="Comma-separated archs to compile for with nvcc (no GPU needed).")
 @click.option("--load", "do_load", is_flag=True, help="Instead: JIT-build (or load from the cache) the torch extension for the GPU present and print the time.")
-def build(arch: str, do_load: bool) -> None:
+@click.option("--verbose", is_flag=True, help="With --load: show torch's and ninja's build output (the compiler's messages).")
+def build(arch: str, do_load: bool, verbose: bool) -> None:
     """Compile the kernels with nvcc and print ptxas' resource usage and the occupancy it implies.
 
     With --load, build the torch extension for this GPU instead: the first run compiles (cold),
@@ -88,7 +89,7 @@ def build(arch: str, do_load: bool) -> None:
     from faprof.variants import build as b
 
     if do_load:
-        info = b.load()
+        info = b.load(verbose=verbose)
         say(f"extension: {info.summary()}")
         return
     archs = tuple(a.strip() for a in arch.split(",") if a.strip())

@@ -422,10 +422,9 @@ def _compile(spec: ExtensionSpec, build_dir: Path, arch: str, flags: list[str], 
             verbose=verbose,
         )
     except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
-        raise FaprofError(
-            f"building {spec.what} in {build_dir} failed: {e}\n(run `faprof build --verbose` to see "
-            "the compiler's output)"
-        ) from e
+        again = ("`faprof build --load --verbose` shows the whole build" if spec.name == EXTENSION_NAME else
+                 "`faprof build --arch sm_XX` compiles faprof's own kernels alone, to tell them apart")
+        raise FaprofError(f"building {spec.what} in {build_dir} failed: {e}\n({again})") from e
 
 
 def _write_marker(marker: Path, arch: str, flags: list[str], ldflags: list[str], nvcc: str, seconds: float) -> None:
