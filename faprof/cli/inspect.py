@@ -252,20 +252,7 @@ def gate(baseline: str, candidate: str, threshold: str | None, allow_mismatch: b
     from faprof.model.plan import split_list
     from faprof.report.gate import GateOptions, parse_threshold, run_gate
     from faprof.report.gate_noise import load_floors
-    from faprof.report.gate_render import (
-        kernel_table,
-        listed_rows,
-        noise_line,
-        provenance_table,
-        render_json,
-        render_junit,
-        render_markdown,
-        summary_line,
-        unlisted_line,
-    )
-    from faprof.report.gate_render import verdict_table as gate_table
     from faprof.run import gate as gate_run
-    from faprof.store import write_files
 
     options = GateOptions(threshold=parse_threshold(threshold) if threshold is not None else None,
                           allow_mismatch=allow_mismatch, include_host=include_host, equal_clocks=equal_clocks,
@@ -293,6 +280,27 @@ def gate(baseline: str, candidate: str, threshold: str | None, allow_mismatch: b
         cand = gate_run.open_bundle(candidate, runs_dir)
     retime = (lambda b, pairs: gate_run.retime(b, pairs, out_dir, progress)) if rerun_ambiguous or confirm else None
     result = run_gate(base, cand, options, retime)
+    _show_gate(result, show_all, md_file, junit_file, json_file)
+    sys.exit(result.exit_code)
+
+
+def _show_gate(result: Any, show_all: bool, md_file: Path | None, junit_file: Path | None,
+               json_file: Path | None) -> None:
+    """Print a gate's tables, notes and summary; write its Markdown, JUnit and JSON files."""
+    from faprof.report.gate_render import (
+        kernel_table,
+        listed_rows,
+        noise_line,
+        provenance_table,
+        render_json,
+        render_junit,
+        render_markdown,
+        summary_line,
+        unlisted_line,
+    )
+    from faprof.report.gate_render import verdict_table as gate_table
+    from faprof.store import write_files
+
     say(f"baseline  = {result.baseline['run_id']} ({result.baseline['path']})")
     say(f"candidate = {result.candidate['run_id']} ({result.candidate['path']})")
     console.print(provenance_table(result))
@@ -312,4 +320,3 @@ def gate(baseline: str, candidate: str, threshold: str | None, allow_mismatch: b
             write_files(path.parent, {path.name: render(result)})
             say(f"wrote {path}")
     say(summary_line(result), style={0: "green", 1: "bold red"}.get(result.exit_code, "yellow"))
-    sys.exit(result.exit_code)

@@ -26,28 +26,54 @@ run2 of g1), which no threshold for GPU kernels would absorb.
 
 Only bundles are read here; re-timing ambiguous rows is a callback (`Retime`) the caller passes in
 (`faprof.run.gate.retime`), so this report stage never imports the run stage.
+
+Modules: the rows' verdicts (`faprof.report.gate_verdicts`) and the provenance checks
+(`faprof.report.gate_provenance`); this one reads and pairs the two bundles, runs the gate
+(`run_gate`) and keeps every public name importable from here.
 """
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from faprof.errors import FaprofError
 from faprof.measure import stats
 from faprof.model.scenarios import gate_threshold
-from faprof.model.schema import TIMED
 from faprof.report import gate_pool
 from faprof.report.gate_noise import NoiseFloor, load_floors
-from faprof.report.gate_stats import AMBIGUOUS, FASTER, SAME, SLOWER, Shift, log_shift, verdict
+from faprof.report.gate_provenance import Check, cudnn_version, provenance
+from faprof.report.gate_stats import AMBIGUOUS, FASTER, SAME, SLOWER
+from faprof.report.gate_verdicts import (
+    CLOCK_NOTE_REL,
+    FAILED,
+    GATE_COLUMNS,
+    GATED_TIMERS,
+    MISSING,
+    UNTIMED,
+    VERDICT_ORDER,
+    WRONG,
+    GateOptions,
+    apply_reruns,
+    judge_row,
+    pct_text,
+    pool_verdicts,
+    row_record,
+    rows_to_retime,
+)
 from faprof.report.gate_why import Nsight, why_moved
 from faprof.store import Bundle
+
+# The names callers import from here, wherever they now live.
+__all__ = [
+    "AMBIGUOUS", "CLOCK_NOTE_REL", "DEFAULT_THRESHOLD", "EXIT_AMBIGUOUS", "EXIT_OK", "EXIT_REGRESSION", "FAILED",
+    "FASTER", "GATED_TIMERS", "GATE_COLUMNS", "MISSING", "SAME", "SLOWER", "UNTIMED", "VERDICT_ORDER", "WRONG",
+    "Check", "GateOptions", "GateResult", "Retime", "cudnn_version", "parse_threshold", "pct_text", "provenance",
+    "resolve_threshold", "run_gate",
+]
 
 #: The relative change that counts when neither --threshold nor the scenario says: three runs of one
 #: commit on one H200 (examples/runs/h200x2 run1-3, g1, 300 row pairs timed by CUPTI) differed by a
@@ -63,72 +89,8 @@ EXIT_REGRESSION = 1
 #: where it could not be judged with its kernel (2 is a usage error, 3 is `faprof profile`'s failed rows).
 EXIT_AMBIGUOUS = 4
 
-#: Verdicts besides the four timing ones (faprof.report.gate_stats).
-WRONG, FAILED, UNTIMED, MISSING = "wrong", "failed", "untimed", "missing"
-#: Table order: regressions first, then what needs a look, then the rest.
-VERDICT_ORDER = (WRONG, FAILED, SLOWER, AMBIGUOUS, FASTER, SAME, UNTIMED, MISSING)
-
-#: SM clocks of the two rows differing by more than this get a clock-normalised ratio: a compute-bound
-#: kernel's time follows the SM clock, and 1% is half the default threshold.
-CLOCK_NOTE_REL = 0.01
-
-#: Rows timed by these clocks gate; host-clock (CPU) rows only with include_host (see the module docstring).
-GATED_TIMERS = ("cupti", "cuda_event")
-
-#: Columns of GateResult.rows, in order.
-GATE_COLUMNS = (
-    "variant", "shape_id", "gpu_name", "dtype", "verdict", "regression", "undecided", "gated", "reason",
-    "ratio", "ci_low", "ci_high", "ratio_of_medians", "ratio_equal_clock",
-    "median_ms_baseline", "median_ms_candidate", "n_baseline", "n_candidate",
-    "status_baseline", "status_candidate", "timer_baseline", "timer_candidate",
-    "clock_mhz_baseline", "clock_mhz_candidate", "throttled_baseline", "throttled_candidate",
-    "rerun_samples", "notes", "why",
-    # between-run noise (faprof.report.gate_pool): the row's own interval with it, and its kernel's verdict
-    "decided_by", "row_ci_low", "row_ci_high", "kernel_ratio", "kernel_ci_low", "kernel_ci_high", "kernel_rows",
-    "candidate_runs",
-)
-
 #: Re-times (variant, shape_id) rows of the candidate on this machine; returns the new bundles.
 Retime = Callable[[Bundle, list[tuple[str, str]]], list[Bundle]]
-
-
-@dataclass(frozen=True)
-class GateOptions:
-    """What `faprof gate` was asked."""
-
-    threshold: float | None = None
-    """The relative change that counts (0.02 = 2%); None: the scenario's [gate] threshold, else the default."""
-    allow_mismatch: bool = False
-    """Compare bundles of different GPU models (a warning instead of a refusal)."""
-    include_host: bool = False
-    """Let rows timed by the host clock (CPU rows) gate too."""
-    equal_clocks: bool = False
-    """Judge each row on cycles (time x SM clock) where both sides recorded their SM clock: for
-    compute-bound kernels on GPUs whose clocks wander (power caps). A memory-bound kernel's time does
-    not follow the SM clock, so there this invents changes: off by default."""
-    confidence: float = stats.CONFIDENCE
-    """Confidence level of each row's interval."""
-    confirm: bool = False
-    """With a retime callback: re-time the kernels that are slower or undecided, not only the undecided
-    (`--confirm`); each re-time is a second candidate run in the between-run noise model."""
-    noise_floor: str | None = None
-    """The between-run noise floors: None faprof's recorded ones, a path a TOML file of them, 'none' no floor."""
-
-
-@dataclass(frozen=True)
-class Check:
-    """One provenance item of the two runs."""
-
-    item: str
-    """What is compared ('driver', 'SM clock during the rows (median)', ...)."""
-    baseline: str
-    """The baseline's value as text ('not recorded' when its bundle has none)."""
-    candidate: str
-    """The candidate's value as text."""
-    level: str
-    """'same', 'info' (differs, expected: commit, host), 'warn' (differs and can move times) or 'refuse'."""
-    note: str = ""
-    """What the difference means (warnings and refusals)."""
 
 
 @dataclass
@@ -227,7 +189,7 @@ def resolve_threshold(explicit: float | None, baseline: Bundle, candidate: Bundl
     return DEFAULT_THRESHOLD, "default"
 
 
-# ----------------------------------------------------------------------------- rows
+# ----------------------------------------------------------------------------- reading the sides
 def _measurements(b: Bundle) -> pd.DataFrame:
     """A bundle's rows with the columns the gate reads (None where an older bundle lacks them)."""
     df = b.measurements().copy()
@@ -250,279 +212,6 @@ def _pair_rows(da: pd.DataFrame, db: pd.DataFrame, join_on_gpu: bool) -> pd.Data
     if not join_on_gpu:
         m["gpu_name"] = m["gpu_name_b"].where(m["gpu_name_b"].notna(), m["gpu_name_a"])
     return m
-
-
-def _get(r: Any, col: str) -> Any:
-    """A merged row's value, None for a missing one (NaN, pd.NA: a column one bundle lacks)."""
-    v = r.get(col) if hasattr(r, "get") else None
-    if v is pd.NA or (isinstance(v, float) and math.isnan(v)):
-        return None
-    return v
-
-
-def _num(x: Any) -> float:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return float("nan")
-    return v
-
-
-def _is_host(timer: Any, device: Any) -> bool:
-    if timer is not None:
-        return timer not in GATED_TIMERS
-    return device == "cpu"  # bundles written before rows recorded their timer
-
-
-def pct_text(t: float) -> str:
-    """A threshold as people write it: 0.02 -> '2%', 0.025 -> '2.5%'."""
-    return f"{t:.0%}" if round(t * 100, 6).is_integer() else f"{t:.1%}"
-
-
-def _timing_reason(v: str, s: Shift, threshold: float, confidence: float) -> str:
-    pct = pct_text(threshold)
-    ci = f"{s.ratio:.3f}x ({confidence:.0%} CI {s.low:.3f}-{s.high:.3f})"
-    return {
-        SLOWER: f"{ci}: the whole interval is above +{pct}",
-        FASTER: f"{ci}: the whole interval is below -{pct}",
-        SAME: f"{ci}: the whole interval is within ±{pct}",
-        AMBIGUOUS: f"{ci}: the interval crosses ±{pct}; more samples (--rerun-ambiguous) can decide",
-    }[v]
-
-
-def _status_verdict(r: Any) -> dict[str, Any] | None:
-    """The verdict of a row that is not timed on both sides (missing, wrong, failed, untimed); None when it is."""
-    out: dict[str, Any] = {"ratio": math.nan, "ci_low": math.nan, "ci_high": math.nan, "gated": False,
-                           "regression": False, "undecided": False, "notes": []}
-    where = r["_merge"]
-    if where == "left_only":
-        return {**out, "verdict": MISSING, "reason": "in the baseline only (not in the candidate)"}
-    if where == "right_only":
-        return {**out, "verdict": MISSING, "reason": "in the candidate only (a new row)"}
-    sa, sb = _get(r, "status_a"), _get(r, "status_b")
-    why_b = _get(r, "check_reason_b") or _get(r, "reason_b") or ""
-    if sb == "wrong":
-        also = " (wrong on the baseline too)" if sa == "wrong" else ""
-        return {**out, "verdict": WRONG, "gated": True, "regression": True,
-                "reason": f"wrong on the candidate{also}: {why_b}".rstrip(": ")}
-    if sb == "failed":
-        return {**out, "verdict": FAILED, "gated": True, "regression": True,
-                "reason": f"failed on the candidate: {why_b}".rstrip(": ")}
-    if sb not in TIMED:
-        side = "timed on the baseline; " if sa in TIMED else ""
-        return {**out, "verdict": UNTIMED, "reason": f"{side}{sb} on the candidate: {why_b}".rstrip(": ")}
-    if sa not in TIMED:
-        return {**out, "verdict": UNTIMED, "reason": f"{sa} on the baseline: {_get(r, 'reason_a') or ''}".rstrip(": ")}
-    return None
-
-
-def _judge(r: Any, samples_b: Any, threshold: float, options: GateOptions) -> dict[str, Any]:
-    """One row's verdict, reason, interval and notes (samples_b: the candidate's, pooled after a re-time)."""
-    done = _status_verdict(r)
-    if done is not None:
-        return done
-    ta, tb = _get(r, "timer_a"), _get(r, "timer_b")
-    gated = options.include_host or not _is_host(tb, _get(r, "device_b"))
-    notes: list[str] = []
-    if _get(r, "status_a") == "wrong":
-        notes.append("wrong on the baseline, right on the candidate")
-    if not gated:
-        notes.append("host clock: not gated (--include-host gates it)")
-    ca, cb = _num(_get(r, "sm_clock_mhz_a")), _num(_get(r, "sm_clock_mhz_b"))
-    clocks = ca > 0 and cb > 0
-    b = np.asarray(samples_b, dtype=float)
-    if options.equal_clocks and clocks:
-        b = b * (cb / ca)  # cycles, not times: the candidate's times as they would be at the baseline's clock
-    s = log_shift(stats.as_samples(r["samples_ms_a"]), b, options.confidence)
-    out: dict[str, Any] = {"ratio": s.ratio, "ci_low": s.low, "ci_high": s.high, "gated": gated}
-    if ta and tb and ta != tb:
-        v, reason = AMBIGUOUS, (f"timed by {ta} in the baseline and {tb} in the candidate: the clocks differ "
-                                "(CUDA events add a few µs to every call), so the times do not compare")
-    elif not math.isfinite(s.ratio):
-        v, reason = AMBIGUOUS, "no kept samples on one side (a bundle older than faprof's samples_ms): nothing to test"
-    elif not s.has_interval:
-        v, reason = AMBIGUOUS, (f"{s.ratio:.3f}x on {s.n_baseline} and {s.n_candidate} samples: too few for a "
-                                f"{options.confidence:.0%} interval")
-    else:
-        v = verdict(s, threshold)
-        reason = _timing_reason(v, s, threshold, options.confidence)
-        out["shift"] = _shift(s, options.confidence)  # pooled with its kernel's rows (gate_pool)
-    if options.equal_clocks and clocks:
-        out["ratio_equal_clock"] = s.ratio
-        notes.append(f"judged at equal SM clocks ({ca:.0f} vs {cb:.0f} MHz): {s.ratio * ca / cb:.3f}x in time")
-    elif options.equal_clocks:
-        notes.append("no SM clock recorded on a side: judged on time")
-    elif clocks and abs(cb / ca - 1) > CLOCK_NOTE_REL and math.isfinite(s.ratio):
-        out["ratio_equal_clock"] = s.ratio * cb / ca
-        notes.append(f"SM clock {ca:.0f} -> {cb:.0f} MHz ({cb / ca - 1:+.1%}): {s.ratio * cb / ca:.3f}x at equal clocks")
-    thr_a, thr_b = bool(_get(r, "throttled_a")), bool(_get(r, "throttled_b"))
-    if thr_a != thr_b:
-        side, reasons = ("candidate", _get(r, "throttle_reasons_b")) if thr_b else ("baseline", _get(r, "throttle_reasons_a"))
-        notes.append(f"throttled in the {side} only ({reasons or 'reason not recorded'})")
-    # an interval that stays under +threshold cannot hide a regression; one that reaches past it, or none, can
-    may_regress = not s.has_interval or s.high > 1.0 + threshold or bool(ta and tb and ta != tb)
-    return {**out, "verdict": v, "reason": reason, "regression": gated and v == SLOWER,
-            "undecided": gated and v == AMBIGUOUS and may_regress, "notes": notes,
-            "host": _is_host(tb, _get(r, "device_b"))}
-
-
-def _shift(s: Shift, confidence: float) -> tuple[float, float]:
-    """(log ratio, its within-run standard error) of a row's interval (half its width over the normal quantile)."""
-    from scipy.stats import norm
-
-    return math.log(s.ratio), (math.log(s.high) - math.log(s.low)) / (2.0 * float(norm.ppf(0.5 + confidence / 2.0)))
-
-
-def _row_record(r: Any, judged: dict[str, Any]) -> dict[str, Any]:
-    ma, mb = _num(_get(r, "median_ms_a")), _num(_get(r, "median_ms_b"))
-    na, nb = stats.as_samples(_get(r, "samples_ms_a")).size, stats.as_samples(_get(r, "samples_ms_b")).size
-    rec = {
-        "variant": r["variant"], "shape_id": r["shape_id"], "gpu_name": r["gpu_name"],
-        "dtype": _get(r, "dtype_b") or _get(r, "dtype_a"),
-        "ratio_of_medians": mb / ma if ma > 0 and math.isfinite(mb) else math.nan,
-        "ratio_equal_clock": math.nan,
-        "median_ms_baseline": ma, "median_ms_candidate": mb, "n_baseline": na, "n_candidate": nb,
-        "status_baseline": _get(r, "status_a"), "status_candidate": _get(r, "status_b"),
-        "timer_baseline": _get(r, "timer_a"), "timer_candidate": _get(r, "timer_b"),
-        "clock_mhz_baseline": _num(_get(r, "sm_clock_mhz_a")), "clock_mhz_candidate": _num(_get(r, "sm_clock_mhz_b")),
-        "throttled_baseline": _get(r, "throttled_a"), "throttled_candidate": _get(r, "throttled_b"),
-        "rerun_samples": 0, "why": None, "decided_by": None, "row_ci_low": math.nan, "row_ci_high": math.nan,
-        "kernel_ratio": math.nan, "kernel_ci_low": math.nan, "kernel_ci_high": math.nan, "kernel_rows": 0,
-        "candidate_runs": 1,
-    }
-    rec.update({k: v for k, v in judged.items() if k in GATE_COLUMNS})
-    return rec
-
-
-# ----------------------------------------------------------------------------- provenance
-def _s(x: Any) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "not recorded"
-    return str(x)
-
-
-def cudnn_version(v: Any) -> str:
-    """torch.backends.cudnn.version()'s integer as a version: 91900 -> '9.19.0', 8907 -> '8.9.7'."""
-    try:
-        n = int(v)
-    except (TypeError, ValueError):
-        return _s(v)
-    if n >= 10000:  # cuDNN 9 encodes major*10000 + minor*100 + patch
-        return f"{n // 10000}.{n % 10000 // 100}.{n % 100}"
-    return f"{n // 1000}.{n % 1000 // 100}.{n % 100}"
-
-
-def _median_clock(rows: pd.DataFrame, col: str) -> float:
-    v = pd.to_numeric(rows[col], errors="coerce").dropna() if col in rows else pd.Series(dtype=float)
-    return float(v.median()) if not v.empty else math.nan
-
-
-def _throttle_text(rows: pd.DataFrame, side: str) -> tuple[str, set[str]]:
-    flags = rows.get(f"throttled_{side}")
-    if flags is None or flags.isna().all():
-        return "not recorded", set()
-    thr = rows[flags.fillna(False).astype(bool)]
-    reasons = {p.strip() for x in thr.get(f"throttle_reasons_{side}", pd.Series(dtype=object)).dropna()
-               for p in str(x).split(",") if p.strip()}
-    text = f"{len(thr)} of {len(rows)} rows" + (f" ({', '.join(sorted(reasons))})" if reasons else "")
-    return text, reasons
-
-
-def _ncu_text(m: dict[str, Any]) -> str:
-    n = m.get("ncu") or {}
-    if not n or n.get("status") not in ("ok", None) or not n.get("ncu_version"):
-        return "not collected" if not n else f"{n.get('status')}"
-    return f"{n.get('ncu_version')}, set {n.get('set')}, clock control {n.get('clock_control')}"
-
-
-def _timing_text(m: dict[str, Any]) -> tuple[str, tuple[Any, Any]]:
-    t = (m.get("settings") or {}).get("timing") or {}
-    if not t:
-        return "not recorded", (None, None)
-    key = (t.get("flush_l2"), t.get("timer"))
-    text = (f"L2 flush {'on' if t.get('flush_l2') else 'off'}, timer {t.get('timer', 'auto')}, "
-            f"target CI {_num(t.get('target_rel_ci', t.get('target_rel_sem'))):.1%}, budget {t.get('budget_s')} s")
-    return text, key
-
-
-def provenance(a: Bundle, b: Bundle, paired: pd.DataFrame, models: tuple[list[str], list[str]],
-               allow_mismatch: bool) -> list[Check]:
-    """The two runs' provenance, item by item, each marked same / info / warn / refuse.
-
-    Args:
-        a: the baseline bundle.
-        b: the candidate bundle.
-        paired: the rows of both (as `_pair_rows` makes them).
-        models: the GPU models the baseline's and the candidate's rows ran on.
-        allow_mismatch: different GPU models warn instead of refusing.
-
-    Returns:
-        The checks, GPU model first.
-    """
-    ma, mb = a.manifest(), b.manifest()
-    ea, eb = ma.get("env") or {}, mb.get("env") or {}
-    checks: list[Check] = []
-
-    def add(item: str, va: Any, vb: Any, level_if_differs: str, note: str = "") -> None:
-        sa, sb = _s(va), _s(vb)
-        checks.append(Check(item, sa, sb, "same" if sa == sb else level_if_differs, "" if sa == sb else note))
-
-    ga, gb = ", ".join(models[0]), ", ".join(models[1])
-    if ga == gb:
-        checks.append(Check("GPU model", ga, gb, "same"))
-    else:
-        level = "warn" if allow_mismatch else "refuse"
-        checks.append(Check("GPU model", ga, gb, level,
-                            f"different GPU models (baseline {ga}, candidate {gb}): the ratios compare machines, not code"))
-    add("driver", ea.get("smi_driver") or ea.get("cuda_driver"), eb.get("smi_driver") or eb.get("cuda_driver"), "warn",
-        "different drivers: kernel times can move with the driver")
-    add("CUDA (torch's)", ea.get("torch_cuda"), eb.get("torch_cuda"), "warn",
-        "different CUDA versions: SDPA's and cuBLAS's kernels differ between releases")
-    add("torch", ea.get("torch"), eb.get("torch"), "warn", "different torch versions: the SDPA backends' kernels may differ")
-    add("cuDNN", cudnn_version(ea.get("cudnn")) if ea.get("cudnn") else None,
-        cudnn_version(eb.get("cudnn")) if eb.get("cudnn") else None, "warn",
-        "different cuDNN versions: sdpa_cudnn's kernels differ between releases")
-    add("nvcc", ea.get("nvcc"), eb.get("nvcc"), "warn", "different nvcc: faprof's and user kernels were compiled differently")
-    add("max SM clock (MHz)", ea.get("smi_max_sm_clock_mhz"), eb.get("smi_max_sm_clock_mhz"), "warn",
-        "different maximum SM clocks: another SKU or locked application clocks")
-    add("power cap (W)", ea.get("smi_power_limit_w"), eb.get("smi_power_limit_w"), "warn",
-        "different power caps: large kernels run at the clock the cap allows")
-    timed = paired[paired["_merge"].eq("both") & paired["status_a"].isin(TIMED)
-                   & paired["status_b"].isin(TIMED)] if "status_a" in paired else paired.iloc[0:0]
-    ca, cb = _median_clock(timed, "sm_clock_mhz_a"), _median_clock(timed, "sm_clock_mhz_b")
-    clock_level = "same"
-    if math.isfinite(ca) and math.isfinite(cb) and abs(cb / ca - 1) > CLOCK_NOTE_REL:
-        clock_level = "warn"
-    elif not (math.isfinite(ca) and math.isfinite(cb)) and (math.isfinite(ca) or math.isfinite(cb)):
-        clock_level = "info"
-    checks.append(Check("SM clock during the rows (median)", f"{ca:.0f} MHz" if math.isfinite(ca) else "not recorded",
-                        f"{cb:.0f} MHz" if math.isfinite(cb) else "not recorded", clock_level,
-                        f"the rows ran at different SM clocks ({ca:.0f} vs {cb:.0f} MHz, median): see each row's "
-                        "ratio at equal clocks" if clock_level == "warn" else ""))
-    (ta, ra), (tb, rb) = _throttle_text(timed, "a"), _throttle_text(timed, "b")
-    level = "same" if ta == tb else ("info" if ra == rb else "warn")
-    checks.append(Check("throttled rows (NVML clock events)", ta, tb, level,
-                        f"throttle reasons differ ({', '.join(sorted(ra)) or 'none'} vs {', '.join(sorted(rb)) or 'none'})"
-                        if level == "warn" else ""))
-    tim_a = Counter(str(t) for t in timed.get("timer_a", pd.Series(dtype=object)).dropna())
-    tim_b = Counter(str(t) for t in timed.get("timer_b", pd.Series(dtype=object)).dropna())
-    fa = ", ".join(f"{k} {v}" for k, v in sorted(tim_a.items())) or "not recorded"
-    fb = ", ".join(f"{k} {v}" for k, v in sorted(tim_b.items())) or "not recorded"
-    checks.append(Check("GPU timer (rows)", fa, fb, "same" if set(tim_a) == set(tim_b) else "warn",
-                        "" if set(tim_a) == set(tim_b) else
-                        "the rows were timed by different clocks: rows whose timers differ are ambiguous"))
-    tsa, key_a = _timing_text(ma)
-    tsb, key_b = _timing_text(mb)
-    checks.append(Check("timing settings", tsa, tsb, "same" if tsa == tsb else ("warn" if key_a != key_b else "info"),
-                        "the L2 flush or the timer setting differs: the runs measured different things"
-                        if key_a != key_b else ""))
-    na, nb = _ncu_text(ma), _ncu_text(mb)
-    checks.append(Check("ncu", na, nb, "same" if na == nb else "info", ""))
-    add("scenario", (ma.get("scenario") or {}).get("name"), (mb.get("scenario") or {}).get("name"), "warn",
-        "different scenarios: only the (variant, shape) rows both ran are compared")
-    add("faprof commit", ea.get("git_sha"), eb.get("git_sha"), "info")
-    add("host", ea.get("host"), eb.get("host"), "info")
-    return checks
 
 
 # ----------------------------------------------------------------------------- the gate
@@ -575,6 +264,39 @@ def run_gate(baseline: Bundle, candidate: Bundle, options: GateOptions | None = 
             bad threshold, or bundles with no rows.
     """
     options = options or GateOptions()
+    paired, checks, threshold, source = _read_sides(baseline, candidate, options)
+    notes: list[str] = []
+    samples_b = {i: stats.as_samples(r.get("samples_ms_b")) for i, r in paired.iterrows()}
+    judged = {i: judge_row(r, samples_b[i], threshold, options) for i, r in paired.iterrows()}
+    floors: list[NoiseFloor] = [] if (options.noise_floor or "").lower() == "none" else load_floors(options.noise_floor)
+    extra: dict[int, list[tuple[float, float]]] = {}  # re-timed candidate runs' (shift, error) per row
+    final, units, pool_notes = pool_verdicts(paired, judged, extra, floors, threshold, options)
+    reruns: list[str] = []
+    rerun_n: dict[int, int] = {}
+    if retime is not None:
+        todo = rows_to_retime(paired, judged, final, options.confirm)
+        if todo:
+            new_bundles = retime(candidate, list(dict.fromkeys(todo.values())))
+            reruns = [str(nb.path) for nb in new_bundles]
+            want = {key: str(paired.at[i, "gpu_name_b"] if "gpu_name_b" in paired else paired.at[i, "gpu_name"])
+                    for i, key in todo.items()}
+            got = _rerun_rows(new_bundles, want, (candidate.manifest().get("env") or {}).get("git_sha"), notes)
+            rerun_n = apply_reruns(paired, todo, got, judged, extra, threshold, options)
+            final, units, pool_notes = pool_verdicts(paired, judged, extra, floors, threshold, options)
+    notes += [n for n in pool_notes if n not in notes]
+    rows = _rows_table(paired, final, rerun_n)
+    _attach_why(rows, baseline, candidate, notes)
+    return GateResult(_info(baseline), _info(candidate), threshold, source, options.confidence, checks,
+                      _ordered(rows), notes, reruns, pd.DataFrame(gate_pool.units_table(units)))
+
+
+def _read_sides(baseline: Bundle, candidate: Bundle, options: GateOptions) -> tuple[pd.DataFrame, list[Check], float, str]:
+    """Both bundles' rows paired (index 0..n-1), their provenance, and the threshold with its source.
+
+    Raises:
+        FaprofError: a bundle with no rows, a bad threshold, or GPU models that differ without
+            allow_mismatch.
+    """
     da, db = _measurements(baseline), _measurements(candidate)
     if da.empty or db.empty:
         empty = baseline if da.empty else candidate
@@ -590,112 +312,28 @@ def run_gate(baseline: Bundle, candidate: Bundle, options: GateOptions | None = 
         c = refused[0]
         raise FaprofError(f"refusing to gate: {c.note}; run both on one GPU model, or pass --allow-mismatch "
                           "to compare anyway")
-    paired = paired.reset_index(drop=True)
-    notes: list[str] = []
-    samples_b = {i: stats.as_samples(r.get("samples_ms_b")) for i, r in paired.iterrows()}
-    judged = {i: _judge(r, samples_b[i], threshold, options) for i, r in paired.iterrows()}
-    floors: list[NoiseFloor] = [] if (options.noise_floor or "").lower() == "none" else load_floors(options.noise_floor)
-    extra: dict[int, list[tuple[float, float]]] = {}  # re-timed candidate runs' (shift, error) per row
-    final, units, pool_notes = _pool(paired, judged, extra, floors, threshold, options)
-    reruns: list[str] = []
-    rerun_n: dict[int, int] = {}
-    if retime is not None:
-        todo = _to_retime(paired, judged, final, options.confirm)
-        if todo:
-            new_bundles = retime(candidate, list(dict.fromkeys(todo.values())))
-            reruns = [str(nb.path) for nb in new_bundles]
-            want = {key: str(paired.at[i, "gpu_name_b"] if "gpu_name_b" in paired else paired.at[i, "gpu_name"])
-                    for i, key in todo.items()}
-            got = _rerun_rows(new_bundles, want, (candidate.manifest().get("env") or {}).get("git_sha"), notes)
-            for i, key in todo.items():
-                status = got[key].get("status") if key in got else None
-                if key not in got:
-                    judged[i]["notes"].append("re-timing gave no row on the candidate's GPU model")
-                elif status not in TIMED or status == "wrong":
-                    judged[i] = {**judged[i], "verdict": WRONG if status == "wrong" else FAILED, "regression": True,
-                                 "reason": f"{status} when re-timed here: {got[key].get('check_reason') or got[key].get('reason') or ''}"}
-                    judged[i].pop("shift", None)
-                else:
-                    _add_run(paired.loc[i], got[key], threshold, options, judged[i], extra.setdefault(i, []))
-                    rerun_n[i] = stats.as_samples(got[key].get("samples_ms")).size
-            final, units, pool_notes = _pool(paired, judged, extra, floors, threshold, options)
-    notes += [n for n in pool_notes if n not in notes]
+    return paired.reset_index(drop=True), checks, threshold, source
+
+
+def _rows_table(paired: pd.DataFrame, final: dict[int, dict[str, Any]], rerun_n: dict[int, int]) -> pd.DataFrame:
+    """One row per compared row (GATE_COLUMNS), in the paired order, the re-timed samples counted in."""
     records = []
     for i, r in paired.iterrows():
-        rec = _row_record(r, final[i])
+        rec = row_record(r, final[i])
         rec["rerun_samples"] = rerun_n.get(i, 0)
         if i in rerun_n:
             rec["n_candidate"] += rerun_n[i]
         records.append(rec)
-    rows = pd.DataFrame(records, columns=list(GATE_COLUMNS))
-    _attach_why(rows, baseline, candidate, notes)
+    return pd.DataFrame(records, columns=list(GATE_COLUMNS))
+
+
+def _ordered(rows: pd.DataFrame) -> pd.DataFrame:
+    """Regressions first, then undecided rows, then the rest in VERDICT_ORDER; the largest ratio first within each."""
     order = {v: k + 2 for k, v in enumerate(VERDICT_ORDER)}
     rank = rows["verdict"].map(order).where(~rows["undecided"].astype(bool), 1).where(~rows["regression"].astype(bool), 0)
     rows = rows.assign(_o=rank, _r=-rows["ratio"].fillna(0.0))
     rows = rows.sort_values(["_o", "_r", "variant", "shape_id"], kind="stable").drop(columns=["_o", "_r"])
-    return GateResult(_info(baseline), _info(candidate), threshold, source, options.confidence, checks,
-                      rows.reset_index(drop=True), notes, reruns, pd.DataFrame(gate_pool.units_table(units)))
-
-
-def _pool(paired: pd.DataFrame, judged: dict[int, dict[str, Any]], extra: dict[int, list[tuple[float, float]]],
-          floors: list[NoiseFloor], threshold: float, options: GateOptions
-          ) -> tuple[dict[int, dict[str, Any]], list[gate_pool.UnitDecision], list[str]]:
-    """The rows' final verdicts: timed rows judged with their kernel and the between-run noise
-    (`gate_pool.decide`), every other row as `_judge` left it."""
-    shifts = [gate_pool.RowShift(i, str(paired.at[i, "variant"]), str(paired.at[i, "gpu_name"]), bool(j["gated"]),
-                                 bool(j.get("host")), (j["shift"], *extra.get(i, [])))
-              for i, j in judged.items() if j.get("shift") is not None]
-    decisions, units, notes = gate_pool.decide(shifts, floors, threshold, options.confidence,
-                                               use_floor=(options.noise_floor or "").lower() != "none")
-    final = {}
-    for i, j in judged.items():
-        d = decisions.get(i)
-        if d is None:
-            final[i] = j
-            continue
-        runs = (j["shift"], *extra.get(i, []))
-        final[i] = {**j, "verdict": d.verdict, "reason": d.reason, "regression": j["gated"] and d.verdict == SLOWER,
-                    "undecided": d.undecided, "decided_by": d.decided_by, "row_ci_low": d.row_ci_low,
-                    "row_ci_high": d.row_ci_high, "kernel_ratio": d.unit.ratio, "kernel_ci_low": d.unit.ci_low,
-                    "kernel_ci_high": d.unit.ci_high, "kernel_rows": d.unit.rows, "candidate_runs": len(runs),
-                    "suspect": d.suspect,
-                    "ratio": math.exp(float(np.mean([x for x, _ in runs])))}
-    return final, units, notes
-
-
-def _to_retime(paired: pd.DataFrame, judged: dict[int, dict[str, Any]], final: dict[int, dict[str, Any]],
-               confirm: bool) -> dict[int, tuple[str, str]]:
-    """The rows to re-time: every timed row of a kernel (variant, GPU model) with an undecided row, or, when
-    confirming, with a slower one or one that moved alone (a kernel is judged on all its rows, so all of
-    them get a second run)."""
-    def flagged(f: dict[str, Any]) -> bool:
-        return bool(f["undecided"]) or (confirm and ((f["verdict"] == SLOWER and bool(f["regression"]))
-                                                     or bool(f.get("suspect"))))
-
-    units = {(paired.at[i, "variant"], paired.at[i, "gpu_name"]) for i, f in final.items() if flagged(f)}
-    return {i: (paired.at[i, "variant"], paired.at[i, "shape_id"]) for i, j in judged.items()
-            if (paired.at[i, "variant"], paired.at[i, "gpu_name"]) in units
-            and (j.get("shift") is not None or flagged(final[i]))}
-
-
-def _add_run(r: pd.Series, got: dict[str, Any], threshold: float, options: GateOptions, judged: dict[str, Any],
-             runs: list[tuple[float, float]]) -> None:
-    """A re-timed row as a second candidate run: its shift against the baseline, judged like the first."""
-    r2 = r.copy()
-    for col in ("samples_ms", "sm_clock_mhz", "timer", "throttled", "throttle_reasons", "status", "device"):
-        r2[f"{col}_b"] = got.get(col)
-    again = _judge(r2, stats.as_samples(got.get("samples_ms")), threshold, options)
-    if again.get("shift") is None:
-        judged["notes"].append(f"re-timed here, but not comparable: {again['reason']}")
-        return
-    if judged.get("shift") is None:  # the candidate's own run did not compare (another timer): the re-time does
-        judged.update(shift=again["shift"], ratio=again["ratio"], ci_low=again["ci_low"], ci_high=again["ci_high"],
-                      notes=[*judged["notes"], "re-timed here: the re-time replaces the candidate's run, which did "
-                                               "not compare"])
-        return
-    runs.append(again["shift"])
-    judged["notes"].append(f"re-timed here: {math.exp(again['shift'][0]):.3f}x in the second run "
-                           f"({stats.as_samples(got.get('samples_ms')).size} samples)")
+    return rows.reset_index(drop=True)
 
 
 def _attach_why(rows: pd.DataFrame, baseline: Bundle, candidate: Bundle, notes: list[str]) -> None:
