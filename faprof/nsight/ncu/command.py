@@ -144,6 +144,24 @@ def ncu_command(
     Raises:
         FaprofError: an option value ncu would reject.
     """
+    _check_options(ncu_set, metrics, sections, cache_control, clock_control, iters)
+    argv = [str(ncu), *nvtx_filter(list(variants) if nvtx_variants is None else list(nvtx_variants))]
+    argv += _profiler_args(ncu_set, sections, metrics, kernel_regex, cache_control, clock_control, import_source)
+    argv += ["-f", "-o", str(report)]
+    if target is not None:
+        return argv + [str(a) for a in target]
+    return argv + _target_args(scenario, plan_out, variants, iters, shapes, user_variants, python)
+
+
+def _check_options(
+    ncu_set: str | None,
+    metrics: Sequence[str],
+    sections: Sequence[str],
+    cache_control: str,
+    clock_control: str,
+    iters: int,
+) -> None:
+    """Raise FaprofError for an option value ncu would reject (before anything is built)."""
     if ncu_set is not None and ncu_set not in NCU_SETS:
         raise FaprofError(f"ncu set must be one of {list(NCU_SETS)}, got {ncu_set!r}")
     if ncu_set is None and not metrics and not sections:
@@ -157,7 +175,20 @@ def ncu_command(
         )
     if iters < 1:
         raise FaprofError(f"ncu iterations per pair must be at least 1, got {iters}")
-    argv = [str(ncu), *nvtx_filter(list(variants) if nvtx_variants is None else list(nvtx_variants))]
+
+
+def _profiler_args(
+    ncu_set: str | None,
+    sections: Sequence[str],
+    metrics: Sequence[str],
+    kernel_regex: str | None,
+    cache_control: str,
+    clock_control: str,
+    import_source: bool,
+) -> list[str]:
+    """What ncu collects and how it replays: set or sections, metrics, kernel filter, cache and clock
+    control, source import (between the NVTX filter and the output file)."""
+    argv: list[str] = []
     if ncu_set is not None:
         argv += set_args(ncu_set)
     for section in dict.fromkeys(sections):
@@ -169,12 +200,22 @@ def ncu_command(
     argv += ["--cache-control", cache_control, "--clock-control", clock_control]
     if import_source:
         argv += ["--import-source", "yes"]
-    argv += ["-f", "-o", str(report)]
-    if target is not None:
-        return argv + [str(a) for a in target]
+    return argv
+
+
+def _target_args(
+    scenario: str | Path | None,
+    plan_out: str | Path | None,
+    variants: Sequence[str],
+    iters: int,
+    shapes: Sequence[str],
+    user_variants: Sequence[str],
+    python: str | Path,
+) -> list[str]:
+    """The profiled faprof target's command line (after ncu's own arguments)."""
     if scenario is None or plan_out is None:
         raise FaprofError("ncu_command needs a scenario and a plan file for the faprof target")
-    argv += [str(python), "-m", "faprof.nsight.target", "--scenario", str(scenario), "--tool", "ncu"]
+    argv = [str(python), "-m", "faprof.nsight.target", "--scenario", str(scenario), "--tool", "ncu"]
     if variants:
         argv += ["--variants", ",".join(dict.fromkeys(variants))]
     argv += ["--plan-out", str(plan_out), "--iters", str(iters)]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -266,20 +267,9 @@ def make_plan(
             leaves nothing to profile, or a kernel regex that matches none of the kernels known for
             the selected pairs.
     """
-    import re
-
     run_variants = list(dict.fromkeys(v.name for _, v in pairs))
     by_name = {v.name: v for _, v in pairs}
-    if variants:
-        chosen = run_plan.check_variants(variants, run_variants)
-        left = {n: "not selected by --ncu-variants" for n in run_variants if n not in chosen}
-        cpu = [n for n in chosen if by_name[n].resolved_device(True) != "cuda"]
-        if cpu:
-            raise FaprofError(
-                f"--ncu-variants: {', '.join(cpu)} run(s) on the CPU; Nsight Compute profiles GPU kernels"
-            )
-    else:
-        chosen, left = default_targets([by_name[n] for n in run_variants])
+    chosen, left = _choose_variants(variants, run_variants, by_name)
     shape_ids = run_plan.select_shapes(scenario, shapes)
     todo = [
         (v.name, p.shape_id)
@@ -293,44 +283,10 @@ def make_plan(
         )
     costs = load_costs() if costs is None else costs
     g = costs.get("gpus", {}).get(gpu or "", {})
-    seen_pairs = g.get("pairs", {})
-    kernels, known = 0, 0
-    names: dict[tuple[str, str], list[str]] = {k: list(v) for k, v in (known_kernels or {}).items()}
-    for key in todo:
-        entry = seen_pairs.get(f"{key[0]}|{key[1]}")
-        if entry:
-            names.setdefault(key, list(entry.get("kernels", [])))
-        per_call = int(entry["kernels_per_call"]) if entry and entry.get("kernels_per_call") else 0
-        if per_call:
-            known += 1
-        kernels += calls * max(per_call, 1)
-    s = g.get("sets", {}).get(ncu_set)
-    if s and s.get("seconds_per_kernel"):
-        spk, overhead = float(s["seconds_per_kernel"]), float(s.get("overhead_s") or DEFAULT_OVERHEAD_S)
-        passes = float(s.get("passes") or DEFAULT_PASSES.get(ncu_set, 25))
-        eta_source = f"measured on this GPU ({s.get('measured_utc', '?')}, {s.get('kernels')} kernels)"
-        passes_source = "measured on this GPU" if s.get("passes") else "default guess"
-    else:
-        passes = float(DEFAULT_PASSES.get(ncu_set, 25))
-        spk, overhead = passes * DEFAULT_SECONDS_PER_PASS, DEFAULT_OVERHEAD_S
-        eta_source = (
-            f"default guess: {DEFAULT_SECONDS_PER_PASS * 1e3:.0f} ms per pass, {DEFAULT_OVERHEAD_S:.0f} s start-up; "
-            "measured for the next run"
-        )
-        passes_source = (
-            "from faprof's H100 fixture reports" if ncu_set in ("full", "basic") else "default guess"
-        ) + ", not yet measured on this GPU"
+    kernels, known, names = _count_kernels(todo, calls, g.get("pairs", {}), known_kernels)
+    spk, overhead, passes, eta_source, passes_source = _set_costs(g.get("sets", {}).get(ncu_set), ncu_set)
     known_names = sorted({n for key in todo for n in names.get(key, [])})
-    matches = None
-    if kernel_regex and known_names:
-        rx = re.compile(kernel_regex)
-        matches = [n for n in known_names if rx.search(n)]
-        if not matches:
-            raise FaprofError(
-                f"--ncu-kernel {kernel_regex!r} matches none of the {len(known_names)} kernel(s) seen on this GPU "
-                f"for the selected variants and shapes ({', '.join(known_names[:8])}"
-                f"{', ...' if len(known_names) > 8 else ''})"
-            )
+    matches = _regex_matches(kernel_regex, known_names)
     return NcuPlan(
         ncu_set=ncu_set,
         variants=[n for n in chosen if any(v == n for v, _ in todo)],
@@ -350,6 +306,82 @@ def make_plan(
         regex_matches=matches,
         known_kernels=known_names,
     )
+
+
+def _choose_variants(
+    variants: Sequence[str] | None, run_variants: list[str], by_name: Mapping[str, Any]
+) -> tuple[list[str], dict[str, str]]:
+    """(variants to profile, {left-out variant: why}): `--ncu-variants` checked (none on the CPU), else
+    the default targets."""
+    if variants:
+        chosen = run_plan.check_variants(variants, run_variants)
+        left = {n: "not selected by --ncu-variants" for n in run_variants if n not in chosen}
+        cpu = [n for n in chosen if by_name[n].resolved_device(True) != "cuda"]
+        if cpu:
+            raise FaprofError(
+                f"--ncu-variants: {', '.join(cpu)} run(s) on the CPU; Nsight Compute profiles GPU kernels"
+            )
+    else:
+        chosen, left = default_targets([by_name[n] for n in run_variants])
+    return chosen, left
+
+
+def _count_kernels(
+    todo: Sequence[tuple[str, str]],
+    calls: int,
+    seen_pairs: Mapping[str, Any],
+    known_kernels: Mapping[tuple[str, str], Sequence[str]] | None,
+) -> tuple[int, int, dict[tuple[str, str], list[str]]]:
+    """(kernels expected, pairs whose kernels per call were seen on this GPU, kernel names per pair):
+    kernels per call from the cost cache's pairs, 1 where unknown; names also from `known_kernels`."""
+    kernels, known = 0, 0
+    names: dict[tuple[str, str], list[str]] = {k: list(v) for k, v in (known_kernels or {}).items()}
+    for key in todo:
+        entry = seen_pairs.get(f"{key[0]}|{key[1]}")
+        if entry:
+            names.setdefault(key, list(entry.get("kernels", [])))
+        per_call = int(entry["kernels_per_call"]) if entry and entry.get("kernels_per_call") else 0
+        if per_call:
+            known += 1
+        kernels += calls * max(per_call, 1)
+    return kernels, known, names
+
+
+def _set_costs(s: Mapping[str, Any] | None, ncu_set: str) -> tuple[float, float, float, str, str]:
+    """(seconds per kernel, overhead, passes, where the ETA comes from, where the passes come from):
+    measured on this GPU (the cache's entry `s` for the set) when known, else the default guesses."""
+    if s and s.get("seconds_per_kernel"):
+        spk, overhead = float(s["seconds_per_kernel"]), float(s.get("overhead_s") or DEFAULT_OVERHEAD_S)
+        passes = float(s.get("passes") or DEFAULT_PASSES.get(ncu_set, 25))
+        eta_source = f"measured on this GPU ({s.get('measured_utc', '?')}, {s.get('kernels')} kernels)"
+        passes_source = "measured on this GPU" if s.get("passes") else "default guess"
+    else:
+        passes = float(DEFAULT_PASSES.get(ncu_set, 25))
+        spk, overhead = passes * DEFAULT_SECONDS_PER_PASS, DEFAULT_OVERHEAD_S
+        eta_source = (
+            f"default guess: {DEFAULT_SECONDS_PER_PASS * 1e3:.0f} ms per pass, {DEFAULT_OVERHEAD_S:.0f} s start-up; "
+            "measured for the next run"
+        )
+        passes_source = (
+            "from faprof's H100 fixture reports" if ncu_set in ("full", "basic") else "default guess"
+        ) + ", not yet measured on this GPU"
+    return spk, overhead, passes, eta_source, passes_source
+
+
+def _regex_matches(kernel_regex: str | None, known_names: Sequence[str]) -> list[str] | None:
+    """The known kernel names `--ncu-kernel` matches (None when there is no regex or no name to check);
+    FaprofError when it matches none of them."""
+    matches = None
+    if kernel_regex and known_names:
+        rx = re.compile(kernel_regex)
+        matches = [n for n in known_names if rx.search(n)]
+        if not matches:
+            raise FaprofError(
+                f"--ncu-kernel {kernel_regex!r} matches none of the {len(known_names)} kernel(s) seen on this GPU "
+                f"for the selected variants and shapes ({', '.join(known_names[:8])}"
+                f"{', ...' if len(known_names) > 8 else ''})"
+            )
+    return matches
 
 
 def measured_costs(prof_times: Sequence[float], t_end: float) -> tuple[float | None, float | None]:

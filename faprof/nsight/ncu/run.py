@@ -13,19 +13,16 @@ shapes, kernel regex, launches, cache and clock control, metrics), `plan` (kerne
 and where they come from), `wall_s` (the Nsight Compute stage's wall time), `kernels` (kernels
 profiled), `passes` (replay passes per kernel, median over kernels, from ncu's own output), the
 command, the tables' row counts, and how to re-run ncu alone (`rerun`).
+
+The ncu process itself (`run_ncu`, NcuRun) lives in `faprof.nsight.ncu.process` and is re-exported
+here; `collect` runs it in named steps (resolve, run, check, read, record, learn the costs).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
-import signal
 import statistics
-import subprocess
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +37,6 @@ from faprof.nsight.ncu import tables as cat
 from faprof.nsight.ncu.command import NcuSettings, ncu_command
 from faprof.nsight.ncu.find import (
     NOT_FOUND,
-    PERMISSION_ERROR,
     PERMISSION_HINT,
     child_env,
     find_ncu,
@@ -48,6 +44,8 @@ from faprof.nsight.ncu.find import (
     query_metrics,
     supports_import_source,
 )
+from faprof.nsight.ncu.plan import NcuPlan
+from faprof.nsight.ncu.process import NcuRun, Progress, run_ncu
 from faprof.nsight.ncu.read import load_plan, read_report_isolated, write_tables
 from faprof.store import utc_stamp
 
@@ -63,14 +61,6 @@ MIN_SECONDS_PER_PAIR = 120.0
 
 #: The bundle tables an ncu session writes.
 TABLES = ("ncu_metrics", "ncu_summary", "stalls", "roofline", "ncu_rules")
-
-_PROF_RE = re.compile(r'==PROF== Profiling "(?P<kernel>[^"]+)"(?:\s*-\s*(?P<id>\d+))?')
-_PASSES_RE = re.compile(r"(\d+)\s+pass(?:es)?\s*$")
-_METRIC_ERROR_RE = re.compile(
-    r"(?i)(failed to find metric|invalid metric|unknown metric|metric .* not (found|supported))"
-)
-
-Progress = Callable[[str, dict[str, Any]], None]
 
 
 @dataclass
@@ -88,143 +78,6 @@ class NcuOptions:
     ncu_kernel: str | None = None
     ncu_launches: int | None = None
     ncu_source: str | None = None
-
-
-# ------------------------------------------------------------------------------------- running
-
-
-@dataclass
-class NcuRun:
-    """What one ncu process did."""
-
-    returncode: int | None
-    wall_s: float
-    kernels: int
-    timed_out: bool
-    permission_denied: bool
-    metric_error: bool
-    errors: list[str]
-    """ncu's ==ERROR== lines (the last 20)."""
-    warnings: list[str]
-    """ncu's ==WARNING== lines (the last 20)."""
-    tail: list[str]
-    passes: list[int] = field(default_factory=list)
-    """Replay passes of each profiled kernel, as ncu printed them."""
-    prof_times: list[float] = field(default_factory=list)
-    """Seconds after the start at which each kernel's profile was done."""
-    kernel_names: list[str] = field(default_factory=list)
-
-
-def run_ncu(
-    argv: Sequence[str],
-    log_path: Path,
-    progress: Progress,
-    timeout_s: float,
-    env: Mapping[str, str] | None = None,
-    expected: int | None = None,
-) -> NcuRun:
-    """Run ncu, stream its output to `log_path`, and report each profiled kernel through `progress`.
-
-    The process gets its own session so a timeout or Ctrl-C stops ncu and the profiled target
-    together (by the session's process group id, which is ncu's pid).
-    """
-    t0 = time.perf_counter()
-    errors: list[str] = []
-    warnings: list[str] = []
-    tail: list[str] = []
-    passes: list[int] = []
-    times: list[float] = []
-    names: list[str] = []
-    flags = {"perm": False, "metric": False, "timeout": False}
-    with open(log_path, "w", encoding="utf-8", errors="replace") as log:
-        log.write("$ " + " ".join(argv) + "\n")
-        log.flush()
-        proc = subprocess.Popen(
-            list(argv),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            bufsize=1,
-            env=dict(env) if env is not None else None,
-            start_new_session=True,
-            errors="replace",
-        )
-
-        def stop() -> None:
-            flags["timeout"] = True
-            _kill_group(proc)
-
-        timer = threading.Timer(timeout_s, stop)
-        timer.daemon = True
-        timer.start()
-        try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                log.write(line)
-                log.flush()
-                line = line.rstrip("\n")
-                tail = (tail + [line])[-40:]
-                if PERMISSION_ERROR in line:
-                    flags["perm"] = True
-                if line.startswith("==ERROR==") or line.startswith("==WARNING=="):
-                    (errors if line.startswith("==ERROR==") else warnings).append(line)
-                    if _METRIC_ERROR_RE.search(line):
-                        flags["metric"] = True
-                m = _PROF_RE.search(line)
-                if m:
-                    now = time.perf_counter() - t0
-                    times.append(now)
-                    names.append(m.group("kernel"))
-                    pm = _PASSES_RE.search(line)
-                    if pm:
-                        passes.append(int(pm.group(1)))
-                    # the plan's count is an estimate (kernels per call are known only for pairs seen
-                    # on this GPU before): past it, say so rather than print "48/47"
-                    of = (f"/{expected}" if len(times) <= expected else f" (plan estimated {expected})") if expected else ""
-                    progress(
-                        "nsight",
-                        {
-                            "message": f"ncu: profiled kernel {len(times)}{of}: {m.group('kernel')}"
-                            + (f" ({pm.group(1)} passes)" if pm else "")
-                            + f", {now:.0f} s",
-                            "tool": "ncu",
-                            "kernels": len(times),
-                        },
-                    )
-            proc.wait()
-        except BaseException:
-            _kill_group(proc)
-            raise
-        finally:
-            timer.cancel()
-    return NcuRun(
-        returncode=proc.returncode,
-        wall_s=time.perf_counter() - t0,
-        kernels=len(times),
-        timed_out=flags["timeout"],
-        permission_denied=flags["perm"],
-        metric_error=flags["metric"],
-        errors=errors[-20:],
-        warnings=warnings[-20:],
-        tail=tail,
-        passes=passes,
-        prof_times=times,
-        kernel_names=names,
-    )
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
-    except (ProcessLookupError, PermissionError):
-        return
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 # ------------------------------------------------------------------------------- the scenario file
@@ -294,6 +147,326 @@ def _median_passes(passes: Sequence[int]) -> float | None:
 # ------------------------------------------------------------------------------------- collect
 
 
+def _give_up(bundle: Any, progress: Progress, record: dict[str, Any], message: str, status: str = "skipped") -> None:
+    """Warn, log, and record why the session stopped (the manifest's `ncu` entry as it stands, plus the reason)."""
+    progress("warning", {"message": message})
+    bundle.log(f"ncu: {message}")
+    bundle.update_manifest(ncu={**record, "status": status, "reason": message})
+
+
+@dataclass
+class _Session:
+    """What `collect` resolved before running ncu, passed between its steps."""
+
+    bundle: Any
+    scenario: Any
+    options: Any
+    ncu_set: str
+    progress: Progress
+    record: dict[str, Any]
+    """The manifest's `ncu` entry as it grows (written on every give-up and at the end)."""
+    t_stage: float
+    """perf_counter at the start of the stage (ncu.wall_s: planning and reading included)."""
+    settings: NcuSettings
+    ncu: Path
+    gpu: str | None
+    nplan: NcuPlan
+    extra: list[str]
+    """The catalogue's metrics this GPU has, asked for on top of the set."""
+    import_source: bool
+    raw: Path
+    scenario_arg: str | Path
+    shapes: list[str]
+    """Shape ids passed to the target; empty when the plan keeps every shape."""
+    timeout_s: float = 0.0
+
+    @property
+    def report_stem(self) -> Path:
+        return self.raw / REPORT_STEM
+
+    @property
+    def plan_path(self) -> Path:
+        return self.raw / PLAN_FILE
+
+    @property
+    def log_path(self) -> Path:
+        return self.raw / LOG_FILE
+
+    @property
+    def report(self) -> Path:
+        return self.report_stem.with_suffix(".ncu-rep")
+
+    def give_up(self, message: str, status: str = "skipped") -> None:
+        _give_up(self.bundle, self.progress, self.record, message, status)
+
+    def command(self, extra_metrics: Sequence[str]) -> list[str]:
+        """The ncu command line with these extra metrics (the retry drops the ones ncu refused)."""
+        return ncu_command(
+            self.report_stem,
+            ncu=self.ncu,
+            scenario=self.scenario_arg,
+            variants=self.nplan.variants,
+            plan_out=self.plan_path,
+            ncu_set=self.ncu_set,
+            metrics=list(dict.fromkeys([*self.settings.metrics, *extra_metrics])),
+            cache_control=self.settings.cache_control,
+            clock_control=self.settings.clock_control,
+            import_source=self.import_source,
+            shapes=self.shapes,
+            iters=self.settings.iters,
+            kernel_regex=self.settings.kernel_regex,
+            user_variants=getattr(self.options, "user_variants", []) or [],
+        )
+
+
+def _scenario_arg(raw: Path, scenario: Any) -> str | Path:
+    """The scenario as run, written for the target (raw/SCENARIO_FILE); its name or path when it cannot be."""
+    scenario_path = raw / SCENARIO_FILE
+    try:
+        scenario_path.write_text(toml_dumps(scenario.raw))
+        scenario_arg: str | Path = scenario_path
+    except FaprofError:
+        scenario_arg = scenario.path or scenario.name
+    return scenario_arg
+
+
+def _resolve(
+    bundle: Any, scenario: Any, options: Any, ncu_set: str, progress: Progress, cuda_ok: bool,
+    record: dict[str, Any], t_stage: float,
+) -> _Session | None:
+    """Settings, ncu and its version, the GPU, the plan (printed), the extra metrics, the scenario
+    file; None after giving up (bad selectors, no ncu, no GPU)."""
+    try:
+        settings = NcuSettings.resolve(options, scenario, ncu_set)
+    except FaprofError as e:
+        _give_up(bundle, progress, record, str(e), status="bad_input")
+        return None
+    record.update(
+        options=settings.options_record(),
+        cache_control=settings.cache_control,
+        clock_control=settings.clock_control,
+        iters=settings.iters,
+        rerun=rerun_command(bundle.path, settings),
+    )
+    ncu = find_ncu()
+    if ncu is None:
+        _give_up(bundle, progress, record, f"{NOT_FOUND}; the Nsight Compute tables are skipped")
+        return None
+    record["ncu_path"] = str(ncu)
+    record["ncu_version"], version = ncu_version(ncu)
+    if not cuda_ok:
+        _give_up(bundle, progress, record,
+                 "no CUDA GPU visible: Nsight Compute has nothing to profile; its tables are skipped")
+        return None
+    env_info = bundle.manifest().get("env", {})
+    gpu, cc = env_info.get("gpu_name"), env_info.get("cc")
+    try:
+        nplan = ncu_plan.plan_for(scenario, options, ncu_set, settings, gpu=gpu, known_kernels=bundle_kernels(bundle))
+    except FaprofError as e:
+        _give_up(bundle, progress, record, f"{e}; the Nsight Compute tables are skipped", status="bad_input")
+        return None
+    record["plan"] = nplan.record()
+    for line in nplan.lines():
+        progress("nsight", {"message": line, "tool": "ncu"})
+    extra: list[str] = []
+    if settings.extra_metrics:
+        extra = cat.requested_metrics(cc, query_metrics(ncu))
+    import_source = settings.import_source
+    if import_source is None:
+        import_source = ncu_set == "full"
+    import_source = bool(import_source) and supports_import_source(version)
+    raw = bundle.raw_dir()
+    scenario_arg = _scenario_arg(raw, scenario)
+    all_shapes = [p.shape_id for p in scenario.problems]
+    shapes = nplan.shapes if set(nplan.shapes) != set(all_shapes) else []
+    return _Session(bundle, scenario, options, ncu_set, progress, record, t_stage, settings, ncu, gpu, nplan,
+                    extra, import_source, raw, scenario_arg, shapes)
+
+
+def _retry_without_refused(s: _Session, result: NcuRun) -> NcuRun:
+    """ncu refused an extra metric: run again without the ones its errors name (all of them when
+    none is named), recording the new command."""
+    named = [m for m in s.extra if any(m in e or m.split(".")[0] in e for e in result.errors)]
+    keep = [m for m in s.extra if m not in named] if named else []
+    s.bundle.log(
+        "ncu: a requested metric is unknown to this GPU/ncu ("
+        + (", ".join(named) if named else "not named")
+        + "); retrying "
+        + ("without it" if named else "with the section set only")
+    )
+    argv = s.command(keep)
+    s.record.update(command=argv, metrics=[*s.settings.metrics, *keep], retried_without=named or s.extra)
+    return run_ncu(argv, s.log_path, s.progress, s.timeout_s, child_env(), s.nplan.kernels)
+
+
+def _interrupted(s: _Session) -> None:
+    """Record a Ctrl-C during ncu: status 'interrupted' and the command that re-runs ncu alone."""
+    msg = (
+        "interrupted during Nsight Compute; the timing rows are kept. "
+        f"Re-run Nsight Compute alone with: {s.record['rerun']}"
+    )
+    s.bundle.log(f"ncu: {msg}")
+    s.bundle.update_manifest(
+        ncu={
+            **s.record,
+            "status": "interrupted",
+            "reason": msg,
+            "wall_s": round(time.perf_counter() - s.t_stage, 3),
+        }
+    )
+
+
+def _run(s: _Session) -> NcuRun | None:
+    """Build and record the command, run ncu (again without refused extra metrics); None after
+    giving up. Ctrl-C is recorded (`_interrupted`) and raised again."""
+    try:
+        argv = s.command(s.extra)
+    except FaprofError as e:
+        s.give_up(str(e), status="failed")
+        return None
+    s.timeout_s = max(float(getattr(s.options, "task_timeout_s", 600.0)), MIN_SECONDS_PER_PAIR) * max(
+        1, len(s.nplan.pairs)
+    )
+    s.record.update(
+        metrics=argv[argv.index("--metrics") + 1].split(",") if "--metrics" in argv else [],
+        extra_metrics=s.settings.extra_metrics,
+        user_metrics=list(s.settings.metrics),
+        import_source=s.import_source,
+        command=argv,
+        nvtx_include=[x for v in s.nplan.variants for x in (f"{v}/", v)],
+        report=f"raw/{s.report.name}",
+        plan_file=f"raw/{PLAN_FILE}",
+        log=f"raw/{LOG_FILE}",
+        timeout_s=s.timeout_s,
+        status="running",
+    )
+    s.bundle.update_manifest(ncu=s.record)
+    try:
+        result = run_ncu(argv, s.log_path, s.progress, s.timeout_s, child_env(), s.nplan.kernels)
+        if result.metric_error and s.extra and not result.permission_denied:
+            result = _retry_without_refused(s, result)
+    except KeyboardInterrupt:
+        _interrupted(s)
+        raise
+    return result
+
+
+def _check_run(s: _Session, result: NcuRun, passes: float | None) -> bool:
+    """Record what ncu did; False after giving up (no permission, timeout, no report)."""
+    s.record.update(
+        wall_s=round(result.wall_s, 3),
+        returncode=result.returncode,
+        kernels=result.kernels,
+        kernels_profiled=result.kernels,
+        passes=passes,
+        passes_min=min(result.passes) if result.passes else None,
+        passes_max=max(result.passes) if result.passes else None,
+        errors=result.errors,
+        warnings=result.warnings,
+    )
+    if result.permission_denied:
+        s.give_up(PERMISSION_HINT, status="no_permission")
+        return False
+    if result.timed_out:
+        s.give_up(
+            f"ncu did not finish within {s.timeout_s:.0f} s and was stopped; see {s.log_path}", status="timeout"
+        )
+        return False
+    if not s.report.is_file():
+        if result.kernels == 0 and s.settings.kernel_regex and result.returncode == 0:
+            s.give_up(
+                f"--ncu-kernel {s.settings.kernel_regex!r} matched no kernel of {', '.join(s.nplan.variants)} "
+                f"on the selected shapes; nothing was profiled (see {s.log_path})",
+                status="no_match",
+            )
+            return False
+        why = "; ".join(result.errors[-3:]) or " / ".join(result.tail[-3:]) or "no output"
+        s.give_up(
+            f"ncu wrote no report (exit code {result.returncode}): {why}; see {s.log_path}", status="failed"
+        )
+        return False
+    if result.returncode != 0:
+        s.bundle.log(f"ncu exited with code {result.returncode}; reading the report it wrote anyway")
+    return True
+
+
+def _read(s: _Session) -> tuple[pd.DataFrame, dict[str, int]] | None:
+    """Read the report in the isolated child and write the tables; None after giving up (the raw
+    report is kept: status 'report_only')."""
+    plan = load_plan(s.plan_path)
+    try:
+        metrics, info = read_report_isolated(s.report, s.raw / "ncu_metrics.read.parquet", s.plan_path, s.ncu)
+        (s.raw / "ncu_metrics.read.parquet").unlink(missing_ok=True)
+        s.record.update(
+            reader=info.get("reader"),
+            reader_skipped_metrics=info.get("skipped_metrics", []),
+            rules_read=info.get("rules_read"),
+            rules_note=info.get("rules_note") or None,
+        )
+        counts = write_tables(s.bundle, metrics, plan, s.gpu, info.get("rules"))
+    except FaprofError as e:
+        s.give_up(f"{e}; the raw report is kept in {s.report}", status="report_only")
+        return None
+    except Exception as e:  # a reader bug must not lose the timing run: keep the raw report
+        s.give_up(
+            f"reading {s.report} failed ({type(e).__name__}: {e}); the raw report is kept", status="report_only"
+        )
+        return None
+    return metrics, counts
+
+
+def _record_ok(
+    s: _Session, result: NcuRun, passes: float | None, metrics: pd.DataFrame, counts: dict[str, int]
+) -> None:
+    """The manifest's `ncu` entry of a session that wrote its tables, and the log line."""
+    s.record.update(
+        status="ok",
+        wall_s=round(time.perf_counter() - s.t_stage, 3),
+        profile_s=round(result.wall_s, 3),
+        tables=counts,
+        report_bytes=s.report.stat().st_size,
+    )
+    if passes is None:  # ncu's output format changed: take the passes from the report
+        p = metrics[metrics["metric"] == "profiler__replayer_passes"]["value"] if not metrics.empty else []
+        s.record["passes"] = float(statistics.median(p)) if len(p) else None
+    s.bundle.update_manifest(ncu=s.record)
+    s.bundle.log(
+        f"ncu: {result.kernels} kernel(s) profiled in {result.wall_s:.1f} s ({s.record['passes']} passes each); "
+        + ", ".join(f"{k}={v} rows" for k, v in counts.items())
+    )
+
+
+def _learn_costs(s: _Session, result: NcuRun, counts: dict[str, int]) -> None:
+    """Keep what the session cost on this GPU for the next plan; warn when no kernel was in faprof's ranges."""
+    spk, overhead = ncu_plan.measured_costs(result.prof_times, result.wall_s)
+    # kernels per call are learned only from sessions without a kernel regex (it hides kernels)
+    per, names = (
+        _kernels_per_pair(s.bundle.read("ncu_summary"), s.settings.iters)
+        if not s.settings.kernel_regex
+        else ({}, {})
+    )
+    if s.gpu:
+
+        ncu_plan.record_costs(
+            s.gpu,
+            s.ncu_set,
+            kernels=result.kernels,
+            passes=s.record["passes"],
+            seconds_per_kernel=spk,
+            overhead_s=overhead,
+            kernels_per_pair=per,
+            kernel_names=names,
+            when=utc_stamp(),
+        )
+    if counts.get("ncu_summary", 0) == 0:
+        why = (
+            f"--ncu-kernel {s.settings.kernel_regex!r} matched no kernel inside faprof's NVTX ranges"
+            if s.settings.kernel_regex
+            else "ncu profiled no kernel inside faprof's NVTX ranges"
+        )
+        s.progress("warning", {"message": f"{why}; see {s.log_path} and {s.plan_path}"})
+
+
 def collect(
     bundle: Any, scenario: Any, options: Any, ncu_set: str, progress: Progress, cuda_ok: bool
 ) -> None:
@@ -317,228 +490,21 @@ def collect(
     """
     t_stage = time.perf_counter()  # ncu.wall_s: the whole stage, planning and reading included
     record: dict[str, Any] = {"status": "starting", "set": ncu_set}
-
-    def give_up(message: str, status: str = "skipped") -> None:
-        progress("warning", {"message": message})
-        bundle.log(f"ncu: {message}")
-        bundle.update_manifest(ncu={**record, "status": status, "reason": message})
-
-    try:
-        settings = NcuSettings.resolve(options, scenario, ncu_set)
-    except FaprofError as e:
-        give_up(str(e), status="bad_input")
+    s = _resolve(bundle, scenario, options, ncu_set, progress, cuda_ok, record, t_stage)
+    if s is None:
         return
-    record.update(
-        options=settings.options_record(),
-        cache_control=settings.cache_control,
-        clock_control=settings.clock_control,
-        iters=settings.iters,
-        rerun=rerun_command(bundle.path, settings),
-    )
-    ncu = find_ncu()
-    if ncu is None:
-        give_up(f"{NOT_FOUND}; the Nsight Compute tables are skipped")
+    result = _run(s)
+    if result is None:
         return
-    record["ncu_path"] = str(ncu)
-    record["ncu_version"], version = ncu_version(ncu)
-    if not cuda_ok:
-        give_up("no CUDA GPU visible: Nsight Compute has nothing to profile; its tables are skipped")
-        return
-    env_info = bundle.manifest().get("env", {})
-    gpu, cc = env_info.get("gpu_name"), env_info.get("cc")
-    try:
-        nplan = ncu_plan.plan_for(scenario, options, ncu_set, settings, gpu=gpu, known_kernels=bundle_kernels(bundle))
-    except FaprofError as e:
-        give_up(f"{e}; the Nsight Compute tables are skipped", status="bad_input")
-        return
-    record["plan"] = nplan.record()
-    for line in nplan.lines():
-        progress("nsight", {"message": line, "tool": "ncu"})
-    extra: list[str] = []
-    if settings.extra_metrics:
-        extra = cat.requested_metrics(cc, query_metrics(ncu))
-    import_source = settings.import_source
-    if import_source is None:
-        import_source = ncu_set == "full"
-    import_source = bool(import_source) and supports_import_source(version)
-
-    raw = bundle.raw_dir()
-    report_stem, plan_path, log_path = raw / REPORT_STEM, raw / PLAN_FILE, raw / LOG_FILE
-    report = report_stem.with_suffix(".ncu-rep")
-    scenario_path = raw / SCENARIO_FILE
-    try:
-        scenario_path.write_text(toml_dumps(scenario.raw))
-        scenario_arg: str | Path = scenario_path
-    except FaprofError:
-        scenario_arg = scenario.path or scenario.name
-    all_shapes = [p.shape_id for p in scenario.problems]
-    shapes = nplan.shapes if set(nplan.shapes) != set(all_shapes) else []
-
-    def command(extra_metrics: Sequence[str]) -> list[str]:
-        return ncu_command(
-            report_stem,
-            ncu=ncu,
-            scenario=scenario_arg,
-            variants=nplan.variants,
-            plan_out=plan_path,
-            ncu_set=ncu_set,
-            metrics=list(dict.fromkeys([*settings.metrics, *extra_metrics])),
-            cache_control=settings.cache_control,
-            clock_control=settings.clock_control,
-            import_source=import_source,
-            shapes=shapes,
-            iters=settings.iters,
-            kernel_regex=settings.kernel_regex,
-            user_variants=getattr(options, "user_variants", []) or [],
-        )
-
-    try:
-        argv = command(extra)
-    except FaprofError as e:
-        give_up(str(e), status="failed")
-        return
-    timeout_s = max(float(getattr(options, "task_timeout_s", 600.0)), MIN_SECONDS_PER_PAIR) * max(
-        1, len(nplan.pairs)
-    )
-    record.update(
-        metrics=argv[argv.index("--metrics") + 1].split(",") if "--metrics" in argv else [],
-        extra_metrics=settings.extra_metrics,
-        user_metrics=list(settings.metrics),
-        import_source=import_source,
-        command=argv,
-        nvtx_include=[x for v in nplan.variants for x in (f"{v}/", v)],
-        report=f"raw/{report.name}",
-        plan_file=f"raw/{PLAN_FILE}",
-        log=f"raw/{LOG_FILE}",
-        timeout_s=timeout_s,
-        status="running",
-    )
-    bundle.update_manifest(ncu=record)
-    try:
-        result = run_ncu(argv, log_path, progress, timeout_s, child_env(), nplan.kernels)
-        if result.metric_error and extra and not result.permission_denied:
-            named = [m for m in extra if any(m in e or m.split(".")[0] in e for e in result.errors)]
-            keep = [m for m in extra if m not in named] if named else []
-            bundle.log(
-                "ncu: a requested metric is unknown to this GPU/ncu ("
-                + (", ".join(named) if named else "not named")
-                + "); retrying "
-                + ("without it" if named else "with the section set only")
-            )
-            argv = command(keep)
-            record.update(command=argv, metrics=[*settings.metrics, *keep], retried_without=named or extra)
-            result = run_ncu(argv, log_path, progress, timeout_s, child_env(), nplan.kernels)
-    except KeyboardInterrupt:
-        msg = (
-            "interrupted during Nsight Compute; the timing rows are kept. "
-            f"Re-run Nsight Compute alone with: {record['rerun']}"
-        )
-        bundle.log(f"ncu: {msg}")
-        bundle.update_manifest(
-            ncu={
-                **record,
-                "status": "interrupted",
-                "reason": msg,
-                "wall_s": round(time.perf_counter() - t_stage, 3),
-            }
-        )
-        raise
     passes = _median_passes(result.passes)
-    record.update(
-        wall_s=round(result.wall_s, 3),
-        returncode=result.returncode,
-        kernels=result.kernels,
-        kernels_profiled=result.kernels,
-        passes=passes,
-        passes_min=min(result.passes) if result.passes else None,
-        passes_max=max(result.passes) if result.passes else None,
-        errors=result.errors,
-        warnings=result.warnings,
-    )
-    if result.permission_denied:
-        give_up(PERMISSION_HINT, status="no_permission")
+    if not _check_run(s, result, passes):
         return
-    if result.timed_out:
-        give_up(
-            f"ncu did not finish within {timeout_s:.0f} s and was stopped; see {log_path}", status="timeout"
-        )
+    read = _read(s)
+    if read is None:
         return
-    if not report.is_file():
-        if result.kernels == 0 and settings.kernel_regex and result.returncode == 0:
-            give_up(
-                f"--ncu-kernel {settings.kernel_regex!r} matched no kernel of {', '.join(nplan.variants)} "
-                f"on the selected shapes; nothing was profiled (see {log_path})",
-                status="no_match",
-            )
-            return
-        why = "; ".join(result.errors[-3:]) or " / ".join(result.tail[-3:]) or "no output"
-        give_up(
-            f"ncu wrote no report (exit code {result.returncode}): {why}; see {log_path}", status="failed"
-        )
-        return
-    if result.returncode != 0:
-        bundle.log(f"ncu exited with code {result.returncode}; reading the report it wrote anyway")
-    plan = load_plan(plan_path)
-    try:
-        metrics, info = read_report_isolated(report, raw / "ncu_metrics.read.parquet", plan_path, ncu)
-        (raw / "ncu_metrics.read.parquet").unlink(missing_ok=True)
-        record.update(
-            reader=info.get("reader"),
-            reader_skipped_metrics=info.get("skipped_metrics", []),
-            rules_read=info.get("rules_read"),
-            rules_note=info.get("rules_note") or None,
-        )
-        counts = write_tables(bundle, metrics, plan, gpu, info.get("rules"))
-    except FaprofError as e:
-        give_up(f"{e}; the raw report is kept in {report}", status="report_only")
-        return
-    except Exception as e:  # a reader bug must not lose the timing run: keep the raw report
-        give_up(
-            f"reading {report} failed ({type(e).__name__}: {e}); the raw report is kept", status="report_only"
-        )
-        return
-    record.update(
-        status="ok",
-        wall_s=round(time.perf_counter() - t_stage, 3),
-        profile_s=round(result.wall_s, 3),
-        tables=counts,
-        report_bytes=report.stat().st_size,
-    )
-    if passes is None:  # ncu's output format changed: take the passes from the report
-        p = metrics[metrics["metric"] == "profiler__replayer_passes"]["value"] if not metrics.empty else []
-        record["passes"] = float(statistics.median(p)) if len(p) else None
-    bundle.update_manifest(ncu=record)
-    bundle.log(
-        f"ncu: {result.kernels} kernel(s) profiled in {result.wall_s:.1f} s ({record['passes']} passes each); "
-        + ", ".join(f"{k}={v} rows" for k, v in counts.items())
-    )
-    spk, overhead = ncu_plan.measured_costs(result.prof_times, result.wall_s)
-    # kernels per call are learned only from sessions without a kernel regex (it hides kernels)
-    per, names = (
-        _kernels_per_pair(bundle.read("ncu_summary"), settings.iters)
-        if not settings.kernel_regex
-        else ({}, {})
-    )
-    if gpu:
-
-        ncu_plan.record_costs(
-            gpu,
-            ncu_set,
-            kernels=result.kernels,
-            passes=record["passes"],
-            seconds_per_kernel=spk,
-            overhead_s=overhead,
-            kernels_per_pair=per,
-            kernel_names=names,
-            when=utc_stamp(),
-        )
-    if counts.get("ncu_summary", 0) == 0:
-        why = (
-            f"--ncu-kernel {settings.kernel_regex!r} matched no kernel inside faprof's NVTX ranges"
-            if settings.kernel_regex
-            else "ncu profiled no kernel inside faprof's NVTX ranges"
-        )
-        progress("warning", {"message": f"{why}; see {log_path} and {plan_path}"})
+    metrics, counts = read
+    _record_ok(s, result, passes, metrics, counts)
+    _learn_costs(s, result, counts)
 
 
 # --------------------------------------------------------------------------------------- rerun

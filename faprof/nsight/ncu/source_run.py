@@ -12,10 +12,13 @@ section-set tables stay.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,7 @@ from faprof.errors import FaprofError
 from faprof.nsight.ncu import source
 from faprof.nsight.ncu.command import DEFAULT_CACHE_CONTROL, DEFAULT_CLOCK_CONTROL, ncu_command
 from faprof.nsight.ncu.find import child_env, find_ncu, ncu_version, supports_import_source
-from faprof.nsight.ncu.run import PLAN_FILE, REPORT_STEM, SCENARIO_FILE, Progress, run_ncu
+from faprof.nsight.ncu.run import PLAN_FILE, REPORT_STEM, SCENARIO_FILE, NcuRun, Progress, run_ncu
 
 #: Files of the source pass inside the bundle's raw/ folder.
 SOURCE_STEM = "ncu_source"
@@ -60,6 +63,117 @@ def _read_child(report: Path, plan: Path | None, out: Path, ncu: Path | None) ->
     return df
 
 
+@dataclass
+class _SourcePass:
+    """The source pass's record as it grows, and how each way out of the pass records it (`done`)."""
+
+    bundle: Any
+    progress: Progress
+    record: dict[str, Any]
+    """The manifest's `ncu.source` entry."""
+    t0: float
+    """perf_counter at the start of the pass (its wall_s)."""
+
+    def done(self, status: str, message: str = "", /, **extra: Any) -> dict[str, Any]:
+        """Record the status (a message is also a warning and a log line) under `ncu.source`; the record."""
+        self.record.update(status=status, wall_s=round(time.perf_counter() - self.t0, 3), **extra)
+        if message:
+            self.record["reason"] = message
+            self.progress("warning", {"message": f"ncu source lines: {message}"})
+            self.bundle.log(f"ncu source lines: {message}")
+        ncu_rec = self.bundle.manifest().get("ncu") or {}
+        self.bundle.update_manifest(ncu={**ncu_rec, "source": self.record})
+        return self.record
+
+
+def _from_full_report(sp: _SourcePass, raw: Path) -> dict[str, Any]:
+    """SourceCounters is part of `full`: read the lines from the section-set pass's report, run nothing."""
+    try:
+        lines = _read_child(raw / f"{REPORT_STEM}.ncu-rep", raw / PLAN_FILE, raw / "source.read.parquet",
+                            find_ncu())
+    except (FaprofError, subprocess.TimeoutExpired) as e:
+        return sp.done("failed", str(e))
+    sp.bundle.write("source_lines", lines)
+    return sp.done("ok", rows=len(lines), from_report=f"raw/{REPORT_STEM}.ncu-rep", kernels=None, passes=0)
+
+
+def _pick_targets(bundle: Any, mode: str) -> list[source.SourceTarget]:
+    """The kernels to put on source lines (`source.plan_source`), among variants whose kernels carry line info."""
+    meas = bundle.measurements()
+    own = set(meas.loc[meas["variant_kind"].isin(LINE_INFO_KINDS), "variant"]) if "variant_kind" in meas else None
+    return source.plan_source(bundle.read("ncu_summary"), mode, only=own)
+
+
+def _source_command(
+    raw: Path,
+    ncu: Path,
+    version: tuple[int, ...] | None,
+    scenario: Any,
+    options: Any,
+    targets: Sequence[source.SourceTarget],
+    variants: list[str],
+    shapes: list[str],
+    sampling_only: bool,
+) -> list[str]:
+    """The source pass's ncu command: the sampling metrics alone, or (fallback) the SourceCounters section."""
+    scenario_path = raw / SCENARIO_FILE
+    return ncu_command(
+        raw / SOURCE_STEM, ncu=ncu,
+        scenario=scenario_path if scenario_path.is_file() else (scenario.path or scenario.name),
+        variants=variants, plan_out=raw / SOURCE_PLAN, ncu_set=None,
+        metrics=source.SOURCE_METRICS if sampling_only else (),
+        sections=() if sampling_only else source.SOURCE_SECTIONS,
+        cache_control=getattr(options, "ncu_cache_control", None) or DEFAULT_CACHE_CONTROL,
+        clock_control=getattr(options, "ncu_clock_control", None) or DEFAULT_CLOCK_CONTROL,
+        import_source=supports_import_source(version), shapes=shapes, iters=1,
+        kernel_regex=source.kernel_regex(targets), user_variants=getattr(options, "user_variants", []) or [],
+    )
+
+
+def _run_source(
+    sp: _SourcePass, command: Callable[..., list[str]], log: Path, timeout_s: float, expected: int
+) -> NcuRun:
+    """Run ncu with the sampling metrics, again with the SourceCounters section when ncu refused them;
+    Ctrl-C is recorded and raised again."""
+    argv = command(sampling_only=True)
+    sp.record["command"] = argv
+    try:
+        result = run_ncu(argv, log, sp.progress, timeout_s, child_env(), expected)
+        if result.metric_error and not result.permission_denied:  # an ncu without the metric group
+            argv = command(sampling_only=False)
+            sp.record.update(command=argv, fallback="SourceCounters section (the sampling metric group was refused)")
+            result = run_ncu(argv, log, sp.progress, timeout_s, child_env(), expected)
+    except KeyboardInterrupt:
+        sp.done("interrupted", "interrupted; the section-set tables are kept")
+        raise
+    return result
+
+
+def _read_lines(
+    sp: _SourcePass, result: NcuRun, raw: Path, ncu: Path, targets: Sequence[source.SourceTarget]
+) -> dict[str, Any]:
+    """Read the pass's report into source_lines (the picked kernels only, aliases copied) and record it."""
+    report = raw / f"{SOURCE_STEM}.ncu-rep"
+    stats = {"kernels": result.kernels, "profile_s": round(result.wall_s, 3),
+             "passes": float(statistics.median(result.passes)) if result.passes else None}
+    if result.timed_out or not report.is_file():
+        why = "timed out" if result.timed_out else ("; ".join(result.errors[-2:]) or "no report written")
+        return sp.done("failed", f"{why}; see raw/{SOURCE_LOG}", **stats)
+    try:
+        lines = _read_child(report, raw / SOURCE_PLAN, raw / "source.read.parquet", ncu)
+    except (FaprofError, subprocess.TimeoutExpired) as e:
+        return sp.done("report_only", f"{e}; the raw report is kept", **stats)
+    wanted = {(t.variant, t.shape_id, t.kernel) for t in targets}
+    if not lines.empty:
+        keep = [(v, s, k) in wanted for v, s, k in zip(lines["variant"], lines["shape_id"], lines["kernel"], strict=True)]
+        lines = lines[keep].reset_index(drop=True)
+    lines = source.with_aliases(lines, targets)
+    sp.bundle.write("source_lines", lines)
+    if lines.empty:
+        return sp.done("no_lines", "the kernels carry no line info (build with -lineinfo) or no samples", **stats)
+    return sp.done("ok", report=f"raw/{report.name}", rows=len(lines), **stats)
+
+
 def collect_source(bundle: Any, scenario: Any, options: Any, mode: str, progress: Progress) -> dict[str, Any]:
     """Run the source-line pass on a bundle whose section-set pass succeeded; returns its record.
 
@@ -71,91 +185,31 @@ def collect_source(bundle: Any, scenario: Any, options: Any, mode: str, progress
         progress: the progress callback.
     """
     t0 = time.perf_counter()
-    record: dict[str, Any] = {"mode": mode, "status": "starting"}
-
-    def done(status: str, message: str = "", /, **extra: Any) -> dict[str, Any]:
-        record.update(status=status, wall_s=round(time.perf_counter() - t0, 3), **extra)
-        if message:
-            record["reason"] = message
-            progress("warning", {"message": f"ncu source lines: {message}"})
-            bundle.log(f"ncu source lines: {message}")
-        ncu_rec = bundle.manifest().get("ncu") or {}
-        bundle.update_manifest(ncu={**ncu_rec, "source": record})
-        return record
-
+    sp = _SourcePass(bundle, progress, {"mode": mode, "status": "starting"}, t0)
     if mode == "off":
-        return done("off")
+        return sp.done("off")
     main = bundle.manifest().get("ncu") or {}
     if main.get("status") != "ok":
-        return done("skipped", "the section-set pass did not succeed; no source pass")
+        return sp.done("skipped", "the section-set pass did not succeed; no source pass")
     raw = bundle.raw_dir()
-    if main.get("set") == "full":  # SourceCounters is part of `full`: read it from that report
-        try:
-            lines = _read_child(raw / f"{REPORT_STEM}.ncu-rep", raw / PLAN_FILE, raw / "source.read.parquet",
-                                find_ncu())
-        except (FaprofError, subprocess.TimeoutExpired) as e:
-            return done("failed", str(e))
-        bundle.write("source_lines", lines)
-        return done("ok", rows=len(lines), from_report=f"raw/{REPORT_STEM}.ncu-rep", kernels=None, passes=0)
-    meas = bundle.measurements()
-    own = set(meas.loc[meas["variant_kind"].isin(LINE_INFO_KINDS), "variant"]) if "variant_kind" in meas else None
-    targets = source.plan_source(bundle.read("ncu_summary"), mode, only=own)
+    if main.get("set") == "full":
+        return _from_full_report(sp, raw)
+    targets = _pick_targets(bundle, mode)
     if not targets:
-        return done("skipped", "no profiled kernel to put on source lines")
+        return sp.done("skipped", "no profiled kernel to put on source lines")
     ncu = find_ncu()
     if ncu is None:
-        return done("skipped", "ncu not found")
+        return sp.done("skipped", "ncu not found")
     _, version = ncu_version(ncu)
     variants = list(dict.fromkeys(t.variant for t in targets))  # each target's own; aliases get copies
     shapes = list(dict.fromkeys(t.shape_id for t in targets))
-    record.update(targets=[t.__dict__ for t in targets])
+    sp.record.update(targets=[t.__dict__ for t in targets])
     progress("nsight", {"message": f"ncu source lines: {len(targets)} kernel(s) ({', '.join(variants)}), warp-state "
                                    "sampling per line (one more pass each)", "tool": "ncu"})
-    scenario_path = raw / SCENARIO_FILE
-    def command(sampling_only: bool) -> list[str]:
-        return ncu_command(
-            raw / SOURCE_STEM, ncu=ncu,
-            scenario=scenario_path if scenario_path.is_file() else (scenario.path or scenario.name),
-            variants=variants, plan_out=raw / SOURCE_PLAN, ncu_set=None,
-            metrics=source.SOURCE_METRICS if sampling_only else (),
-            sections=() if sampling_only else source.SOURCE_SECTIONS,
-            cache_control=getattr(options, "ncu_cache_control", None) or DEFAULT_CACHE_CONTROL,
-            clock_control=getattr(options, "ncu_clock_control", None) or DEFAULT_CLOCK_CONTROL,
-            import_source=supports_import_source(version), shapes=shapes, iters=1,
-            kernel_regex=source.kernel_regex(targets), user_variants=getattr(options, "user_variants", []) or [],
-        )
-
-    argv = command(sampling_only=True)
-    record["command"] = argv
+    command = functools.partial(_source_command, raw, ncu, version, scenario, options, targets, variants, shapes)
     timeout_s = START_S + SECONDS_PER_KERNEL * len(targets) * len(shapes)
-    try:
-        result = run_ncu(argv, raw / SOURCE_LOG, progress, timeout_s, child_env(), len(targets))
-        if result.metric_error and not result.permission_denied:  # an ncu without the metric group
-            argv = command(sampling_only=False)
-            record.update(command=argv, fallback="SourceCounters section (the sampling metric group was refused)")
-            result = run_ncu(argv, raw / SOURCE_LOG, progress, timeout_s, child_env(), len(targets))
-    except KeyboardInterrupt:
-        done("interrupted", "interrupted; the section-set tables are kept")
-        raise
-    report = raw / f"{SOURCE_STEM}.ncu-rep"
-    stats = {"kernels": result.kernels, "profile_s": round(result.wall_s, 3),
-             "passes": float(statistics.median(result.passes)) if result.passes else None}
-    if result.timed_out or not report.is_file():
-        why = "timed out" if result.timed_out else ("; ".join(result.errors[-2:]) or "no report written")
-        return done("failed", f"{why}; see raw/{SOURCE_LOG}", **stats)
-    try:
-        lines = _read_child(report, raw / SOURCE_PLAN, raw / "source.read.parquet", ncu)
-    except (FaprofError, subprocess.TimeoutExpired) as e:
-        return done("report_only", f"{e}; the raw report is kept", **stats)
-    wanted = {(t.variant, t.shape_id, t.kernel) for t in targets}
-    if not lines.empty:
-        keep = [(v, s, k) in wanted for v, s, k in zip(lines["variant"], lines["shape_id"], lines["kernel"], strict=True)]
-        lines = lines[keep].reset_index(drop=True)
-    lines = source.with_aliases(lines, targets)
-    bundle.write("source_lines", lines)
-    if lines.empty:
-        return done("no_lines", "the kernels carry no line info (build with -lineinfo) or no samples", **stats)
-    return done("ok", report=f"raw/{report.name}", rows=len(lines), **stats)
+    result = _run_source(sp, command, raw / SOURCE_LOG, timeout_s, len(targets))
+    return _read_lines(sp, result, raw, ncu, targets)
 
 
 def source_mode(options: Any, ncu_set: str | None) -> str:
