@@ -181,6 +181,24 @@ def test_flashattention_rule_bounds_by_pytorchs_error():
     assert correctness.compare(res, ref, tol, baseline_err=6e-4)["ok"]
 
 
+def test_flashattention_rule_slack_grows_with_the_outputs_magnitude():
+    # Seen on the H100: fa2's fp32 dQ (B1 H1 S113 D128 causal) off by 1.76e-6, 8 ulps at its scale,
+    # failed 3 x PyTorch's 2.19e-7 + 1e-6 on one seed in a few hundred. Rounding grows with the
+    # values rounded, so the same relative error passes on a large output and fails on a unit one.
+    tol = DEFAULT_TOLERANCE["fp32"]
+    big = torch.full((64,), 8.0, dtype=torch.float64)
+    res = big.float().clone()
+    res[5] += 4e-6  # 0.5 ppm of 8: within 3 x 2e-7 + 1e-6 x 8
+    r = correctness.compare(res, big, tol, baseline_err=2e-7)
+    assert r["ok"] and math.isclose(r["bound"], 3 * 2e-7 + 1e-6 * 8.0, rel_tol=1e-9)
+    unit = torch.full((64,), 0.5, dtype=torch.float64)
+    res = unit.float().clone()
+    res[5] += 4e-6  # the same absolute error on an output below 1: 8 ppm, fails
+    r = correctness.compare(res, unit, tol, baseline_err=2e-7)
+    assert not r["ok"] and math.isclose(r["bound"], 3 * 2e-7 + 1e-6, rel_tol=1e-9)
+    assert "+ 1e-06" in r["reason"]
+
+
 def test_reference_forces_full_fp32_precision(monkeypatch):
     seen = []
     real = correctness._attention_pass

@@ -149,7 +149,7 @@ else:
     ui.show(ui.style(fig, title="Max error over FlashAttention's bound (3 x PyTorch's error in the dtype + eps; log): above 1 fails",
                      legend_title="variant, status" if several else "variant", legend_below=vertical), key="variants_error")
     st.caption("Bound: max |out − ref| ≤ factor × PyTorch's max error computing the same attention in the "
-               "problem's dtype + eps (faprof/scenarios.py: DEFAULT_TOLERANCE). A row also fails when any element "
+               "problem's dtype + eps × max(1, max |ref|) (faprof/model/scenarios.py: DEFAULT_TOLERANCE). A row also fails when any element "
                "exceeds atol + rtol·|ref|, or a timed call's output differs from the checked one, so a wrong row can "
                "sit under the line. Rows without a PyTorch baseline error (older bundles, fp32 checked on the GPU) "
                "show ‖out − ref‖/‖ref‖ over rtol.")

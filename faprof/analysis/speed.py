@@ -3,6 +3,8 @@ memory and timing rooflines, and each row's error over its bound."""
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 import numpy as np
@@ -177,13 +179,35 @@ def gpu_ceilings(manifest: dict[str, Any], dtype: str, compute: str = "tensor") 
 
 def error_ratio(df: pd.DataFrame) -> pd.Series:
     """Each row's error over the bound it is checked against (above 1 fails; faprof.correctness):
-    max |out - ref| over FlashAttention's bound (tol_factor x PyTorch's own error in the dtype +
-    tol_eps) where the row has one; else, for rows written before that rule or checked without a
-    separate baseline, the norm-wise relative error over rtol."""
+    the largest max |out - ref| / bound over the row's outputs, the bound being the one each output
+    was checked against (FlashAttention's: factor x PyTorch's own error in the dtype + eps x
+    max(1, max |ref|)); for rows that recorded no per-output bound, the row's max error over
+    tol_factor x baseline_max_err + tol_eps; for rows checked without a separate baseline, the
+    norm-wise relative error over rtol."""
     num = lambda c: pd.to_numeric(df[c], errors="coerce") if c in df else pd.Series(np.nan, index=df.index)  # noqa: E731
     bound = num("tol_factor") * num("baseline_max_err") + num("tol_eps").fillna(0.0)
     fa = num("max_abs_err") / bound.where(bound > 0)
+    if "errors" in df:
+        fa = df["errors"].map(_worst_over_bound).fillna(fa)
     return fa.fillna(num("rel_err") / num("rtol"))
+
+
+def _worst_over_bound(errors: Any) -> float:
+    """max over outputs of max_abs / bound from a row's `errors` (dict or its JSON); NaN if none has both."""
+    if isinstance(errors, str):
+        try:
+            errors = json.loads(errors)
+        except ValueError:
+            return math.nan
+    if not isinstance(errors, dict):
+        return math.nan
+    ratios = [float(e["max_abs"]) / float(e["bound"]) for e in errors.values()
+              if isinstance(e, dict) and _finite(e.get("max_abs")) and _finite(e.get("bound")) and float(e["bound"]) > 0]
+    return max(ratios) if ratios else math.nan
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
 X_AXES = {

@@ -6,7 +6,7 @@
   every 16-bit half) no arithmetic produces, so an element still holding it was never written,
   and a NaN the variant computed (0/0, inf - inf) is told apart from it exactly.
 - An element is wrong when it breaks either of correctness' rules: |out - ref| > atol + rtol·|ref|,
-  or |out - ref| > the FlashAttention bound (factor x PyTorch's error + eps); NaN and inf always are.
+  or |out - ref| > the FlashAttention bound (factor x PyTorch's error + eps x max(1, max |ref|)); NaN and inf always are.
 - The error map of one wrong output is a long table: for each axis (batch, head, query tile or key
   tile, head-dim column, position against the causal mask, last partial tile) and each bin along
   it, the elements, the wrong ones, their share, the max error and the unwritten ones. Computed

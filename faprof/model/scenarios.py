@@ -119,10 +119,25 @@ class Tolerance:
     factor: float = 3.0
     """FlashAttention's rule: max |out - ref| <= factor * (PyTorch's max error in this dtype) + eps."""
     eps: float = 0.0
-    """The absolute slack of FlashAttention's rule (about the dtype's rounding step at 1)."""
+    """The slack of FlashAttention's rule: about the dtype's rounding step at 1, scaled to the output's
+    magnitude where that exceeds 1 (see `fa_bound`)."""
     output_slack: tuple[tuple[str, float], ...] = ()
     """(output, absolute error) pairs added to atol and eps for that output only: the error an exact
     kernel may have on an input (faprof.measure.adversarial.rounding_slack for the probes)."""
+
+    def fa_bound(self, baseline_err: float, ref_max: float) -> float:
+        """FlashAttention's bound on an output's max error: factor x PyTorch's own error in the dtype
+        plus eps x max(1, max |ref|). Rounding errors scale with the values rounded, so an output
+        whose entries reach 8 (a dQ of a short causal row) gets 8x the slack of one that stays
+        below 1; an absolute eps would fail honest kernels on large outputs by a few ulps.
+
+        Args:
+            baseline_err: max |PyTorch's output in the dtype - reference|.
+            ref_max: max |reference| of the output.
+        Returns:
+            The bound, in the output's units.
+        """
+        return self.factor * baseline_err + self.eps * max(1.0, ref_max)
 
     def for_output(self, name: str) -> Tolerance:
         """The tolerance output `name` is checked under (its slack added to atol and eps)."""
@@ -137,7 +152,8 @@ class Tolerance:
 #: (measured on the H100: 1.0e-3 to 1.8e-3 max over l4_causal's fp16 rows, torch_standard
 #: the largest), bf16's 2^-8 step near 8e-3, fp32 CUDA-core kernels near 1.5e-6. The per-element
 #: bounds sit a few times above those; FlashAttention's rule (factor x PyTorch's own error in the
-#: dtype + eps, eps = twice the dtype's rounding step near 0.3, as in FlashAttention's tests)
+#: dtype + eps x max(1, max |ref|), eps = twice the dtype's rounding step near 0.3, as in
+#: FlashAttention's tests, grown with the output's magnitude as rounding errors grow)
 #: is the sharp one: a key leaking through the causal mask at a tile edge or a skipped K/V tile
 #: costs 5-20x PyTorch's error and fails it.
 DEFAULT_TOLERANCE: dict[str, Tolerance] = {
