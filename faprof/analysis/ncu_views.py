@@ -34,10 +34,10 @@ def find_column(df: pd.DataFrame, candidates: Sequence[str], contains: Sequence[
 
 
 ALL_KERNELS = "(all)"
-"""Kernel name of ncu_summary's per-(variant, shape_id) aggregate rows (faprof.nsight.metrics)."""
+"""Kernel name of ncu_summary's per-(variant, shape_id) aggregate rows (faprof.nsight.ncu.summary)."""
 
 PREFERRED_STALL_SOURCE = "warp_state"
-"""Of the two stall sources ncu gives (faprof.nsight.metrics.stall_table), warp-state statistics
+"""Of the two stall sources ncu gives (faprof.nsight.ncu.tables.stall_table), warp-state statistics
 cover every issued instruction; PC sampling ('pc_sampling') is a sample. Shown unless absent."""
 
 PREFERRED_CEILING_SOURCE = "ncu"
@@ -108,7 +108,7 @@ def ncu_key(df: pd.DataFrame) -> pd.Series:
 
 
 LAUNCH_KEY = ("variant", "shape_id", "kernel_id")
-"""Columns that name one kernel launch in every ncu table (faprof.nsight.metrics.KEY_COLUMNS)."""
+"""Columns that name one kernel launch in every ncu table (faprof.nsight.ncu.catalogue_core.KEY_COLUMNS)."""
 
 
 def main_launches(summary: pd.DataFrame) -> pd.DataFrame:

@@ -4,7 +4,7 @@
 (variant, shape) pairs into one part per GPU (by shape when there are enough shapes, else by
 variant; balanced by pair count), and runs each part in its own process
 (`python -m faprof.run.fanout PART.json`) with `CUDA_VISIBLE_DEVICES=<index>`: that process calls the
-single-GPU entry point `faprof.nsight.ncu_run.collect` on a scratch bundle under
+single-GPU entry point `faprof.nsight.ncu.run.collect` on a scratch bundle under
 `raw/ncu.gpu<i>/` with the part's `--ncu-shapes`/`--ncu-variants`. When every part has returned,
 the parts' tables are concatenated into the run's tables (kernel ids of later parts shifted past
 the earlier ones, so ids stay unique per bundle), each part's report and log are kept as

@@ -150,7 +150,7 @@ __all__ = [
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m faprof.nsight.ncu read ...`: the child reader (`faprof.nsight.ncu_read.main`)."""
+    """`python -m faprof.nsight.ncu read ...`: the child reader (`faprof.nsight.ncu.read.main`)."""
 
     return read_main(argv)
 

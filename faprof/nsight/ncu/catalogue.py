@@ -9,7 +9,7 @@ concept's names on the report's CC and takes the first one the report holds. Eve
 ncu for was checked against `ncu --query-metrics --chip <chip>` of Nsight Compute 2025.3.1 (ga100,
 ga102, ad102, gh100; the lists are in tests/data/ncu/) and the values against reports recorded on
 an H100 with kernels of known work (tests/data/ncu/tiny_kernels.cu). Also here: the warp stall
-reasons and the unit conversions. `faprof.nsight.metrics` re-exports all of it.
+reasons and the unit conversions. `faprof.nsight.ncu.tables` re-exports all of it.
 
 One home in five files: this module (the joined catalogue, the lookups, the units) re-exports the
 names of `catalogue_core` (known CCs, the Concept type) and `catalogue_stalls` (stall reasons, pipe

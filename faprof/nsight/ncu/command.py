@@ -6,7 +6,7 @@ Section sets `faprof profile --ncu SET` and `faprof ncu RUN --set SET` take:
   FAPROF_SECTIONS (speed of light, launch statistics, occupancy, warp-state statistics for the
   stall table) plus the catalogue's requested metrics (FLOP counters, DRAM bytes, tensor/FMA pipes,
   local-memory spill traffic, global sectors per request, shared wavefronts and bank conflicts...;
-  `faprof.nsight.metrics.requested_metrics`). No source counters (PC sampling, SASS patching), no
+  `faprof.nsight.ncu.catalogue.requested_metrics`). No source counters (PC sampling, SASS patching), no
   PM sampling and no memory-workload tables: on the H100 those tables alone took 30 replay passes
   per kernel, the whole set with them 33 and without them 22 (`scripts/ncu_passes.py`,
   `scripts/ncu_cost.py`); the two rules they carry (shared-memory conflicts, cache access pattern)

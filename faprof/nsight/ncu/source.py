@@ -222,7 +222,7 @@ def read_actions(ctx: Any, plan: Mapping[str, Any] | None,
 
 
 def _action_rows(action: Any, key: tuple[str, str, str]) -> list[tuple]:
-    names = set(action.metric_names())
+    names = sorted(set(action.metric_names()))  # sorted: the same rows in the same order every read
     per_metric: dict[str, dict[int, float]] = {}
     for name in names:
         if name.startswith("smsp__pcsamp_warps_issue_stalled_") and not name.endswith("_not_issued"):
@@ -234,7 +234,7 @@ def _action_rows(action: Any, key: tuple[str, str, str]) -> list[tuple]:
     pcs = {pc for d in per_metric.values() for pc in d}
     where: dict[int, tuple[str, int]] = {}
     pipe: dict[int, str | None] = {}
-    for pc in pcs:
+    for pc in sorted(pcs):
         info = action.source_info(pc)
         if info is None:
             continue
@@ -261,7 +261,7 @@ def _action_rows(action: Any, key: tuple[str, str, str]) -> list[tuple]:
     files: dict[str, list[str]] = {}
     out = []
     for metric, items in by_metric.items():
-        for f, line, v in sorted(items, key=lambda x: -x[2])[:MAX_LINES_PER_METRIC]:
+        for f, line, v in sorted(items, key=lambda x: (-x[2], x[0], x[1]))[:MAX_LINES_PER_METRIC]:
             out.append((*key[:2], key[2], f, line, _line_code(action, files, f, line), metric, v))
     return out
 

@@ -1,8 +1,8 @@
 """Tables derived from a report's metrics: ncu_summary, stalls, roofline (and the metric catalogue).
 
 The catalogue itself (concepts -> metric names per compute capability, stall reasons, units) lives
-in `faprof.nsight.ncu_catalogue`; its names are re-exported here, so `metrics.names_for(...)` and
-`metrics.summarize(...)` are one import.
+in `faprof.nsight.ncu.catalogue`; its names are re-exported here, so `tables.names_for(...)` and
+`tables.summarize(...)` are one import.
 
 Derived tables (pure functions of the long metrics table that `faprof.nsight.ncu` reads from a
 report, so the tests run them on recorded fixtures without a GPU):
