@@ -25,7 +25,7 @@ if [ -n "${SCENARIO:-}" ]; then
   t=$(date +%s)
   # shellcheck disable=SC2086  # SCENARIO is a scenario name plus its flags
   timeout -k 10 "${SCN_TIMEOUT:-200}" python3 -m faprof profile --scenario $SCENARIO --out "$OUT/runs" > "$OUT/logs/scenario.log" 2>&1
-  summary+=("profile $SCENARIO: exit $? in $(( $(date +%s) - t )) s; $(grep -E '^(status|ncu):' "$OUT/logs/scenario.log" | tr '\n' ' ')")
+  summary+=("profile $SCENARIO: exit $? in $(( $(date +%s) - t )) s; $(grep -E '^status:' "$OUT/logs/scenario.log" | tail -1) $(grep -E '^ncu: [0-9]' "$OUT/logs/scenario.log" | tail -1)")
   (cd "$OUT" && tar czf bundles.tgz --exclude='*/raw/*' runs && rm -rf runs)
 fi
 echo "=== failures ==="
