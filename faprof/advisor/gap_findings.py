@@ -88,6 +88,20 @@ def _count(x: float) -> str:
     return f"{x:.0f}"
 
 
+def _of_gap(share: float, gap: Gap) -> str:
+    """'57% of the gap to X', or for a term larger than the whole gap (other terms give time back) its
+    time against the gap's: a share above 100% reads as an error."""
+    if ok(share) and share > 1.0:
+        return (f"{share * gap.gap_ms * 1e3:+.1f} µs, more than the whole {gap.gap_ms * 1e3:.1f} µs gap to "
+                f"{gap.against} (other terms give time back)")
+    return f"{pct(share)} of the gap to {gap.against}"
+
+
+def _part(share: float, gap: Gap) -> str:
+    """One term's part of a cause's share, in µs where it exceeds the whole gap."""
+    return f"{share * gap.gap_ms * 1e3:+.1f} µs" if ok(share) and share > 1.0 else pct(share)
+
+
 def _term_title(t: Term) -> str:
     return CAUSES[t.key][0] if t.key in CAUSES else t.key
 
@@ -157,9 +171,9 @@ def gap_findings(gap: Gap, call: Call, ref: Call, own: list[Finding], ref_own: l
     for cause, f in mech.items():
         terms = [positive[k] for k, c in claimed.items() if c == cause]
         share = math.fsum(t.share for t in terms)
-        parts = "; ".join(f"{_term_title(t)} {pct(t.share)} ({_term_values(t)})" for t in terms)
+        parts = "; ".join(f"{_term_title(t)} {_part(t.share, gap)} ({_term_values(t)})" for t in terms)
         out.append(Finding(call.variant, call.shape_id, cause, min(1.0, share),
-                           f"{pct(share)} of the gap to {gap.against}: {parts}. Evidence: {f.evidence}",
+                           f"{_of_gap(share, gap)}: {parts}. Evidence: {f.evidence}",
                            f.fix, f"gap+{f.rule}", kernel=f.kernel, unit="gap", against=gap.against,
                            gap_share=share, gap_ms=share * gap.gap_ms))
     for key, t in positive.items():
@@ -168,7 +182,7 @@ def gap_findings(gap: Gap, call: Call, ref: Call, own: list[Finding], ref_own: l
         if key not in CAUSES:
             continue
         meaning = _meaning(t)
-        ev = f"{pct(t.share)} of the gap to {gap.against} ({_term_values(t)})" + (f": {meaning}" if meaning else "")
+        ev = f"{_of_gap(t.share, gap)} ({_term_values(t)})" + (f": {meaning}" if meaning else "")
         if key == "occupancy":
             key_cause = "occupancy_limit"
             ev += f"; {_occupancy_evidence(call, ref)}"

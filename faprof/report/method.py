@@ -140,7 +140,7 @@ def _correctness(m: dict[str, Any]) -> str:
     fa_rule = any(isinstance(v, dict) and v.get("factor") for v in tol.values())
     rule = ("per element |out − ref| ≤ atol + rtol·|ref|, and the largest error within "
             f"{_g(next(v['factor'] for v in tol.values() if isinstance(v, dict) and v.get('factor')))}× PyTorch's own "
-            "error computing the same attention in the problem's dtype" if fa_rule else
+            "error computing the same attention in the problem's dtype, plus a rounding slack" if fa_rule else
             "against rtol/atol per dtype as the faprof that wrote this bundle checked them")
     return ("Each variant was checked against the reference (float64 attention on the CPU, or fp32 on the GPU for big "
             f"problems) on fresh random inputs, {rule}, before it was timed (tolerances: appendix).")

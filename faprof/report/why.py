@@ -128,13 +128,49 @@ def _gain(r: Any) -> str:
     return f"up to {x:.0f}% of the call's time" if x is not None and pd.notna(x) else ""
 
 
+#: At most this many variant lines in the Why section (a page holds about this many with their evidence); past
+#: it, each variant keeps its first line (in the answer's order), and the rest are named, in the appendix.
+MAX_VARIANT_LINES = 10
+
+
+def _within_page(top: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """`top`'s rows to print (every variant's first, then the others in order, up to MAX_VARIANT_LINES) and
+    the labels of those left for the appendix."""
+    if len(top) <= MAX_VARIANT_LINES:
+        return top, []
+    first = ~top["variant"].duplicated()
+    keep = first.copy()
+    for i in top.index[~first]:
+        if int(keep.sum()) >= MAX_VARIANT_LINES:
+            break
+        keep[i] = True
+    left = [f"{r['variant']} ({r['dtype']}{'' if r['direction'] == 'fwd' else ' ' + r['direction']})"
+            for _, r in top[~keep].iterrows()]
+    return top[keep], left
+
+
 def _variant_lines(top: pd.DataFrame) -> list[str]:
-    return [f"- **{r['variant']}** ({r['dtype']}{'' if r['direction'] == 'fwd' else ' ' + r['direction']}): "
+    if top.empty:
+        return []
+    # variants with the same leading cause in the same dtype and direction (the steps of one progression) share a line
+    cols = ["dtype", "direction", "title", "fix"]
+    top = top.assign(_cause=top[cols].astype(str).agg("|".join, axis=1))
+    lead = top.drop_duplicates("_cause")
+    shown, left = _within_page(lead)
+    more = [f"- Also diagnosed, in the appendix: {', '.join(left)}."] if left else []
+    return [_line(r, top[(top["_cause"] == r["_cause"]) & (top.index != i)]) for i, r in shown.iterrows()] + more
+
+
+def _line(r: Any, same: pd.DataFrame) -> str:
+    """One variant's leading cause; `same`: the later variants whose leading cause it is too (their share quoted)."""
+    likewise = "; ".join(f"{o['variant']}" + (f" {_gain(o)}" if _gain(o) else "") for _, o in same.iterrows())
+    return (f"- **{r['variant']}** ({r['dtype']}{'' if r['direction'] == 'fwd' else ' ' + r['direction']}): "
             f"{f.md(r['title'])} on {r['n']} of {r['total']} shapes"
             + (f"; {_gain(r)}" if _gain(r) else "")
             + f": {f.md(_short(r['evidence']))}."
             + (f" Where: {f.md(r['source'])}." if isinstance(r.get("source"), str) and r.get("source") else "")
-            + f" Fix: {f.md(r['fix'])}." for _, r in top.iterrows()]
+            + f" Fix: {f.md(r['fix'])}."
+            + (f" The same cause leads for {f.md(likewise)}." if likewise else ""))
 
 
 @dataclass

@@ -147,7 +147,7 @@ def _answer(run: Run) -> list[str]:
             parts += answer.headline(b)
             table = answer.summary_table(b)
             if table:
-                parts += [table, ""]
+                parts += [table.rstrip("\n"), ""]
         brief = run.diagnosis.brief(b.rows["shape_id"], answer.level_with_fastest(b)) if run.diagnosis is not None else ""
         if brief:
             parts += [brief, ""]

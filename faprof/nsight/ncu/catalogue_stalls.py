@@ -103,12 +103,18 @@ PIPE_ADVICE: dict[str, Advice] = {
                   "uniform addressing"),
     "cbu": Advice("CBU instructions (branches, barriers, warp synchronization)", "many branches or barriers per tile",
                   "fewer branches and barriers in the main loop"),
-    "uniform": Advice("uniform-datapath instructions (warp-uniform integer work)", "warp-uniform bookkeeping",
-                      "—"),
-    "tex": Advice("TEX-pipe instructions", "texture or some global loads", "—"),
+    "uniform": Advice("uniform-datapath instructions (warp-uniform integer work)",
+                      "warp-uniform bookkeeping: tile indices, addresses and wgmma/TMA descriptors rebuilt per iteration",
+                      "hoist loop-invariant index and descriptor arithmetic out of the main loop and advance "
+                      "addresses or descriptors by a constant per tile"),
+    "tex": Advice("TEX-pipe instructions", "texture or some global loads",
+                  "cp.async or TMA for tiles that are reused from shared memory"),
     "ipa": Advice("IPA instructions (interpolation)", "—", "—"),
-    "tma": Advice("TMA issue (cp.async.bulk.tensor)", "bulk tensor copies", "—"),
-    "other": Advice("instructions no pipe counter claims (NOPs, moves, ...)", "—", "—"),
+    "tma": Advice("TMA issue (cp.async.bulk.tensor)", "bulk tensor copies",
+                  "fewer, larger TMA boxes per tile, issued by one thread"),
+    "other": Advice("instructions no pipe counter claims (NOPs, moves, ...)",
+                    "register moves around fragments (layout conversions) or padding NOPs",
+                    "fragment layouts that feed the next MMA directly (no shuffles or moves between them)"),
 }
 
 #: Spellings that differ between metric families: warp-state metrics say `no_instruction`,
