@@ -131,9 +131,9 @@ def start_slots(indices: Sequence[int], user_variants: list[str], env_task: dict
             errors.append(e)
 
     threads = [threading.Thread(target=read_env, args=(s,), daemon=True) for s in slots]
-    for t in threads:
-        t.start()
-    try:
+    try:  # a Ctrl-C while the threads start must stop the ones already running too
+        for t in threads:
+            t.start()
         for t in threads:
             while t.is_alive():
                 t.join(0.2)
@@ -262,16 +262,17 @@ def run_tasks(slots: Sequence[Slot], queue: TaskQueue, run_one: Callable[..., di
             halt.set()
 
     threads = [threading.Thread(target=loop, args=(s,), name=f"gpu{s.index}", daemon=True) for s in slots]
-    for t in threads:
-        t.start()
-    try:
+    try:  # a Ctrl-C while the threads start must stop the ones already running too
+        for t in threads:
+            t.start()
         for t in threads:
             while t.is_alive():
                 t.join(0.2)
     except KeyboardInterrupt:
         stop.set()
         for t in threads:
-            t.join(5)
+            if t.is_alive():
+                t.join(5)
         raise
     if errors:
         raise errors[0]
