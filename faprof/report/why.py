@@ -163,7 +163,8 @@ def _variant_lines(top: pd.DataFrame) -> list[str]:
 
 def _line(r: Any, same: pd.DataFrame) -> str:
     """One variant's leading cause; `same`: the later variants whose leading cause it is too (their share quoted)."""
-    likewise = "; ".join(f"{o['variant']}" + (f" {_gain(o)}" if _gain(o) else "") for _, o in same.iterrows())
+    likewise = "; ".join(f"{o['variant']} (on {o['n']} of {o['total']} shapes" + (f"; {_gain(o)}" if _gain(o) else "") + ")"
+                         for _, o in same.iterrows())
     return (f"- **{r['variant']}** ({r['dtype']}{'' if r['direction'] == 'fwd' else ' ' + r['direction']}): "
             f"{f.md(r['title'])} on {r['n']} of {r['total']} shapes"
             + (f"; {_gain(r)}" if _gain(r) else "")
