@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 import tarfile
 from pathlib import Path
 
@@ -36,6 +37,16 @@ PAGES = ("overview", "variants", "gpus", "ncu", "timeline", "diff", "wrong")
 
 #: AppTest's per-run timeout: the first run imports plotly and loads every bundle (2-core CI).
 APPTEST_TIMEOUT_S = 60
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _keep_main_module():
+    """Streamlit's AppTest leaves the dashboard script as `__main__`; every process spawned after this module
+    (dask's workers in test_cluster, ...) would then run the dashboard again on start (5 s each on 2 cores)."""
+    main = sys.modules.get("__main__")
+    yield
+    if main is not None:
+        sys.modules["__main__"] = main
 
 
 @pytest.fixture(scope="module")

@@ -103,3 +103,21 @@ def test_a_slow_worker_start_does_not_count_against_the_task_timeout(tmp_path):
             assert "exit code 7" in str(e)
         assert w.call({"op": "ping"}, timeout_s=1) == "pong"  # the replacement starts slowly too
         assert w.restarts == 1
+
+
+def test_a_worker_start_does_not_run_the_callers_main_script_again(tmp_path, monkeypatch):
+    """spawn imports the parent's `__main__` in the child: a user's script without a main guard (or a
+    host such as Streamlit that runs its script as `__main__`) would run again in every worker."""
+    import sys
+    import types
+
+    marker = tmp_path / "ran"
+    script = tmp_path / "user_script.py"
+    script.write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n")
+    fake_main = types.ModuleType("__main__")
+    fake_main.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", fake_main)
+    with Worker() as w:
+        assert w.call({"op": "ping"}, timeout_s=120) == "pong"
+    assert not marker.exists(), "the worker ran the caller's script"
+    assert sys.modules["__main__"] is fake_main  # restored after the start

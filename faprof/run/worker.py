@@ -20,8 +20,13 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
+import threading
 import time
 import traceback
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from faprof import variants
@@ -66,6 +71,27 @@ def _worker_main(conn, user_variant_specs: list[str], environ: dict[str, str] | 
                 os._exit(3)
 
 
+_MAIN_SWAP = threading.Lock()
+
+
+@contextmanager
+def _without_main_module() -> Iterator[None]:
+    """A spawned worker needs nothing from the caller's `__main__` (its target lives in this module), but
+    `spawn` imports it again in the child: a user's script that calls faprof without an
+    `if __name__ == "__main__":` guard would run again in every worker, and a host that swapped in its own
+    `__main__` (Streamlit runs the dashboard script as `__main__`) made every worker start re-run that
+    script, 0.5 s to 5 s per start. So the start sees an empty `__main__`; a lock keeps two workers
+    starting at once (one per GPU) from restoring each other's stand-in."""
+    with _MAIN_SWAP:
+        main = sys.modules.get("__main__")
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            if main is not None:
+                sys.modules["__main__"] = main
+
+
 class Worker:
     """A restartable worker process. `call` runs one task in it and returns its result."""
 
@@ -82,7 +108,8 @@ class Worker:
         parent, child = self.ctx.Pipe()
         self.proc = self.ctx.Process(target=_worker_main, args=(child, self.user_variant_specs, self.environ),
                                      daemon=True)
-        self.proc.start()
+        with _without_main_module():
+            self.proc.start()
         child.close()
         self.conn = parent
 
