@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -52,13 +53,22 @@ INDEX_MATH_MIN_INT_PER_LOAD = 8
 
 
 @pytest.fixture(scope="module")
-def mma():
-    return sc.compile_sass(PLANTED / "kernels" / "planted_mma.cu", "sm_90")
+def sass():
+    """Both planted files' SASS, compiled side by side (nvcc is single-threaded; the test machine has two cores)."""
+    files = {"mma": "planted_mma.cu", "rt": "planted_rowthread.cu"}
+    with ThreadPoolExecutor(len(files)) as ex:
+        futures = {k: ex.submit(sc.compile_sass, PLANTED / "kernels" / f, "sm_90") for k, f in files.items()}
+        return {k: fut.result() for k, fut in futures.items()}
 
 
 @pytest.fixture(scope="module")
-def rt():
-    return sc.compile_sass(PLANTED / "kernels" / "planted_rowthread.cu", "sm_90")
+def mma(sass):
+    return sass["mma"]
+
+
+@pytest.fixture(scope="module")
+def rt(sass):
+    return sass["rt"]
 
 
 def _tile(funcs, D, causal, fault):
