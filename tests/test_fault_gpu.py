@@ -9,12 +9,16 @@ import pytest
 from testonly import TESTONLY_VARIANTS
 
 from faprof import run as runner
+from faprof import variants
 from faprof.model.scenarios import parse_scenario
 
 pytestmark = pytest.mark.gpu
 
 
 def test_faulting_kernel_is_contained_and_later_variants_still_run(tmp_path):
+    # as `faprof profile --user-variants FILE` does: the file's variants exist before the scenario names them
+    # (this passed only when an earlier test had loaded it)
+    variants.load_user_variants(str(TESTONLY_VARIANTS))
     scen = parse_scenario({
         "name": "fault_containment", "baseline": "fa2",
         "variants": ["fa2", "_fault_oob", "naive", "sdpa_efficient"],
