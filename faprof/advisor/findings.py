@@ -113,6 +113,13 @@ class Finding:
             self.gain = min(max(self.gain, 0.0), 1.0)
 
 
+def over_gap(term_ms: float, gap_ms: float, against: object) -> str:
+    """A gap term larger than the whole gap (other terms offset it), said as time: a share above 100%
+    reads as an error."""
+    return (f"{1e3 * term_ms:+.1f} µs, more than the whole {1e3 * gap_ms:.1f} µs gap to {against} "
+            "(other terms give time back)")
+
+
 def pct(x: float, spec: str = ".0f") -> str:
     """A share 0..1 as a percentage string ('n/a' when NaN)."""
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:{spec}}%"

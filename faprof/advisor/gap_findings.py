@@ -16,7 +16,7 @@ import math
 
 from faprof.advisor.differential import Gap, Term
 from faprof.advisor.evidence import Call, ok
-from faprof.advisor.findings import CAUSES, Finding, num, pct
+from faprof.advisor.findings import CAUSES, Finding, num, over_gap, pct
 from faprof.advisor.thresholds import value as T
 from faprof.nsight.ncu import catalogue
 
@@ -92,8 +92,7 @@ def _of_gap(share: float, gap: Gap) -> str:
     """'57% of the gap to X', or for a term larger than the whole gap (other terms give time back) its
     time against the gap's: a share above 100% reads as an error."""
     if ok(share) and share > 1.0:
-        return (f"{share * gap.gap_ms * 1e3:+.1f} µs, more than the whole {gap.gap_ms * 1e3:.1f} µs gap to "
-                f"{gap.against} (other terms give time back)")
+        return over_gap(share * gap.gap_ms, gap.gap_ms, gap.against)
     return f"{pct(share)} of the gap to {gap.against}"
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from faprof.advisor.diagnose import summarize
+from faprof.advisor.findings import over_gap
 
 
 def _gain(x: Any) -> str:
@@ -33,8 +34,7 @@ def share_text(r: Any, prefix: str = "") -> str:
         share = float(r.get("estimated_gain_pct"))
         if share > 100 and not math.isnan(term):
             # terms that offset others exceed the gap: say the time, not a share above 100%
-            return (f"{prefix}{1e3 * term:+.1f} µs, more than the whole {1e3 * term * 100 / share:.1f} µs gap to "
-                    f"{r.get('against')} (other terms give time back)")
+            return prefix + over_gap(term, term * 100 / share, r.get("against"))
         us = f" ({1e3 * term:+.1f} µs)" if not math.isnan(term) else ""
         return f"{prefix}{gain} of the gap to {r.get('against')}{us}"
     if unit == "kernel":
