@@ -36,8 +36,8 @@ from faprof.report.gate import (
     parse_threshold,
     run_gate,
 )
-from faprof.report.gate_render import render_json, render_junit, render_markdown, result_dict
-from faprof.report.gate_stats import (
+from faprof.report.gate.render import render_json, render_junit, render_markdown, result_dict
+from faprof.report.gate.stats import (
     AMBIGUOUS,
     EXACT_MAX_PAIRS,
     FASTER,
@@ -50,7 +50,7 @@ from faprof.report.gate_stats import (
     normal_rank,
     verdict,
 )
-from faprof.report.gate_why import MIN_COUNTER_CHANGE, Nsight, _calls, advisor_changes, counter_changes
+from faprof.report.gate.why import MIN_COUNTER_CHANGE, Nsight, _calls, advisor_changes, counter_changes
 from faprof.store import Bundle
 
 EXAMPLES = Path(__file__).parent.parent / "examples" / "runs"

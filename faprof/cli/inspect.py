@@ -251,7 +251,7 @@ def gate(baseline: str, candidate: str, threshold: str | None, allow_mismatch: b
     """
     from faprof.model.plan import split_list
     from faprof.report.gate import GateOptions, parse_threshold, run_gate
-    from faprof.report.gate_noise import load_floors
+    from faprof.report.gate.noise import load_floors
     from faprof.run import gate as gate_run
 
     options = GateOptions(threshold=parse_threshold(threshold) if threshold is not None else None,
@@ -287,7 +287,7 @@ def gate(baseline: str, candidate: str, threshold: str | None, allow_mismatch: b
 def _show_gate(result: Any, show_all: bool, md_file: Path | None, junit_file: Path | None,
                json_file: Path | None) -> None:
     """Print a gate's tables, notes and summary; write its Markdown, JUnit and JSON files."""
-    from faprof.report.gate_render import (
+    from faprof.report.gate.render import (
         kernel_table,
         listed_rows,
         noise_line,
@@ -298,7 +298,7 @@ def _show_gate(result: Any, show_all: bool, md_file: Path | None, junit_file: Pa
         summary_line,
         unlisted_line,
     )
-    from faprof.report.gate_render import verdict_table as gate_table
+    from faprof.report.gate.render import verdict_table as gate_table
     from faprof.store import write_files
 
     say(f"baseline  = {result.baseline['run_id']} ({result.baseline['path']})")

@@ -2,7 +2,7 @@
 
 A row timed on both sides gets a Hodges-Lehmann shift and a timing verdict (`judge_row`); rows not
 timed on both sides get theirs from their status (`status_verdict`). `pool_verdicts` then judges the
-timed rows of each kernel together (`faprof.report.gate_pool`), and re-timed rows come in as further
+timed rows of each kernel together (`faprof.report.gate.pool`), and re-timed rows come in as further
 candidate runs (`apply_reruns`). Only merged rows are read here (`faprof.report.gate` pairs them).
 """
 
@@ -17,11 +17,11 @@ import pandas as pd
 
 from faprof.measure import stats
 from faprof.model.schema import TIMED
-from faprof.report import gate_pool
-from faprof.report.gate_noise import NoiseFloor
-from faprof.report.gate_stats import AMBIGUOUS, FASTER, SAME, SLOWER, Shift, log_shift, verdict
+from faprof.report.gate import pool as gate_pool
+from faprof.report.gate.noise import NoiseFloor
+from faprof.report.gate.stats import AMBIGUOUS, FASTER, SAME, SLOWER, Shift, log_shift, verdict
 
-#: Verdicts besides the four timing ones (faprof.report.gate_stats).
+#: Verdicts besides the four timing ones (faprof.report.gate.stats).
 WRONG, FAILED, UNTIMED, MISSING = "wrong", "failed", "untimed", "missing"
 #: Table order: regressions first, then what needs a look, then the rest.
 VERDICT_ORDER = (WRONG, FAILED, SLOWER, AMBIGUOUS, FASTER, SAME, UNTIMED, MISSING)
@@ -42,7 +42,7 @@ GATE_COLUMNS = (
     "status_baseline", "status_candidate", "timer_baseline", "timer_candidate",
     "clock_mhz_baseline", "clock_mhz_candidate", "throttled_baseline", "throttled_candidate",
     "rerun_samples", "notes", "why",
-    # between-run noise (faprof.report.gate_pool): the row's own interval with it, and its kernel's verdict
+    # between-run noise (faprof.report.gate.pool): the row's own interval with it, and its kernel's verdict
     "decided_by", "row_ci_low", "row_ci_high", "kernel_ratio", "kernel_ci_low", "kernel_ci_high", "kernel_rows",
     "candidate_runs",
 )

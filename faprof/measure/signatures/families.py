@@ -1,7 +1,7 @@
 """Bug signature families: mask, scale, normalisation, partial tile, overflow, unwritten, propagated.
 
 The mask, scale, normalisation and partial-tile families compare the output with an alternative
-reference (`faprof.measure.signatures_refs`); overflow, the last partial tile, unwritten elements and
+reference (`faprof.measure.signatures.refs`); overflow, the last partial tile, unwritten elements and
 a backward propagating the forward's error are tested as relationships of the wrong rows.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from faprof.measure import errormap
 from faprof.measure.errormap import KEY_OUTPUTS
-from faprof.measure.signatures_case import (
+from faprof.measure.signatures.case import (
     MIN_SHARE,
     TILE_CANDIDATES,
     Case,
@@ -21,8 +21,8 @@ from faprof.measure.signatures_case import (
     err_sliced,
     sliced,
 )
-from faprof.measure.signatures_match import explain, rows_text, tol_of
-from faprof.measure.signatures_refs import Alt, allowed_mask, alternatives, attend
+from faprof.measure.signatures.match import explain, rows_text, tol_of
+from faprof.measure.signatures.refs import Alt, allowed_mask, alternatives, attend
 
 #: Once an alternative explains this share of the wrong rows the rest are not tried (they cannot
 #: explain more; a clear bug costs one pass less per alternative left).

@@ -7,9 +7,9 @@ from collections import Counter
 
 from faprof.measure import errormap
 from faprof.measure.errormap import KEY_OUTPUTS, OutputErrors
-from faprof.measure.signatures_case import MIN_SHARE, Case, Signature, Slices, err_sliced, sliced
-from faprof.measure.signatures_match import close_to, differs, explain, nearer_rows, rows_text, tol_of
-from faprof.measure.signatures_refs import allowed_mask, attend
+from faprof.measure.signatures.case import MIN_SHARE, Case, Signature, Slices, err_sliced, sliced
+from faprof.measure.signatures.match import close_to, differs, explain, nearer_rows, rows_text, tol_of
+from faprof.measure.signatures.refs import allowed_mask, attend
 
 #: Stride/offset tests run only where at least this share of the examined slices' rows is wrong: an
 #: offset bug moves or reads whole slices, it does not leave most rows right.

@@ -13,7 +13,7 @@ from typing import Any
 
 from faprof.measure import errormap
 from faprof.measure.errormap import KEY_OUTPUTS, OutputErrors
-from faprof.measure.signatures_case import Case, Slices
+from faprof.measure.signatures.case import Case, Slices
 
 #: An alternative explains a row only where it differs from the true reference by more than the check's
 #: per-element bound (the one that makes an element wrong) somewhere in the row: where it agrees with

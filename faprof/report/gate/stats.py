@@ -24,7 +24,7 @@ interval lies above 1 + t, `faster` when it lies below 1 / (1 + t), `same` when 
 [1 / (1 + t), 1 + t], and `ambiguous` when it crosses an edge. That interval covers the row's own
 samples only; two runs of one commit differ by more (faprof issue 27), so `faprof gate` gives it
 only to rows it cannot judge with their kernel and the GPU's between-run noise
-(`faprof.report.gate_pool`, which also uses `hl_one_sample` below).
+(`faprof.report.gate.pool`, which also uses `hl_one_sample` below).
 """
 
 from __future__ import annotations

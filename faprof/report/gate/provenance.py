@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from faprof.model.schema import TIMED
-from faprof.report.gate_verdicts import CLOCK_NOTE_REL, as_float
+from faprof.report.gate.verdicts import CLOCK_NOTE_REL, as_float
 from faprof.store import Bundle
 
 

@@ -60,8 +60,8 @@ from typing import Any
 
 import numpy as np
 
-from faprof.report.gate_noise import NO_FLOOR, NoiseFloor, floor_for
-from faprof.report.gate_stats import AMBIGUOUS, FASTER, SAME, SLOWER, hl_one_sample
+from faprof.report.gate.noise import NO_FLOOR, NoiseFloor, floor_for
+from faprof.report.gate.stats import AMBIGUOUS, FASTER, SAME, SLOWER, hl_one_sample
 
 #: `same` needs the interval inside +-2 x the threshold: a gate that could not have seen a change of
 #: twice its threshold does not call the rows the same (it calls them ambiguous).

@@ -3,8 +3,8 @@
 For every (variant, shape_id[, gpu_name]) row of the two bundles the gate gives one verdict:
 
 - `faster` / `slower` / `same` / `ambiguous`: both sides timed; each row's Hodges-Lehmann shift
-  (`faprof.report.gate_stats`), judged with the other rows of its kernel and the GPU model's
-  between-run noise floor (`faprof.report.gate_pool`, `faprof.report.gate_noise`: two runs of one
+  (`faprof.report.gate.stats`), judged with the other rows of its kernel and the GPU model's
+  between-run noise floor (`faprof.report.gate.pool`, `faprof.report.gate.noise`: two runs of one
   commit differ by more than either run's samples say) against the practical threshold
   (`--threshold`, a scenario's `[gate] threshold`, else `DEFAULT_THRESHOLD`);
 - `wrong` / `failed`: the candidate's row is wrong or failed: a regression, whatever the baseline;
@@ -27,8 +27,8 @@ run2 of g1), which no threshold for GPU kernels would absorb.
 Only bundles are read here; re-timing ambiguous rows is a callback (`Retime`) the caller passes in
 (`faprof.run.gate.retime`), so this report stage never imports the run stage.
 
-Modules: the rows' verdicts (`faprof.report.gate_verdicts`) and the provenance checks
-(`faprof.report.gate_provenance`); this one reads and pairs the two bundles, runs the gate
+Modules: the rows' verdicts (`faprof.report.gate.verdicts`) and the provenance checks
+(`faprof.report.gate.provenance`); this one reads and pairs the two bundles, runs the gate
 (`run_gate`) and keeps every public name importable from here.
 """
 
@@ -43,11 +43,11 @@ import pandas as pd
 from faprof.errors import FaprofError
 from faprof.measure import stats
 from faprof.model.scenarios import gate_threshold
-from faprof.report import gate_pool
-from faprof.report.gate_noise import NoiseFloor, load_floors
-from faprof.report.gate_provenance import Check, cudnn_version, provenance
-from faprof.report.gate_stats import AMBIGUOUS, FASTER, SAME, SLOWER
-from faprof.report.gate_verdicts import (
+from faprof.report.gate import pool as gate_pool
+from faprof.report.gate.noise import NoiseFloor, load_floors
+from faprof.report.gate.provenance import Check, cudnn_version, provenance
+from faprof.report.gate.stats import AMBIGUOUS, FASTER, SAME, SLOWER
+from faprof.report.gate.verdicts import (
     CLOCK_NOTE_REL,
     FAILED,
     GATE_COLUMNS,
@@ -64,7 +64,7 @@ from faprof.report.gate_verdicts import (
     row_record,
     rows_to_retime,
 )
-from faprof.report.gate_why import Nsight, why_moved
+from faprof.report.gate.why import Nsight, why_moved
 from faprof.store import Bundle
 
 # The names callers import from here, wherever they now live.
@@ -85,7 +85,7 @@ EXIT_OK = 0
 #: Exit code: at least one gated row is slower, or a candidate row is wrong or failed.
 EXIT_REGRESSION = 1
 #: Exit code: no regression, but gated rows that may be one: their kernel looks slower past the
-#: threshold, not significantly (faprof.report.gate_pool), or the row's own interval reaches past it
+#: threshold, not significantly (faprof.report.gate.pool), or the row's own interval reaches past it
 #: where it could not be judged with its kernel (2 is a usage error, 3 is `faprof profile`'s failed rows).
 EXIT_AMBIGUOUS = 4
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from faprof.measure import errormap
 from faprof.measure.errormap import KEY_OUTPUTS, OutputErrors
-from faprof.measure.signatures_case import (
+from faprof.measure.signatures.case import (
     FAMILIES,
     MAX_ROWS,
     MAX_SLICES,
@@ -46,7 +46,7 @@ from faprof.measure.signatures_case import (
     Signature,
     pick_slices,
 )
-from faprof.measure.signatures_families import (
+from faprof.measure.signatures.families import (
     FIT_RANGE,
     FIT_STEPS,
     FULL_SHARE,
@@ -61,9 +61,9 @@ from faprof.measure.signatures_families import (
     tail_signatures,
     unwritten_signature,
 )
-from faprof.measure.signatures_match import CLOSER, DISTINCT_FACTOR
-from faprof.measure.signatures_refs import LN2, LOG2E, allowed_mask, attend
-from faprof.measure.signatures_stride import STRIDE_MIN_ROWS, stride_signatures
+from faprof.measure.signatures.match import CLOSER, DISTINCT_FACTOR
+from faprof.measure.signatures.refs import LN2, LOG2E, allowed_mask, attend
+from faprof.measure.signatures.stride import STRIDE_MIN_ROWS, stride_signatures
 from faprof.model.problem import AttentionProblem
 
 # The names callers import from here, wherever they now live.

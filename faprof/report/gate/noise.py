@@ -16,7 +16,7 @@ variant that ran unchanged in two or more runs (`estimate`); `prior_df` says how
 `row_sd` can be trusted for a variant it has not seen: the kernels' own run-to-run spreads differ
 (0.6% for sdpa_flash, 2.4% for fa3_wgmma_e on the H100), and how much more they scatter than
 sampling alone would make them sets it (`prior_df`, the method of moments of Smyth's
-moderated-variance model). The gate (`faprof.report.gate_pool`) uses the floor as a prior that a
+moderated-variance model). The gate (`faprof.report.gate.pool`) uses the floor as a prior that a
 variant's own rows update.
 
 The recorded floors are data (`faprof/data/gate_noise.toml`, written by
@@ -40,7 +40,7 @@ from faprof import resources
 from faprof.errors import FaprofError
 from faprof.measure import stats
 from faprof.model.schema import TIMED
-from faprof.report.gate_stats import hl_one_sample
+from faprof.report.gate.stats import hl_one_sample
 from faprof.store import Bundle
 
 #: The shipped floors, package data.

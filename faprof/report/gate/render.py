@@ -12,7 +12,7 @@ import pandas as pd
 from rich.markup import escape
 from rich.table import Table
 
-from faprof.report.gate import (
+from faprof.report.gate.core import (
     EXIT_AMBIGUOUS,
     EXIT_OK,
     EXIT_REGRESSION,
@@ -23,8 +23,8 @@ from faprof.report.gate import (
     GateResult,
     pct_text,
 )
-from faprof.report.gate_stats import AMBIGUOUS, FASTER, SAME, SLOWER
-from faprof.report.gate_why import fmt_value
+from faprof.report.gate.stats import AMBIGUOUS, FASTER, SAME, SLOWER
+from faprof.report.gate.why import fmt_value
 
 #: Version of the JSON document `--json` writes (bumped when a key changes meaning).
 JSON_SCHEMA = "faprof-gate/2"  # 2: verdicts with between-run noise, per-kernel `kernels`, row_ci_* and kernel_* columns
@@ -348,7 +348,7 @@ def result_dict(result: GateResult) -> dict[str, Any]:
         "threshold": result.threshold, "threshold_source": result.threshold_source, "confidence": result.confidence,
         "method": ("per row, the Hodges-Lehmann shift of candidate/baseline time on log samples; per kernel, the "
                    "one-sample Hodges-Lehmann shift of its rows with a between-run noise model (a GPU model's "
-                   "recorded floor updated by the rows' own spread; faprof/report/gate_pool.py)"),
+                   "recorded floor updated by the rows' own spread; faprof/report/gate/pool.py)"),
         "baseline": result.baseline, "candidate": result.candidate,
         "counts": {v: result.count(v) for v in (WRONG, FAILED, SLOWER, AMBIGUOUS, FASTER, SAME, UNTIMED, MISSING)},
         "provenance": [dataclasses.asdict(c) for c in result.checks], "warnings": result.warnings, "notes": result.notes,

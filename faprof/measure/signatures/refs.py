@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from faprof.measure.signatures_case import TILE_CANDIDATES, Case
+from faprof.measure.signatures.case import TILE_CANDIDATES, Case
 
 #: Kernels that use exp2 fold log2(e) into the scale: a scale bug there is off by these factors.
 LN2 = math.log(2.0)

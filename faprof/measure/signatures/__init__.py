@@ -1,0 +1,18 @@
+"""Bug signatures: which known family of attention bug explains a wrong result (see core.py).
+
+The package holds the case under test (case), the alternative references each family is tested
+against (refs), the families themselves (families, stride), how a candidate is matched against the
+error map (match) and the ranking that ties them together (core). Callers use the names below.
+"""
+
+from faprof.measure.signatures.core import (
+    FAMILIES,
+    MAX_ROWS,
+    Signature,
+    diagnose_wrong,
+    race_signature,
+    rank,
+    row_fields,
+)
+
+__all__ = ["FAMILIES", "MAX_ROWS", "Signature", "diagnose_wrong", "race_signature", "rank", "row_fields"]
