@@ -38,9 +38,23 @@ def bandwidth_for(env: dict[str, Any]) -> float | None:
     return getattr(spec, "mem_bw_gbs", None) if spec else None
 
 
+def ridge_for(env: dict[str, Any], dtype: str) -> float | None:
+    """The GPU's ridge point in FLOP per byte: its tensor matmul ceiling over its DRAM bandwidth, measured
+    (the run's matmul and copy ceilings) where the run has them, else from the datasheet."""
+    ceil = env.get("ceilings") or {}
+    key = f"matmul_{dtype}_tflops" if dtype in ("fp16", "bf16") else "matmul_fp32_tflops"
+    if ceil.get(key) and ceil.get("copy_gbs"):
+        return ceil[key] * 1e12 / (ceil["copy_gbs"] * 1e9)
+    peak, _ = peak_for(env, dtype if dtype in ("fp16", "bf16") else "fp16", "tensor")
+    bw = bandwidth_for(env)
+    return peak * 1e12 / (bw * 1e9) if peak and bw else None
+
+
 def derive(problem: AttentionProblem, variant, row: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
-    """Work counts and rates for one measured row: FLOPs, TFLOP/s, GB/s, % of peak, footprints."""
+    """Work counts and rates for one measured row: FLOPs, TFLOP/s, GB/s, % of peak, footprints, and
+    which bound applies (a memory-bound row's headline is its GB/s against the measured copy ceiling)."""
     out: dict[str, Any] = {
+        "bound": problem.bound(ridge_for(env, problem.dtype)),
         "flops": problem.flops(),
         "min_bytes": problem.min_bytes(),
         "footprint_standard_bytes": problem.footprint_bytes("standard"),
@@ -70,6 +84,9 @@ def derive(problem: AttentionProblem, variant, row: dict[str, Any], env: dict[st
             out["mem_bw_gbs"] = bw
             out["pct_bw"] = 100.0 * out["gbps"] / bw
         ceil = (env.get("ceilings") or {})
+        if ceil.get("copy_gbs"):
+            out["copy_gbs"] = ceil["copy_gbs"]
+            out["pct_copy"] = 100.0 * out["gbps"] / ceil["copy_gbs"]
         key = f"matmul_{problem.dtype}_tflops" if variant.compute == "tensor" and problem.dtype in ("fp16", "bf16") else "matmul_fp32_tflops"
         if variant.compute == "tensor" and problem.dtype == "fp32" and ceil.get("matmul_tf32_tflops"):
             key = "matmul_tf32_tflops"  # fp32 attention on tensor cores runs as (emulated) TF32

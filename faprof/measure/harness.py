@@ -413,7 +413,7 @@ def measure(variant, problem: AttentionProblem, inputs: Inputs, ref: Reference |
 
     With `probes` (the problem's adversarial inputs, faprof.measure.adversarial), the variant is
     also checked on each of them; a wrong one makes the row wrong and is named in `check_input`.
-    Wrong rows carry their error maps and bug signatures (faprof.measure.signatures.row_fields).
+    Wrong rows carry their error maps and bug signatures (faprof.measure.wrong_text.row_fields).
 
     Raises whatever the variant raises; the caller turns that into status 'failed' or 'unsupported'.
     """

@@ -1,4 +1,11 @@
-"""The attention problem: shapes, dtype, mask and direction, with FLOP and byte counts.
+"""The attention problem: shapes, heads, mask, sequence layout and direction, with exact FLOP and byte counts.
+
+Today's attention, each field defaulting to 2022's problem so old scenarios and bundles read
+unchanged: grouped-query heads (`Hkv` key/value heads shared by `H // Hkv` query heads; MQA is
+Hkv = 1), masks aligned to either corner with an optional sliding window and logit soft-cap
+(faprof.model.mask states the rule), packed variable-length batches (`seqlens_q`/`seqlens_k`: the
+[tokens, H, D] layout with cumulative offsets, as FlashAttention's varlen functions take it), and
+paged KV caches (`page_size`: K/V in a pool of fixed-size blocks, a block table per sequence).
 
 Work counts are exact for the mask used: forward FLOPs are 4·B·H·D per unmasked query-key pair
 (two matmuls, 2 FLOPs per multiply-add). Without a mask every Sq·Sk pair counts; with the causal
@@ -12,10 +19,12 @@ fwd_bwd is 3.5x.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import asdict, dataclass, field
 
 from faprof.errors import FaprofError
+from faprof.model.mask import ALIGNS, MaskSpec
 
 #: dtype name -> bytes per element. Names are the ones used in scenario files and tables.
 DTYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4, "fp64": 8}
@@ -36,59 +45,213 @@ def torch_dtype(name: str):  # -> torch.dtype, imported lazily so the model stay
     return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}[name]
 
 
+#: Bytes of one index entry: cu_seqlens, per-sequence cache lengths and block tables are int32.
+INDEX_BYTES = 4
+
+#: Layouts of the tensors a problem is given in (AttentionProblem.layout).
+LAYOUTS = ("dense", "varlen", "paged")
+
+#: Features beyond 2022's problem (equal heads, top-left causal or none, one length per batch,
+#: contiguous K/V); a variant declares which it supports (`Variant.features`).
+FEATURES = ("gqa", "bottom_right", "window", "softcap", "varlen", "paged")
+
+
 @dataclass(frozen=True)
 class AttentionProblem:
-    """One attention call: O = softmax(scale · Q Kᵀ [+ causal mask]) V, per batch and head.
+    """One attention call: O = softmax(scale · Q Kᵀ [soft-capped, masked]) V, per sequence and head.
 
-    Tensors are laid out [B, H, S, D] (PyTorch SDPA's layout), contiguous.
+    Layouts (see `layout`): 'dense' — q [B, H, Sq, D], k and v [B, Hkv, Sk, D] (PyTorch SDPA's);
+    'varlen' — q [total_q, H, D], k and v [total_k, Hkv, D] with int32 cu_seqlens_q/k [B + 1]
+    (FlashAttention's varlen layout); 'paged' — q [B, H, Sq, D], k and v caches
+    [num_blocks, page_size, Hkv, D], an int32 block table [B, max_blocks] and int32 cache lengths [B].
     """
 
     B: int
-    """Batch size."""
+    """Batch size (number of sequences)."""
     H: int
-    """Number of heads (query and key/value heads are equal: no GQA)."""
+    """Number of query heads."""
     Sq: int
-    """Query sequence length."""
+    """Query sequence length (with seqlens_q: the longest sequence's)."""
     Sk: int
-    """Key/value sequence length."""
+    """Key/value sequence length (with seqlens_k: the longest sequence's)."""
     D: int
     """Head dimension."""
     dtype: str = "fp16"
     """Element type of Q, K, V and O: one of DTYPE_BYTES' keys."""
     causal: bool = False
-    """Causal mask, aligned to the top-left corner (query i sees keys 0..i), as in PyTorch SDPA's is_causal."""
+    """Causal mask, aligned as `mask_align` says (top-left: query i sees keys 0..i, SDPA's is_causal)."""
     direction: str = "fwd"
     """'fwd', 'bwd' (gradients for a given upstream gradient) or 'fwd_bwd'."""
     scale: float | None = field(default=None, compare=True)
     """Softmax scale; None means 1/sqrt(D)."""
+    Hkv: int | None = None
+    """Key/value heads (GQA: H % Hkv == 0, query head h reads KV head h // (H // Hkv); MQA: 1). None: H."""
+    mask_align: str = "top_left"
+    """Corner the causal mask and the window are aligned to: 'top_left' or 'bottom_right' (FlashAttention's)."""
+    window: tuple[int, int] | None = None
+    """Sliding window (left, right): keys before / after the diagonal a query sees; -1 is unbounded. None: no window."""
+    softcap: float = 0.0
+    """Logit soft-cap c > 0: scores become c·tanh(scores / c) after scaling (Gemma 2, Grok). 0: none."""
+    seqlens_q: tuple[int, ...] | None = None
+    """Per-sequence query lengths of a packed (varlen) batch; len == B, max == Sq. None: every sequence Sq."""
+    seqlens_k: tuple[int, ...] | None = None
+    """Per-sequence key lengths (packed batch or paged cache); len == B, max == Sk. None: every sequence Sk
+    (or seqlens_q's, for a packed batch)."""
+    page_size: int = 0
+    """Tokens per block of a paged KV cache; 0: K/V contiguous."""
 
     def __post_init__(self) -> None:
         for name in ("B", "H", "Sq", "Sk", "D"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise FaprofError(f"problem field {name} must be a positive integer, got {value!r}")
+            _positive(name, getattr(self, name))
         if self.dtype not in DTYPE_BYTES:
             raise FaprofError(f"problem dtype must be one of {sorted(DTYPE_BYTES)}, got {self.dtype!r}")
         if self.direction not in DIRECTIONS:
             raise FaprofError(f"problem direction must be one of {list(DIRECTIONS)}, got {self.direction!r}")
         if not isinstance(self.causal, bool):
             raise FaprofError(f"problem field causal must be true or false, got {self.causal!r}")
+        self._check_heads()
+        self._check_mask()
+        self._check_lengths()
+
+    def _check_heads(self) -> None:
+        if self.Hkv is None:
+            return
+        _positive("Hkv", self.Hkv)
+        if self.H % self.Hkv:
+            raise FaprofError(f"problem H={self.H} is not a multiple of Hkv={self.Hkv}: each key/value head "
+                              "must serve the same number of query heads (H % Hkv == 0)")
+        if self.Hkv == self.H:
+            object.__setattr__(self, "Hkv", None)  # one spelling of 'as many KV heads as query heads'
+
+    def _check_mask(self) -> None:
+        if self.mask_align not in ALIGNS:
+            raise FaprofError(f"problem mask_align must be one of {list(ALIGNS)}, got {self.mask_align!r}")
+        if self.window is not None:
+            w = tuple(self.window)
+            if len(w) != 2 or any(not isinstance(x, int) or isinstance(x, bool) for x in w):
+                raise FaprofError(f"problem window must be two integers [left, right], got {self.window!r}")
+            if min(w) < -1:
+                raise FaprofError(f"problem window {list(w)} has a negative size: each side is >= 0 keys, "
+                                  "or -1 for unbounded")
+            object.__setattr__(self, "window", None if w == (-1, -1) else w)
+        if not isinstance(self.softcap, int | float) or isinstance(self.softcap, bool) or self.softcap < 0 \
+                or math.isnan(self.softcap):
+            raise FaprofError(f"problem softcap must be a number >= 0 (0: no cap), got {self.softcap!r}")
+        object.__setattr__(self, "softcap", float(self.softcap))
+        if self.mask_align == "bottom_right" and not self._align_matters():
+            object.__setattr__(self, "mask_align", "top_left")  # the same mask: one spelling, one shape id
+
+    def _align_matters(self) -> bool:
+        if not self.causal and self.window is None:
+            return False
+        return any(q != k for q, k in zip(self.q_lens(), self.k_lens(), strict=True))
+
+    def _check_lengths(self) -> None:
+        _positive("page_size", self.page_size, zero_ok=True)
+        for name, total in (("seqlens_q", self.Sq), ("seqlens_k", self.Sk)):
+            lens = getattr(self, name)
+            if lens is None:
+                continue
+            lens = tuple(lens)
+            if not lens or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in lens):
+                raise FaprofError(f"problem {name} must be a list of positive integers, got {list(lens)!r}")
+            if len(lens) != self.B or max(lens) != total:
+                which = "Sq" if name == "seqlens_q" else "Sk"
+                raise FaprofError(f"problem {name} has {len(lens)} lengths with longest {max(lens)}, which does not "
+                                  f"match B={self.B} and {which}={total}: B is the number of sequences and "
+                                  f"{which} the longest one")
+            object.__setattr__(self, name, lens)
+        if self.seqlens_q is not None and self.seqlens_k is None:
+            if self.Sk != self.Sq:
+                raise FaprofError("a packed batch with seqlens_q and Sk != Sq needs seqlens_k too")
+            object.__setattr__(self, "seqlens_k", self.seqlens_q)
+        if self.page_size and self.direction != "fwd":
+            raise FaprofError("a paged KV cache is an inference layout: faprof models its forward pass only "
+                              f"(direction 'fwd'), got {self.direction!r}")
+        if self.page_size and self.seqlens_q is not None:
+            raise FaprofError("a paged KV cache takes queries as [B, H, Sq, D]: give seqlens_k (cache lengths), "
+                              "not seqlens_q")
+        if self.seqlens_k is not None and self.seqlens_q is None and not self.page_size:
+            raise FaprofError("per-sequence key lengths without packed queries need a paged cache (page_size > 0); "
+                              "for a packed batch give seqlens_q too")
 
     # ----------------------------------------------------------------- identity
     @property
+    def kv_heads(self) -> int:
+        """Key/value heads (H unless GQA/MQA)."""
+        return self.Hkv if self.Hkv is not None else self.H
+
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head."""
+        return self.H // self.kv_heads
+
+    @property
+    def mask(self) -> MaskSpec:
+        left, right = self.window if self.window is not None else (-1, -1)
+        return MaskSpec(causal=self.causal, align=self.mask_align, left=left, right=right)
+
+    @property
+    def layout(self) -> str:
+        """'dense', 'varlen' (packed with cu_seqlens) or 'paged' (see the class docstring)."""
+        if self.page_size:
+            return "paged"
+        return "varlen" if self.seqlens_q is not None else "dense"
+
+    def features(self) -> frozenset[str]:
+        """What this problem needs beyond 2022's attention (FEATURES); empty for the old problems."""
+        f = set()
+        if self.Hkv is not None:
+            f.add("gqa")
+        if self.mask_align == "bottom_right":
+            f.add("bottom_right")
+        if self.window is not None:
+            f.add("window")
+        if self.softcap:
+            f.add("softcap")
+        if self.layout != "dense":
+            f.add(self.layout)
+        return frozenset(f)
+
+    @property
+    def mask_name(self) -> str:
+        """'full', 'causal' or 'causal_br', with '_w{left}-{right}' for a window (tables and shape ids)."""
+        name = ("causal_br" if self.mask_align == "bottom_right" else "causal") if self.causal else "full"
+        if self.window is not None:
+            name += f"_w{self.window[0]}-{self.window[1]}" + ("_br" if self.mask_align == "bottom_right"
+                                                               and not self.causal else "")
+        return name
+
+    @property
     def shape_id(self) -> str:
-        """A stable, human-readable id: same problem, same id, in every run and on every machine."""
-        mask = "causal" if self.causal else "full"
-        sid = f"b{self.B}_h{self.H}_sq{self.Sq}_sk{self.Sk}_d{self.D}_{self.dtype}_{mask}_{self.direction}"
+        """A stable, human-readable id: same problem, same id, in every run and on every machine.
+
+        Fields at their defaults add nothing, so 2022's problems keep the ids of older bundles."""
+        head = f"b{self.B}_h{self.H}" + (f"kv{self.Hkv}" if self.Hkv is not None else "")
+        sid = f"{head}_sq{self.Sq}_sk{self.Sk}_d{self.D}_{self.dtype}_{self.mask_name}_{self.direction}"
         if self.scale is not None:
             sid += f"_s{self.scale:g}"
+        if self.softcap:
+            sid += f"_cap{self.softcap:g}"
+        if self.layout == "varlen":
+            sid += f"_varlen{self.B}x{_digest(self.seqlens_q, self.seqlens_k)}"
+        if self.page_size:
+            sid += f"_paged{self.page_size}" + (f"x{_digest(self.seqlens_k)}" if self.seqlens_k is not None else "")
         return sid
 
     @property
     def label(self) -> str:
-        """A short label for tables: 'B=4 H=8 S=128 D=64' (or Sq/Sk when they differ)."""
+        """A short label for tables: 'B=4 H=8 S=128 D=64' (Sq/Sk when they differ, Hkv, the layout)."""
         s = f"S={self.Sq}" if self.Sq == self.Sk else f"Sq={self.Sq} Sk={self.Sk}"
-        return f"B={self.B} H={self.H} {s} D={self.D}"
+        h = f"H={self.H}" if self.Hkv is None else f"H={self.H}/{self.Hkv}kv"
+        extra = ""
+        if self.layout == "varlen":
+            extra = f" varlen {self.total_q} tok"
+        elif self.layout == "paged":
+            extra = f" paged/{self.page_size}"
+        if self.window is not None:
+            extra += f" win {self.window[0]},{self.window[1]}"
+        return f"B={self.B} {h} {s} D={self.D}{extra}"
 
     @property
     def softmax_scale(self) -> float:
@@ -102,27 +265,58 @@ class AttentionProblem:
         """A copy with some fields changed."""
         d = asdict(self)
         d.update(changes)
-        return AttentionProblem(**d)
+        return AttentionProblem.from_dict(d)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
-    # -------------------------------------------------------------- work counts
-    def unmasked_pairs(self) -> int:
-        """Query-key pairs per (batch, head) that the mask lets through (exact).
+    @classmethod
+    def from_dict(cls, d: dict) -> AttentionProblem:
+        """The problem `to_dict` gave (after a JSON or parquet round trip: lists become tuples again)."""
+        d = dict(d)
+        for key in ("window", "seqlens_q", "seqlens_k"):
+            if d.get(key) is not None:
+                d[key] = tuple(int(x) for x in d[key])
+        return cls(**d)
 
-        Causal is top-left aligned: query i (0-based) sees keys 0..min(i, Sk - 1).
-        """
-        sq, sk = self.Sq, self.Sk
-        if not self.causal:
-            return sq * sk
-        if sq <= sk:
-            return sq * (sq + 1) // 2
-        return sk * (sk + 1) // 2 + (sq - sk) * sk
+    # ------------------------------------------------------------- sequences
+    def q_lens(self) -> tuple[int, ...]:
+        """Query length of each sequence."""
+        return self.seqlens_q if self.seqlens_q is not None else (self.Sq,) * self.B
+
+    def k_lens(self) -> tuple[int, ...]:
+        """Key length of each sequence."""
+        return self.seqlens_k if self.seqlens_k is not None else (self.Sk,) * self.B
+
+    @property
+    def total_q(self) -> int:
+        return sum(self.q_lens())
+
+    @property
+    def total_k(self) -> int:
+        return sum(self.k_lens())
+
+    def blocks_per_seq(self) -> tuple[int, ...]:
+        """Blocks of a paged cache each sequence holds (the last one partly filled)."""
+        if not self.page_size:
+            return ()
+        return tuple(-(-k // self.page_size) for k in self.k_lens())
+
+    # -------------------------------------------------------------- work counts
+    def unmasked_pairs(self) -> float:
+        """Query-key pairs per (sequence, head) that the mask lets through: exact (an integer) for a
+        batch of equal sequences, the mean over the sequences otherwise (faprof.model.mask's rule)."""
+        total = self.total_pairs()
+        return total // self.B if total % self.B == 0 else total / self.B
+
+    def total_pairs(self) -> int:
+        """Query-key pairs per head that the mask lets through, summed over every sequence (exact)."""
+        m = self.mask
+        return sum(m.pairs(q, k) for q, k in zip(self.q_lens(), self.k_lens(), strict=True))
 
     def fwd_flops(self) -> float:
-        """Forward FLOPs: 4·B·H·D per unmasked query-key pair (exact for the mask; see the module doc)."""
-        return 4.0 * self.B * self.H * self.unmasked_pairs() * self.D
+        """Forward FLOPs: 4·H·D per unmasked query-key pair of every sequence (exact for the mask)."""
+        return 4.0 * self.H * self.total_pairs() * self.D
 
     def flops(self) -> float:
         """FLOPs of this problem's direction: fwd x1, bwd x2.5, fwd_bwd x3.5 (FlashAttention's convention
@@ -130,26 +324,52 @@ class AttentionProblem:
         return self.fwd_flops() * DIRECTION_FLOP_FACTOR[self.direction]
 
     def _io_elems(self) -> tuple[int, int]:
-        bh = self.B * self.H
-        return bh * self.Sq * self.D, bh * self.Sk * self.D
+        """(Q or O elements, K or V elements a kernel must read): K/V once per KV head; with a window
+        only the keys some query sees."""
+        q = self.total_q * self.H * self.D
+        if self.window is not None:
+            m = self.mask
+            keys = sum(m.visible_keys(a, b) for a, b in zip(self.q_lens(), self.k_lens(), strict=True))
+        else:
+            keys = self.total_k
+        return q, keys * self.kv_heads * self.D
+
+    def index_bytes(self) -> int:
+        """Bytes of the index tensors a kernel reads: cu_seqlens (varlen), cache lengths and the block
+        table entries in use (paged)."""
+        if self.layout == "varlen":
+            return 2 * (self.B + 1) * INDEX_BYTES
+        if self.layout == "paged":
+            return (self.B + sum(self.blocks_per_seq())) * INDEX_BYTES
+        return 0
 
     def min_bytes(self) -> int:
         """The fewest bytes the direction must move through device memory.
 
-        Each input read once and each output written once: forward reads Q, K, V and writes O
-        (flash kernels also write the fp32 log-sum-exp, counted here since they need it for the
-        backward); backward reads Q, K, V, O, dO and the LSE and writes dQ, dK, dV.
+        Each input read once and each output written once: forward reads Q, K, V (K/V once per KV
+        head) and writes O (flash kernels also write the fp32 log-sum-exp, counted here since they
+        need it for the backward); backward reads Q, K, V, O, dO and the LSE and writes dQ, dK, dV.
+        Index tensors (cu_seqlens, block tables) count once per pass.
         """
         q, kv = self._io_elems()
         e = self.elt_bytes
-        lse = self.B * self.H * self.Sq * LSE_BYTES
-        fwd = e * (2 * q + 2 * kv) + lse
-        bwd = e * (4 * q + 4 * kv) + lse
+        lse = self.total_q * self.H * LSE_BYTES
+        idx = self.index_bytes()
+        fwd = e * (2 * q + 2 * kv) + lse + idx
+        bwd = e * (4 * q + 4 * kv) + lse + idx
         return {"fwd": fwd, "bwd": bwd, "fwd_bwd": fwd + bwd}[self.direction]
 
     def arithmetic_intensity(self) -> float:
         """FLOPs per byte of the minimum traffic (the roofline's x axis for an ideal kernel)."""
         return self.flops() / self.min_bytes()
+
+    def bound(self, ridge_flop_per_byte: float | None) -> str:
+        """'memory' when an ideal kernel is limited by DRAM bandwidth on a GPU whose ridge point
+        (peak FLOP/s over peak bytes/s) is given, else 'compute'. Decode (a few queries against a
+        long cache) is memory-bound on every GPU; prefill is compute-bound. Unknown ridge: 'compute'."""
+        if not ridge_flop_per_byte:
+            return "compute"
+        return "memory" if self.arithmetic_intensity() < ridge_flop_per_byte else "compute"
 
     # ---------------------------------------------------------- memory footprint
     def footprint_bytes(self, algorithm: str) -> int:
@@ -160,17 +380,18 @@ class AttentionProblem:
         and stores only the fp32 LSE. Both hold Q, K, V and O (and for a backward, dO, dQ, dK,
         dV; standard attention's backward also needs dS/dP of the same Sq x Sk size).
         """
-        q, kv = self._io_elems()
+        q = self.total_q * self.H * self.D
+        kv = self.total_k * self.kv_heads * self.D
         e = self.elt_bytes
         io = e * (2 * q + 2 * kv)
         if self.direction != "fwd":
             io += e * (2 * q + 2 * kv)  # dO, dQ and dK, dV
-        scores = self.B * self.H * self.Sq * self.Sk * e
+        scores = self.H * e * sum(a * b for a, b in zip(self.q_lens(), self.k_lens(), strict=True))
         if algorithm == "standard":
             n_matrices = 2 if self.direction == "fwd" else 4  # S, P (+ dP, dS for the backward)
             return io + n_matrices * scores
         if algorithm == "flash":
-            return io + self.B * self.H * self.Sq * LSE_BYTES
+            return io + self.total_q * self.H * LSE_BYTES + self.index_bytes()
         raise FaprofError(f"footprint algorithm must be 'standard' or 'flash', got {algorithm!r}")
 
     def footprint_reduction(self) -> float:
@@ -178,5 +399,16 @@ class AttentionProblem:
         return self.footprint_bytes("standard") / self.footprint_bytes("flash")
 
     def tokens(self) -> int:
-        """Query tokens processed per call (B·Sq), for tokens/s throughput as in report 001."""
-        return self.B * self.Sq
+        """Query tokens processed per call (every sequence's), for tokens/s throughput as in report 001."""
+        return self.total_q
+
+
+def _positive(name: str, value, zero_ok: bool = False) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < (0 if zero_ok else 1):
+        what = "a non-negative" if zero_ok else "a positive"
+        raise FaprofError(f"problem field {name} must be {what} integer, got {value!r}")
+
+
+def _digest(*parts) -> str:
+    """8 hex digits naming a list of lengths in a shape id (the full lists are in the row)."""
+    return hashlib.sha1(repr(parts).encode()).hexdigest()[:8]

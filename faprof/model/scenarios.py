@@ -19,6 +19,11 @@ Layout of a file (every key is checked; unknown keys are errors, so typos do not
     name = "forward"                        # `problems` / `grid` at the top level
     problems = [{B = 1, H = 1, S = 128}, ...]   # S sets Sq = Sk; or give Sq and Sk
     grid = {B = [1, 2], S = [128, 256]}     # cross product, merged with the defaults
+                                            # problem fields beyond B H S/Sq/Sk D dtype causal direction scale:
+                                            # Hkv (GQA/MQA), mask_align ("top_left"|"bottom_right"),
+                                            # window = [left, right] (-1: unbounded), softcap,
+                                            # seqlens_q / seqlens_k (packed varlen batch; B, Sq, Sk follow;
+                                            # total_q / total_k check their sum), page_size (paged KV cache)
     defaults = {direction = "bwd"}           # per-group overrides
     baseline = "sdpa_efficient"             # optional: this group's baseline
 
@@ -54,7 +59,8 @@ _TOP_KEYS = {
     "name", "description", "source", "baseline", "variants", "defaults", "groups", "problems", "grid",
     "collect", "timing", "tolerance", "published", "notes", "gate",
 }
-_PROBLEM_KEYS = {"B", "H", "S", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale"}
+_PROBLEM_KEYS = {"B", "H", "S", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale",
+                 "Hkv", "mask_align", "window", "softcap", "seqlens_q", "seqlens_k", "page_size", "total_q", "total_k"}
 _GROUP_KEYS = {"name", "description", "problems", "grid", "defaults", "baseline"}
 _COLLECT_KEYS = {"timing", "ncu", "nsys", "ncu_metrics"}
 _PUBLISHED_KEYS = {"gpu", "what", "subject", "value", "unit", "shape", "maps_to", "section", "note", "stat"}
@@ -259,19 +265,68 @@ def _check_keys(ctx: _Ctx, prefix: str, table: dict, allowed: set[str]) -> None:
             raise ctx.fail(f"{prefix}{k}", f"one of {sorted(allowed)} (unknown key)")
 
 
-def _problem(ctx: _Ctx, key: str, spec: dict[str, Any]) -> AttentionProblem:
-    _check_keys(ctx, f"{key}.", spec, _PROBLEM_KEYS)
-    for k in ("B", "H", "D"):
-        if k not in spec:
-            raise ctx.fail(f"{key}.{k}", "a positive integer (set it in the problem or in [defaults])")
+def _lengths(ctx: _Ctx, key: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """seqlens_q / seqlens_k (lists of positive integers), checked against declared totals; B, Sq and
+    Sk follow from them where the spec leaves them out."""
+    out: dict[str, Any] = {}
+    for name, total_key, s_key in (("seqlens_q", "total_q", "Sq"), ("seqlens_k", "total_k", "Sk")):
+        lens = spec.get(name)
+        if lens is None:
+            if total_key in spec:
+                raise ctx.fail(f"{key}.{total_key}", f"{name} (a declared total checks the lengths' sum)")
+            continue
+        if not isinstance(lens, list) or not lens or any(isinstance(x, bool) or not isinstance(x, int) or x < 1
+                                                          for x in lens):
+            raise ctx.fail(f"{key}.{name}", "a non-empty list of positive integers (tokens per sequence)", lens)
+        if total_key in spec and spec[total_key] != sum(lens):
+            raise ctx.fail(f"{key}.{total_key}", f"the sum of {name} ({sum(lens)} tokens in {len(lens)} "
+                           "sequences)", spec[total_key])
+        out[name] = tuple(lens)
+        out.setdefault("B", len(lens))
+        out[s_key] = max(lens)
+    if "seqlens_q" in out and "seqlens_k" not in out and not spec.get("page_size"):
+        out["Sk"] = out["Sq"]
+    return out
+
+
+def _seq_lengths(ctx: _Ctx, key: str, spec: dict[str, Any], derived: dict[str, Any]) -> tuple[int, int]:
     if "S" in spec:
         if "Sq" in spec or "Sk" in spec:
             raise ctx.fail(f"{key}.S", "either S, or Sq and Sk, not both")
-        sq = sk = spec["S"]
-    else:
-        if "Sq" not in spec or "Sk" not in spec:
-            raise ctx.fail(f"{key}.S", "S (or both Sq and Sk)")
-        sq, sk = spec["Sq"], spec["Sk"]
+        return spec["S"], spec["S"]
+    sq, sk = spec.get("Sq", derived.get("Sq")), spec.get("Sk", derived.get("Sk"))
+    if sq is None or sk is None:
+        raise ctx.fail(f"{key}.S", "S (or both Sq and Sk), or seqlens_q / seqlens_k for a packed batch")
+    return sq, sk
+
+
+def _modern_fields(ctx: _Ctx, key: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Hkv, mask_align, window, softcap and page_size, type-checked (their values by AttentionProblem)."""
+    out: dict[str, Any] = {}
+    for name, ok, expected in (
+        ("Hkv", lambda v: isinstance(v, int) and not isinstance(v, bool), "a positive integer dividing H"),
+        ("mask_align", lambda v: isinstance(v, str), "'top_left' or 'bottom_right'"),
+        ("window", lambda v: isinstance(v, list) and len(v) == 2
+         and all(isinstance(x, int) and not isinstance(x, bool) for x in v), "[left, right] keys (-1: unbounded)"),
+        ("softcap", lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number >= 0"),
+        ("page_size", lambda v: isinstance(v, int) and not isinstance(v, bool), "a positive integer (tokens a block)"),
+    ):
+        if name in spec:
+            if not ok(spec[name]):
+                raise ctx.fail(f"{key}.{name}", expected, spec[name])
+            out[name] = tuple(spec[name]) if name == "window" else spec[name]
+    return out
+
+
+def _problem(ctx: _Ctx, key: str, spec: dict[str, Any]) -> AttentionProblem:
+    _check_keys(ctx, f"{key}.", spec, _PROBLEM_KEYS)
+    derived = _lengths(ctx, key, spec)
+    if "B" not in spec and "B" in derived:
+        spec = {**spec, "B": derived["B"]}
+    for k in ("B", "H", "D"):
+        if k not in spec:
+            raise ctx.fail(f"{key}.{k}", "a positive integer (set it in the problem or in [defaults])")
+    sq, sk = _seq_lengths(ctx, key, spec, derived)
     for k, v in (("B", spec["B"]), ("H", spec["H"]), ("D", spec["D"]), ("S/Sq", sq), ("S/Sk", sk)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ctx.fail(f"{key}.{k}", "a positive integer", v)
@@ -287,10 +342,15 @@ def _problem(ctx: _Ctx, key: str, spec: dict[str, Any]) -> AttentionProblem:
     scale = spec.get("scale")
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float) or scale <= 0):
         raise ctx.fail(f"{key}.scale", "a positive number", scale)
-    return AttentionProblem(
-        B=spec["B"], H=spec["H"], Sq=sq, Sk=sk, D=spec["D"], dtype=dtype, causal=causal,
-        direction=direction, scale=float(scale) if scale is not None else None,
-    )
+    modern = _modern_fields(ctx, key, spec)
+    modern.update({k: v for k, v in derived.items() if k.startswith("seqlens")})
+    try:
+        return AttentionProblem(
+            B=spec["B"], H=spec["H"], Sq=sq, Sk=sk, D=spec["D"], dtype=dtype, causal=causal,
+            direction=direction, scale=float(scale) if scale is not None else None, **modern,
+        )
+    except FaprofError as e:
+        raise FaprofError(f"{ctx.where}: {key}: {e}") from None
 
 
 def _group(ctx: _Ctx, key: str, table: dict, defaults: dict) -> ProblemGroup:

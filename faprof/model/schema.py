@@ -19,6 +19,7 @@ TIMED = ("ok", "wrong")
 ROW_COLUMNS = (
     "run_id", "scenario", "group", "variant", "variant_kind", "compute", "shape_id", "label",
     "B", "H", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale",
+    "Hkv", "mask", "layout", "window", "softcap", "page_size", "seqlens_q", "seqlens_k", "total_q", "total_k",
     "status", "reason", "device", "reference", "correct", "max_abs_err", "rel_err", "rtol", "atol", "tol_factor",
     "tol_eps", "baseline_max_err", "check_reason", "lse_checked", "repeatable", "errors",
     "check_input", "bug_signature", "signatures", "probes", "error_map",
@@ -31,12 +32,22 @@ ROW_COLUMNS = (
     "flops", "tflops", "min_bytes", "gbps", "tokens", "tokens_per_s", "peak_tflops", "peak_label", "peak_clock_mhz",
     "pct_peak", "pct_peak_at_clock",
     "mem_bw_gbs", "pct_bw", "measured_ceiling_tflops", "pct_measured_ceiling",
+    "bound", "copy_gbs", "pct_copy",
     "footprint_standard_bytes", "footprint_flash_bytes", "out_sample", "ref_sample", "seed",
     "build_s", "build_cold", "reference_s", "wall_s", "finished_utc",
     "gpu_index", "gpu_name", "gpu_uuid", "attempts",
 )
 
 
+
+#: Problem columns every row carries (AttentionProblem's fields; lists as JSON text). Bundles written
+#: before GQA/varlen/paged problems lack the ones after `scale`: readers take them as the defaults.
+PROBLEM_COLUMNS = ("B", "H", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale", "Hkv", "mask", "layout",
+                   "window", "softcap", "page_size", "seqlens_q", "seqlens_k", "total_q", "total_k")
+
+#: What limits an ideal kernel on the row's GPU (`bound`): 'compute' rows lead with TFLOP/s,
+#: 'memory' rows (decode) with GB/s against the measured copy ceiling.
+BOUNDS = ("compute", "memory")
 
 #: Tables a bundle can hold (parquet files named after them), in the order exports list them.
 TABLES = ("measurements", "ncu_metrics", "ncu_summary", "stalls", "roofline", "ncu_rules", "nsys_kernels",

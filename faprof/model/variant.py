@@ -4,7 +4,11 @@ A variant's callable has one signature everywhere:
 
     fn(q, k, v, causal: bool, scale: float, out: Tensor | None = None) -> Tensor
 
-with q [B, H, Sq, D], k and v [B, H, Sk, D], contiguous, on the variant's device. Torch
+with q [B, H, Sq, D], k and v [B, H, Sk, D], contiguous, on the variant's device. A variant that
+declares `features` (GQA, bottom-right causal, windows, soft-cap, varlen, paged: the problem's
+FEATURES) is also given, as keyword `attn=`, a `faprof.measure.layouts.AttnArgs` (the problem and its
+index tensors: cu_seqlens, cache lengths, block table); for such problems q, k and v come in the
+problem's layout (AttentionProblem's docstring). Torch
 baselines ignore `out` (they allocate their own result, which the harness poisons through the
 allocator instead); CUDA kernels write into `out` when given, so the harness can hand them an
 output filled with NaN and see every element that was not written.
@@ -26,6 +30,13 @@ from faprof.errors import FaprofError
 from faprof.model.problem import AttentionProblem
 
 KINDS = ("cpu", "torch", "cuda", "user")
+
+#: How a missing feature reads in an 'unsupported' row's reason.
+_FEATURE_TEXT = {
+    "gqa": "grouped-query heads (Hkv < H)", "bottom_right": "a bottom-right aligned mask",
+    "window": "a sliding window", "softcap": "a logit soft-cap", "varlen": "packed variable-length batches",
+    "paged": "a paged KV cache",
+}
 
 
 @dataclass
@@ -57,6 +68,9 @@ class Variant:
     source: str = ""
     """Where it comes from: a file in kernels/, a torch function, a user module."""
     tags: tuple[str, ...] = field(default_factory=tuple)
+    features: frozenset[str] = frozenset()
+    """Problem features beyond 2022's attention it runs (faprof.model.problem.FEATURES: 'gqa',
+    'bottom_right', 'window', 'softcap', 'varlen', 'paged'); it is called with `attn=` (module doc)."""
     deterministic: tuple[str, ...] = ("fwd",)
     """Directions whose output is bitwise identical from call to call. The harness compares a
     timed call's output with the checked call's bitwise for these, within the correctness rules
@@ -87,6 +101,9 @@ class Variant:
             return False, f"{self.name} supports dtypes {list(self.dtypes)}, not {problem.dtype}"
         if problem.direction not in self.directions:
             return False, f"{self.name} supports directions {list(self.directions)}, not {problem.direction}"
+        missing = sorted(problem.features() - set(self.features))
+        if missing:
+            return False, f"{self.name} does not run {', '.join(_FEATURE_TEXT[f] for f in missing)}"
         if self.resolved_device(cuda_available) == "cuda" and not cuda_available:
             return False, "needs an NVIDIA GPU with CUDA; none is available here (see `faprof doctor`)"
         if self.check is not None:

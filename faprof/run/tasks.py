@@ -77,7 +77,7 @@ def _measure(task: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     import torch
 
 
-    problem = AttentionProblem(**task["problem"])
+    problem = AttentionProblem.from_dict(task["problem"])
     variant = variants.get(task["variant"])
     cuda_ok = torch.cuda.is_available()
     device = variant.resolved_device(cuda_ok)

@@ -12,7 +12,6 @@ from faprof.measure.signatures.core import (
     diagnose_wrong,
     race_signature,
     rank,
-    row_fields,
 )
 
-__all__ = ["FAMILIES", "MAX_ROWS", "Signature", "diagnose_wrong", "race_signature", "rank", "row_fields"]
+__all__ = ["FAMILIES", "MAX_ROWS", "Signature", "diagnose_wrong", "race_signature", "rank"]

@@ -184,7 +184,7 @@ def _problem_flops(
         return math.nan
 
     try:
-        return AttentionProblem(**problem).flops()
+        return AttentionProblem.from_dict(problem).flops()
     except Exception:  # a plan from another faprof version: no analytic count rather than no table
         return math.nan
 

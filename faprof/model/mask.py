@@ -1,0 +1,116 @@
+"""Which keys a query sees: the attention masks faprof models, and exact counts of what they let through.
+
+One rule covers every mask. For a sequence with `sq` queries and `sk` keys, the diagonal is offset
+by `off = sk - sq` when the mask is aligned to the bottom-right corner (FlashAttention's convention
+for Sq != Sk: the last query sees the last key) and by 0 when aligned to the top-left (PyTorch SDPA's
+`is_causal`: query i sees keys 0..i). Query i (0-based) then sees key j (0-based, 0 <= j < sk) when
+
+- causal:            j <= i + off
+- window (L, R):     i + off - L <= j <= i + off + R   (L or R of -1: unbounded on that side)
+
+both where both are set. A window of (L, 0) with causal is the sliding window of Mistral-style
+models: the query and the L keys before it. A query that sees no key (bottom-right causal with
+Sq > Sk: the first Sq - Sk queries) has an output of zeros and a log-sum-exp of -inf, as in
+FlashAttention; PyTorch's SDPA returns NaN there instead, which faprof's baselines record.
+
+Counts are exact and cheap: each query's visible keys are one interval, so a sequence costs O(sq).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+#: Corners a causal mask or a window can be aligned to.
+ALIGNS = ("top_left", "bottom_right")
+
+
+@dataclass(frozen=True)
+class MaskSpec:
+    """The mask of one attention problem, independent of sequence lengths."""
+
+    causal: bool = False
+    align: str = "top_left"
+    """'top_left' (SDPA's is_causal) or 'bottom_right' (FlashAttention's for Sq != Sk)."""
+    left: int = -1
+    """Window: keys before the diagonal a query sees (-1: all)."""
+    right: int = -1
+    """Window: keys after the diagonal a query sees (-1: all; causal caps it at 0)."""
+
+    @property
+    def windowed(self) -> bool:
+        return self.left >= 0 or self.right >= 0
+
+    def offset(self, sq: int, sk: int) -> int:
+        """The diagonal's offset for a sequence of sq queries and sk keys."""
+        return sk - sq if self.align == "bottom_right" else 0
+
+    def key_range(self, i: int, sq: int, sk: int) -> tuple[int, int]:
+        """[lo, hi] of the keys query i sees (hi < lo: none)."""
+        off = self.offset(sq, sk)
+        lo, hi = 0, sk - 1
+        if self.causal:
+            hi = min(hi, i + off)
+        if self.left >= 0:
+            lo = max(lo, i + off - self.left)
+        if self.right >= 0:
+            hi = min(hi, i + off + self.right)
+        return lo, hi
+
+    def pairs(self, sq: int, sk: int) -> int:
+        """Query-key pairs this mask lets through for one sequence (one head), exactly."""
+        return _pairs(self, sq, sk)
+
+    def visible_keys(self, sq: int, sk: int) -> int:
+        """Keys that at least one query sees (a kernel must read at least these)."""
+        return _visible(self, sq, sk)
+
+    def empty_rows(self, sq: int, sk: int) -> int:
+        """Queries that see no key at all (their output is zero, their LSE -inf)."""
+        return sum(1 for i in range(sq) if self._span(i, sq, sk) == 0)
+
+    def _span(self, i: int, sq: int, sk: int) -> int:
+        lo, hi = self.key_range(i, sq, sk)
+        return max(0, hi - lo + 1)
+
+
+@functools.lru_cache(maxsize=4096)
+def _pairs(mask: MaskSpec, sq: int, sk: int) -> int:
+    if not mask.causal and not mask.windowed:
+        return sq * sk
+    if mask.causal and not mask.windowed and mask.align == "top_left":
+        if sq <= sk:
+            return sq * (sq + 1) // 2
+        return sk * (sk + 1) // 2 + (sq - sk) * sk
+    return sum(mask._span(i, sq, sk) for i in range(sq))
+
+
+@functools.lru_cache(maxsize=4096)
+def _visible(mask: MaskSpec, sq: int, sk: int) -> int:
+    if not mask.causal and not mask.windowed:
+        return sk
+    # Each query's keys are one interval and consecutive queries' intervals move by one, so the
+    # union over the queries that see anything is one interval from the smallest lo to the largest hi.
+    lo_min, hi_max = sk, -1
+    for i in range(sq):
+        lo, hi = mask.key_range(i, sq, sk)
+        if hi >= lo:
+            lo_min, hi_max = min(lo_min, lo), max(hi_max, hi)
+    return max(0, hi_max - lo_min + 1)
+
+
+def allowed(mask: MaskSpec, sq: int, sk: int):
+    """The boolean [sq, sk] matrix of the pairs the mask lets through (torch), for references and tests."""
+    import torch
+
+    i = torch.arange(sq).unsqueeze(1)
+    j = torch.arange(sk).unsqueeze(0)
+    off = mask.offset(sq, sk)
+    ok = torch.ones(sq, sk, dtype=torch.bool)
+    if mask.causal:
+        ok &= j <= i + off
+    if mask.left >= 0:
+        ok &= j >= i + off - mask.left
+    if mask.right >= 0:
+        ok &= j <= i + off + mask.right
+    return ok
