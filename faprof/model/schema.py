@@ -20,7 +20,7 @@ ROW_COLUMNS = (
     "run_id", "scenario", "group", "variant", "variant_kind", "compute", "shape_id", "label",
     "B", "H", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale",
     "Hkv", "mask", "layout", "window", "softcap", "page_size", "seqlens_q", "seqlens_k", "total_q", "total_k",
-    "status", "reason", "device", "reference", "correct", "max_abs_err", "rel_err", "rtol", "atol", "tol_factor",
+    "status", "reason", "path", "device", "reference", "correct", "max_abs_err", "rel_err", "rtol", "atol", "tol_factor",
     "tol_eps", "baseline_max_err", "check_reason", "lse_checked", "repeatable", "errors",
     "check_input", "bug_signature", "signatures", "probes", "error_map",
     "timer", "timer_note", "stop", "n", "median_ms", "ci95_low_ms", "ci95_high_ms", "rel_ci", "q1_ms", "q3_ms",

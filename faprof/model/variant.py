@@ -71,6 +71,9 @@ class Variant:
     features: frozenset[str] = frozenset()
     """Problem features beyond 2022's attention it runs (faprof.model.problem.FEATURES: 'gqa',
     'bottom_right', 'window', 'softcap', 'varlen', 'paged'); it is called with `attn=` (module doc)."""
+    path_of: Callable[..., str] | None = None
+    """path_of(problem, q, k, v, attn) -> which path the call took ('fused: ...', 'slow path: ...'), for
+    baselines whose library picks a kernel silently; recorded in the row's `path`."""
     deterministic: tuple[str, ...] = ("fwd",)
     """Directions whose output is bitwise identical from call to call. The harness compares a
     timed call's output with the checked call's bitwise for these, within the correctness rules

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from faprof.model.problem import AttentionProblem
+from faprof.model.problem import FEATURES, AttentionProblem
 from faprof.model.variant import Variant, register
+from faprof.variants import flex
+from faprof.variants.definition import AttnArgs, attention
+
+#: SDPA runs GQA (enable_gqa), a bottom-right causal mask (CausalBias) and a window (an explicit
+#: boolean mask); it has no packed-varlen or paged API and no soft-cap.
+SDPA_FEATURES = frozenset({"gqa", "bottom_right", "window"})
 
 #: Past this many multiply-adds per (b, h) pair the fp64 CPU reference gets slow (seconds);
 #: used by `cpu_ref.supports` only when the CPU is the variant under test, never to refuse
@@ -23,10 +29,13 @@ def masked_scores(q, k, causal: bool, scale: float):
     return s
 
 
-def standard_attention(q, k, v, causal: bool, scale: float, out=None):
-    """Explicit QKᵀ, softmax, PV: the 'standard attention' of the seeds (materializes Sq x Sk)."""
+def standard_attention(q, k, v, causal: bool, scale: float, out=None, attn: AttnArgs | None = None):
+    """Explicit QKᵀ, softmax, PV: the 'standard attention' of the seeds (materializes Sq x Sk); with
+    `attn`, the definition one sequence at a time in the problem's layout (faprof.variants.definition)."""
     import torch
 
+    if attn is not None:
+        return attention(attn.problem, q, k, v, attn)
     s = masked_scores(q, k, causal, scale)
     p = torch.softmax(s, dim=-1)
     if causal:
@@ -36,31 +45,81 @@ def standard_attention(q, k, v, causal: bool, scale: float, out=None):
     return torch.matmul(p, v)
 
 
-def _cpu_ref_fn(q, k, v, causal: bool, scale: float, out=None):
+def _cpu_ref_fn(q, k, v, causal: bool, scale: float, out=None, attn: AttnArgs | None = None):
     # As a timed variant, cpu_ref runs on inputs already on the CPU in float64 (the harness
     # prepares them), so the timing is the computation, not the upcast.
-    return standard_attention(q, k, v, causal, scale)
+    return standard_attention(q, k, v, causal, scale, attn=attn)
+
+
+def _sdpa_mask(attn: AttnArgs | None, causal: bool, q):
+    """(attn_mask, is_causal, enable_gqa) for SDPA: a CausalBias for bottom-right causal, an explicit
+    boolean mask for a window, is_causal for top-left causal."""
+    if attn is None:
+        return None, causal, False
+    p = attn.problem
+    gqa = p.kv_heads != p.H
+    if p.window is not None:
+        from faprof.model.mask import allowed
+
+        return allowed(p.mask, p.Sq, p.Sk).to(q.device), False, gqa
+    if p.causal and p.mask_align == "bottom_right":
+        from torch.nn.attention.bias import causal_lower_right
+
+        return causal_lower_right(p.Sq, p.Sk), False, gqa
+    return None, p.causal, gqa
 
 
 def _sdpa_fn(backend_name: str | None):
-    def fn(q, k, v, causal: bool, scale: float, out=None):
+    def fn(q, k, v, causal: bool, scale: float, out=None, attn: AttnArgs | None = None):
         import torch.nn.functional as F
 
+        mask, is_causal, gqa = _sdpa_mask(attn, causal, q)
+        kw = {"attn_mask": mask, "is_causal": is_causal, "scale": scale, **({"enable_gqa": True} if gqa else {})}
         if backend_name is None:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+            return F.scaled_dot_product_attention(q, k, v, **kw)
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         backend = getattr(SDPBackend, backend_name)
         with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+            return F.scaled_dot_product_attention(q, k, v, **kw)
 
     return fn
 
 
+#: torch.nn.attention.SDPBackend's values, as `torch._fused_sdp_choice` returns them.
+_SDP_NAMES = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn", 4: "overrideable"}
+
+
+def _sdpa_path(backend_name: str | None):
+    """path_of for an SDPA variant: which backend ran it. A forced backend runs or refuses (then the row
+    is unsupported); PyTorch's own choice is asked of the dispatcher (`torch._fused_sdp_choice`) on the
+    row's inputs, so a silent fall-back to the unfused math path is named."""
+    def path(problem: AttentionProblem, q, k, v, attn: AttnArgs | None) -> str:
+        if backend_name == "MATH":
+            return "unfused: SDPA math backend (composite matmul/softmax kernels)"
+        if backend_name is not None:
+            return f"fused: SDPA {backend_name.lower().replace('_attention', '')} backend (forced)"
+        import torch
+
+        mask, is_causal, gqa = _sdpa_mask(attn, problem.causal, q)
+        try:
+            choice = int(torch._fused_sdp_choice(q, k, v, mask, 0.0, is_causal, scale=problem.softmax_scale,
+                                                 enable_gqa=gqa))
+        except Exception as e:  # a private API: say what failed rather than guess
+            return f"unknown: torch._fused_sdp_choice failed ({type(e).__name__})"
+        name = _SDP_NAMES.get(choice, str(choice))
+        return ("slow path: PyTorch chose its unfused math backend" if name == "math"
+                else f"fused: PyTorch chose its {name} backend")
+
+    return path
+
+
 def _flash_check(problem: AttentionProblem) -> str | None:
+    if problem.window is not None:
+        return "PyTorch's flash backend takes no explicit mask, which a sliding window needs in SDPA"
     if problem.D % 8 != 0 or problem.D > 256:
         return f"PyTorch's flash backend needs D a multiple of 8 and at most 256, got D={problem.D}"
-    if problem.causal and problem.Sq != problem.Sk:
+    if problem.causal and problem.Sq != problem.Sk and problem.mask_align == "top_left":
         return (f"PyTorch's flash backend refuses is_causal when Sq != Sk (its mask is aligned bottom-right), "
                 f"got Sq={problem.Sq}, Sk={problem.Sk}")
     return None
@@ -90,6 +149,7 @@ def builtin_variants() -> list[Variant]:
             compute="cuda_core",
             check=_cpu_ref_check,
             source="faprof/variants/torch_variants.py (torch, float64, CPU)",
+            features=frozenset(FEATURES),
         ),
         Variant(
             "torch_standard",
@@ -99,6 +159,8 @@ def builtin_variants() -> list[Variant]:
             directions=all_dirs,
             device="auto",
             source="faprof/variants/torch_variants.py (torch.matmul + torch.softmax)",
+            features=frozenset(FEATURES),
+            path_of=lambda *a: "unfused: matmul, softmax, matmul (the scores in memory)",
         ),
         Variant(
             "sdpa_auto",
@@ -108,6 +170,8 @@ def builtin_variants() -> list[Variant]:
             directions=all_dirs,
             device="cuda",
             source="torch.nn.functional.scaled_dot_product_attention",
+            features=SDPA_FEATURES,
+            path_of=_sdpa_path(None),
         ),
         Variant(
             "sdpa_flash",
@@ -119,6 +183,8 @@ def builtin_variants() -> list[Variant]:
             device="cuda",
             check=_flash_check,
             source="torch SDPBackend.FLASH_ATTENTION",
+            features=SDPA_FEATURES,
+            path_of=_sdpa_path("FLASH_ATTENTION"),
         ),
         Variant(
             "sdpa_cudnn",
@@ -129,6 +195,8 @@ def builtin_variants() -> list[Variant]:
             directions=all_dirs,
             device="cuda",
             source="torch SDPBackend.CUDNN_ATTENTION",
+            features=SDPA_FEATURES,
+            path_of=_sdpa_path("CUDNN_ATTENTION"),
         ),
         Variant(
             "sdpa_efficient",
@@ -139,6 +207,8 @@ def builtin_variants() -> list[Variant]:
             directions=all_dirs,
             device="cuda",
             source="torch SDPBackend.EFFICIENT_ATTENTION",
+            features=SDPA_FEATURES,
+            path_of=_sdpa_path("EFFICIENT_ATTENTION"),
         ),
         Variant(
             "sdpa_math",
@@ -148,8 +218,29 @@ def builtin_variants() -> list[Variant]:
             directions=all_dirs,
             device="auto",
             source="torch SDPBackend.MATH",
+            features=SDPA_FEATURES,
+            path_of=_sdpa_path("MATH"),
         ),
+        *_flex_variants(),
     ]
+
+
+def _flex_variants() -> list[Variant]:
+    if not flex.available():
+        return []
+    return [Variant(
+        "flex",
+        "torch",
+        "FlexAttention (torch.nn.attention.flex_attention): compiled, block masks for masks and windows, "
+        "document masking for packed batches, the block table for paged caches",
+        flex.flex_fn,
+        dtypes=("fp16", "bf16", "fp32"),
+        directions=("fwd",),
+        device="auto",
+        features=frozenset(FEATURES),
+        path_of=flex.flex_path,
+        source="torch.nn.attention.flex_attention (torch.compile on the GPU)",
+    )]
 
 
 def register_all() -> None:
