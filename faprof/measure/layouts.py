@@ -48,7 +48,10 @@ def shapes(problem: AttentionProblem) -> dict[str, tuple[int, ...]]:
 
 
 def pool_blocks(problem: AttentionProblem) -> int:
-    """Blocks in a paged pool: those in use plus SPARE_BLOCK_FRACTION spare ones (at least one)."""
+    """Blocks in a paged pool: the problem's pool_blocks, else those in use plus SPARE_BLOCK_FRACTION spare
+    ones (at least one)."""
+    if problem.pool_blocks:
+        return problem.pool_blocks
     used = sum(problem.blocks_per_seq())
     return used + max(1, int(used * SPARE_BLOCK_FRACTION))
 
@@ -67,12 +70,16 @@ def index_tensors(problem: AttentionProblem, generator, device) -> AttnArgs:
         args.cu_seqlens_k = i32(_cumsum(problem.k_lens()))
     elif problem.layout == "paged":
         blocks = problem.blocks_per_seq()
-        order = torch.randperm(pool_blocks(problem), generator=generator)[: sum(blocks)].tolist()
         table = torch.full((problem.B, max(blocks)), -1, dtype=torch.int32)
-        start = 0
-        for b, n in enumerate(blocks):
-            table[b, :n] = torch.tensor(order[start:start + n], dtype=torch.int32)
-            start += n
+        if problem.block_table is not None:  # the user's table, as a serving system left it
+            for b, n in enumerate(blocks):
+                table[b, :n] = torch.tensor(problem.block_table[b][:n], dtype=torch.int32)
+        else:
+            order = torch.randperm(pool_blocks(problem), generator=generator)[: sum(blocks)].tolist()
+            start = 0
+            for b, n in enumerate(blocks):
+                table[b, :n] = torch.tensor(order[start:start + n], dtype=torch.int32)
+                start += n
         args.seqlens_k = i32(problem.k_lens())
         args.block_table = table.to(device)
     return args

@@ -99,6 +99,11 @@ class AttentionProblem:
     (or seqlens_q's, for a packed batch)."""
     page_size: int = 0
     """Tokens per block of a paged KV cache; 0: K/V contiguous."""
+    pool_blocks: int = 0
+    """Blocks in a paged pool; 0: those in use plus a quarter spare (faprof.measure.layouts)."""
+    block_table: tuple[tuple[int, ...], ...] | None = None
+    """A paged cache's block table as a serving system left it (pool block of each sequence's j-th
+    block); None: faprof shuffles the blocks in the pool from the run's seed."""
 
     def __post_init__(self) -> None:
         for name in ("B", "H", "Sq", "Sk", "D"):
@@ -171,9 +176,40 @@ class AttentionProblem:
         if self.page_size and self.seqlens_q is not None:
             raise FaprofError("a paged KV cache takes queries as [B, H, Sq, D]: give seqlens_k (cache lengths), "
                               "not seqlens_q")
+        self._check_block_table()
         if self.seqlens_k is not None and self.seqlens_q is None and not self.page_size:
             raise FaprofError("per-sequence key lengths without packed queries need a paged cache (page_size > 0); "
                               "for a packed batch give seqlens_q too")
+
+    def _check_block_table(self) -> None:
+        _positive("pool_blocks", self.pool_blocks, zero_ok=True)
+        if not self.page_size:
+            if self.pool_blocks or self.block_table is not None:
+                raise FaprofError("pool_blocks and block_table describe a paged KV cache: set page_size too")
+            return
+        need = self.blocks_per_seq()
+        if self.pool_blocks and self.pool_blocks < sum(need):
+            raise FaprofError(f"a pool of {self.pool_blocks} blocks cannot hold the {sum(need)} blocks of "
+                              f"{self.page_size} tokens the sequences need")
+        if self.block_table is None:
+            return
+        table = tuple(tuple(row) for row in self.block_table)
+        if len(table) != self.B:
+            raise FaprofError(f"block_table has {len(table)} rows for B={self.B} sequences: one row per sequence")
+        pool = self.pool_blocks or sum(need)
+        seen: set[int] = set()
+        for b, (row, n) in enumerate(zip(table, need, strict=True)):
+            if len(row) < n:
+                raise FaprofError(f"block_table row {b} has {len(row)} blocks; sequence {b} needs {n} "
+                                  f"({self.k_lens()[b]} tokens in blocks of {self.page_size})")
+            for blk in row[:n]:
+                if not isinstance(blk, int) or isinstance(blk, bool) or not 0 <= blk < pool:
+                    raise FaprofError(f"block_table row {b} points to block {blk!r}, outside the pool of {pool} "
+                                      f"blocks (0..{pool - 1}); set pool_blocks if the pool is larger")
+                if blk in seen:
+                    raise FaprofError(f"block_table gives block {blk} to two sequences (or twice to one)")
+                seen.add(blk)
+        object.__setattr__(self, "block_table", table)
 
     # ----------------------------------------------------------------- identity
     @property
@@ -237,6 +273,8 @@ class AttentionProblem:
             sid += f"_varlen{self.B}x{_digest(self.seqlens_q, self.seqlens_k)}"
         if self.page_size:
             sid += f"_paged{self.page_size}" + (f"x{_digest(self.seqlens_k)}" if self.seqlens_k is not None else "")
+            if self.block_table is not None or self.pool_blocks:
+                sid += f"_bt{_digest(self.pool_blocks, self.block_table)}"
         return sid
 
     @property
@@ -277,6 +315,8 @@ class AttentionProblem:
         for key in ("window", "seqlens_q", "seqlens_k"):
             if d.get(key) is not None:
                 d[key] = tuple(int(x) for x in d[key])
+        if d.get("block_table") is not None:
+            d["block_table"] = tuple(tuple(int(x) for x in row) for row in d["block_table"])
         return cls(**d)
 
     # ------------------------------------------------------------- sequences

@@ -23,7 +23,8 @@ Layout of a file (every key is checked; unknown keys are errors, so typos do not
                                             # Hkv (GQA/MQA), mask_align ("top_left"|"bottom_right"),
                                             # window = [left, right] (-1: unbounded), softcap,
                                             # seqlens_q / seqlens_k (packed varlen batch; B, Sq, Sk follow;
-                                            # total_q / total_k check their sum), page_size (paged KV cache)
+                                            # total_q / total_k check their sum), page_size (paged KV cache),
+                                            # pool_blocks and block_table (a paged pool as given)
     defaults = {direction = "bwd"}           # per-group overrides
     baseline = "sdpa_efficient"             # optional: this group's baseline
 
@@ -60,7 +61,8 @@ _TOP_KEYS = {
     "collect", "timing", "tolerance", "published", "notes", "gate",
 }
 _PROBLEM_KEYS = {"B", "H", "S", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale",
-                 "Hkv", "mask_align", "window", "softcap", "seqlens_q", "seqlens_k", "page_size", "total_q", "total_k"}
+                 "Hkv", "mask_align", "window", "softcap", "seqlens_q", "seqlens_k", "page_size", "total_q", "total_k",
+                 "pool_blocks", "block_table"}
 _GROUP_KEYS = {"name", "description", "problems", "grid", "defaults", "baseline"}
 _COLLECT_KEYS = {"timing", "ncu", "nsys", "ncu_metrics"}
 _PUBLISHED_KEYS = {"gpu", "what", "subject", "value", "unit", "shape", "maps_to", "section", "note", "stat"}
@@ -310,11 +312,16 @@ def _modern_fields(ctx: _Ctx, key: str, spec: dict[str, Any]) -> dict[str, Any]:
          and all(isinstance(x, int) and not isinstance(x, bool) for x in v), "[left, right] keys (-1: unbounded)"),
         ("softcap", lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number >= 0"),
         ("page_size", lambda v: isinstance(v, int) and not isinstance(v, bool), "a positive integer (tokens a block)"),
+        ("pool_blocks", lambda v: isinstance(v, int) and not isinstance(v, bool), "a positive integer (blocks in the pool)"),
+        ("block_table", lambda v: isinstance(v, list) and all(isinstance(r, list) for r in v),
+         "a list of rows, one per sequence, of pool block numbers"),
     ):
         if name in spec:
             if not ok(spec[name]):
                 raise ctx.fail(f"{key}.{name}", expected, spec[name])
             out[name] = tuple(spec[name]) if name == "window" else spec[name]
+    if "block_table" in out:
+        out["block_table"] = tuple(tuple(row) for row in out["block_table"])
     return out
 
 

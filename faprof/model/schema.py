@@ -19,7 +19,8 @@ TIMED = ("ok", "wrong")
 ROW_COLUMNS = (
     "run_id", "scenario", "group", "variant", "variant_kind", "compute", "shape_id", "label",
     "B", "H", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale",
-    "Hkv", "mask", "layout", "window", "softcap", "page_size", "seqlens_q", "seqlens_k", "total_q", "total_k",
+    "Hkv", "mask", "layout", "window", "softcap", "page_size", "pool_blocks", "block_table", "seqlens_q",
+    "seqlens_k", "total_q", "total_k",
     "status", "reason", "path", "device", "reference", "correct", "max_abs_err", "rel_err", "rtol", "atol", "tol_factor",
     "tol_eps", "baseline_max_err", "check_reason", "lse_checked", "repeatable", "errors",
     "check_input", "bug_signature", "signatures", "probes", "error_map",
@@ -43,7 +44,8 @@ ROW_COLUMNS = (
 #: Problem columns every row carries (AttentionProblem's fields; lists as JSON text). Bundles written
 #: before GQA/varlen/paged problems lack the ones after `scale`: readers take them as the defaults.
 PROBLEM_COLUMNS = ("B", "H", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale", "Hkv", "mask", "layout",
-                   "window", "softcap", "page_size", "seqlens_q", "seqlens_k", "total_q", "total_k")
+                   "window", "softcap", "page_size", "pool_blocks", "block_table", "seqlens_q", "seqlens_k",
+                   "total_q", "total_k")
 
 #: What limits an ideal kernel on the row's GPU (`bound`): 'compute' rows lead with TFLOP/s,
 #: 'memory' rows (decode) with GB/s against the measured copy ceiling.

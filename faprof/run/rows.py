@@ -44,7 +44,8 @@ def problem_columns(problem: AttentionProblem) -> dict[str, Any]:
     return {
         **{k: getattr(problem, k) for k in ("B", "H", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale")},
         "Hkv": problem.kv_heads, "mask": problem.mask_name, "layout": problem.layout, "window": js(problem.window),
-        "softcap": problem.softcap, "page_size": problem.page_size, "seqlens_q": js(problem.seqlens_q),
+        "softcap": problem.softcap, "page_size": problem.page_size, "pool_blocks": problem.pool_blocks,
+        "block_table": json.dumps([list(r) for r in problem.block_table]) if problem.block_table else None, "seqlens_q": js(problem.seqlens_q),
         "seqlens_k": js(problem.seqlens_k), "total_q": problem.total_q, "total_k": problem.total_k,
     }
 

@@ -17,6 +17,7 @@ runs eagerly (unfused), which the path says too.
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any
 
 from faprof.model.problem import AttentionProblem
@@ -176,8 +177,11 @@ def flex_fn(q, k, v, causal: bool, scale: float, out=None, attn: AttnArgs | None
     fq, fk, fv = _views(problem, q, k, v)
     st = _state(problem, q, fk.shape[2], attn)
     t0 = time.perf_counter()
-    o = _flex(q.device.type)(fq, fk, fv, score_mod=_score_mod(problem), block_mask=st["block_mask"], scale=scale,
-                             enable_gqa=problem.kv_heads != problem.H)
+    with warnings.catch_warnings():
+        # eager flex on the CPU warns that it is unfused on every call; the row's path says so once
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        o = _flex(q.device.type)(fq, fk, fv, score_mod=_score_mod(problem), block_mask=st["block_mask"],
+                                 scale=scale, enable_gqa=problem.kv_heads != problem.H)
     if st["first_call_s"] is None:
         if q.device.type == "cuda":
             import torch
