@@ -176,7 +176,8 @@ def _short(path: str) -> str:
 
 
 _FILTER_LABELS = {"scenario": "Scenario", "dtype": "dtype", "causal": "Mask", "D": "Head dim D",
-                  "variant": "Variant", "direction": "Direction"}
+                  "variant": "Variant", "direction": "Direction", "Hkv": "KV heads", "mask": "Mask (full name)",
+                  "layout": "Layout", "bound": "Bound"}
 
 
 def _filters(box, df: pd.DataFrame) -> dict[str, list[Any]]:

@@ -86,7 +86,7 @@ def line_chart(y: str, title: str, log_y: bool = True, key: str = "") -> go.Figu
             x=wrong[x], y=wrong[y], mode="markers", name="wrong result",
             marker=dict(symbol="x", size=15, color=ui.STATUS_COLORS["wrong"], line=dict(width=1, color="white")),
             text=wrong["variant"] + ": " + wrong["reason"].fillna(""), hovertemplate="%{text}<extra>wrong</extra>"))
-    if x in ("seq_len", "flops"):
+    if x in ("seq_len", "kv_len", "flops"):
         vals = sorted(d[x].dropna().unique())
         fig.update_xaxes(type="log", tickvals=vals if x == "seq_len" and len(vals) <= 12 else None)
     else:
@@ -101,14 +101,20 @@ def draw(fig: go.Figure | None, key: str, empty: str) -> None:
         ui.show(fig, key=key)
 
 
-st.subheader("Latency and throughput")
+# Memory-bound problems (decode) lead with GB/s, compute-bound ones with TFLOP/s (faprof.analysis.bound_of).
+memory_bound = fd.bound_of(t) == "memory"
+st.subheader("Latency and " + ("bandwidth" if memory_bound else "throughput"))
 c = st.columns(2)
 with c[0]:
     draw(line_chart("median_ms", "Median latency (ms, lower is better)", key="lat"), "variants_latency",
          "No timed rows.")
 with c[1]:
-    draw(line_chart("tflops", "Throughput (TFLOP/s, higher is better)", key="tfl"), "variants_tflops",
-         "No timed rows.")
+    if memory_bound:  # decode: the headline is bytes per second against the measured copy, not TFLOP/s
+        draw(line_chart("gbps", "Achieved bandwidth (GB/s of the minimum traffic: K/V once per KV head)", key="gbs"),
+             "variants_gbps", "No timed rows.")
+    else:
+        draw(line_chart("tflops", "Throughput (TFLOP/s, higher is better)", key="tfl"), "variants_tflops",
+             "No timed rows.")
 if n_failed:
     st.caption(f"{n_failed} failed rows are not on the charts (they have no timing).")
 
@@ -120,7 +126,8 @@ with c[0]:
         ui.hline(fig, 1.0, "baseline = 1x", position="right")
     draw(fig, "variants_speedup", f"No row has a timed {baseline} to compare with.")
 with c[1]:
-    fig = line_chart("pct_peak", "% of the GPU's peak")
+    fig = (line_chart("pct_copy", "% of the measured copy bandwidth (device-to-device copy, read + write)")
+           if memory_bound else line_chart("pct_peak", "% of the GPU's peak"))
     draw(fig, "variants_pct_peak", "No % of peak: these rows ran on the CPU, or the GPU is not in faprof's database.")
     labels = sorted(t["peak_label"].dropna().unique()) if "peak_label" in t else []
     if fig is not None and labels:

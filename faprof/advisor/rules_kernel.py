@@ -344,7 +344,9 @@ def tf32_emulation(lz: Launch, call: Call, ctx: Context) -> Finding | None:
 
 # ------------------------------------------------------------------------------- parallelism
 def too_few_ctas(lz: Launch, call: Call, ctx: Context) -> Finding | None:
-    """A grid with fewer blocks than SMs: the idle SMs' share of the kernel's time."""
+    """A grid with fewer blocks than SMs: the idle SMs' share of the kernel's time. On a memory-bound
+    problem (decode: a few queries against a long KV cache) the evidence adds the bandwidth the call
+    achieved against the measured copy ceiling, and the fix is to split the KV sequence over blocks."""
     grid, sms = lz.grid, lz.sms
     if not (ok(grid) and ok(sms)) or lz.kernel_id in ctx.split_launches:
         return None
@@ -354,6 +356,17 @@ def too_few_ctas(lz: Launch, call: Call, ctx: Context) -> Finding | None:
           f"({pct(grid / sms)} of the SMs busy); {_share_text(lz)}")
     fix = ("put more blocks in the grid: a block per query tile per head (FA2's grid), smaller query tiles, or "
            "split the key loop over blocks (split-KV, as flash-decoding) when B·H·Sq is small")
+    if call.problem("bound") == "memory":
+        gbps, copy = _numf(call.problem("gbps")), _numf(call.problem("copy_gbs"))
+        sk, sq = call.problem("Sk"), call.problem("Sq")
+        got = (f"; the call moves {gbps:.0f} GB/s of the minimum traffic, {pct(gbps / copy)} of the measured copy "
+               f"bandwidth ({copy:.0f} GB/s)" if ok(gbps) and ok(copy) and copy > 0 else "")
+        ev = (f"memory-bound problem (Sq={sq}, Sk={sk}) on a grid of {grid:.0f} blocks for {sms:.0f} SMs: "
+              f"{sms - grid:.0f} SMs never load a byte{got}; {_share_text(lz)}")
+        splits = max(2, math.ceil(T("TOO_FEW_CTAS_PER_SM") * 4 * sms / max(grid, 1.0)))
+        fix = (f"split the KV sequence over blocks (split-KV / flash-decoding): about {splits} splits of the "
+               f"Sk={sk} keys per (sequence, KV head) give every SM several blocks of loads in flight; each split "
+               "writes its partial output and log-sum-exp, and a small combine step rescales and sums them")
     return _f(call, lz, "too_few_ctas", lz.share * (1 - grid / sms), ev, fix, "too_few_ctas")
 
 

@@ -100,6 +100,7 @@ from faprof.analysis.speed import (  # noqa: F401
     COMMON_MIN_SHARE,
     MAX_CONFIGS_FOR_SEQ_AXIS,
     X_AXES,
+    bound_of,
     common_problems,
     default_x_axis,
     error_ratio,

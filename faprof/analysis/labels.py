@@ -5,6 +5,8 @@ Shared by the dashboard (faprof/app) and the reports; nothing here reads a bundl
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -27,6 +29,11 @@ LABELS: dict[str, str] = {
     "pct_measured_ceiling": "% of measured ceiling",
     "gbps": "GB/s (min traffic)",
     "pct_bw": "% of DRAM bandwidth",
+    "pct_copy": "% of the measured copy bandwidth",
+    "copy_gbs": "measured copy bandwidth (GB/s)",
+    "bound": "bound (compute or memory)",
+    "path": "kernel path the library took",
+    "Hkv": "KV heads",
     "speedup": "speedup (x)",
     "baseline_ms": "baseline (ms)",
     "max_abs_err": "max |error|",
@@ -34,6 +41,7 @@ LABELS: dict[str, str] = {
     "rtol": "tolerance (rel)",
     "atol": "tolerance (abs)",
     "seq_len": "sequence length Sq (tokens)",
+    "kv_len": "KV length Sk (tokens)",
     "flops": "FLOPs per call",
     "problem": "problem",
     "config": "problem (without S)",
@@ -123,20 +131,57 @@ def run_title(manifest: dict[str, Any]) -> str:
     return f"{gpu_label(manifest.get('env') or {})} · {(manifest.get('scenario') or {}).get('name', '?')} · {date}"
 
 
+def _present(r: pd.Series | dict[str, Any], col: str) -> Any:
+    v = r.get(col)
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def heads_text(r: pd.Series | dict[str, Any]) -> str:
+    """'H=32' or, for grouped-query heads, 'H=32/8kv' (bundles from before GQA have no Hkv column)."""
+    hkv = _present(r, "Hkv")
+    h = r.get("H")
+    return f"H={h}" if hkv is None or h is None or int(hkv) == int(h) else f"H={h}/{int(hkv)}kv"
+
+
+def mask_text(r: pd.Series | dict[str, Any]) -> str:
+    """' causal', ' causal (bottom-right)', ' causal win 4095,0', ' paged/256', ' varlen 16384 tok' or ''."""
+    mask = _present(r, "mask")
+    words = ""
+    if mask is None:  # a bundle from before masks had names
+        words = " causal" if bool(r.get("causal")) else ""
+    else:
+        m = str(mask)
+        words = (" causal" if m.startswith("causal") else "") + (" (bottom-right)" if "_br" in m or m.endswith("br")
+                                                                 else "")
+        win = _present(r, "window")
+        if win is not None:
+            left, right = json.loads(win) if isinstance(win, str) else win
+            words += f" win {left},{right}"
+    cap = _present(r, "softcap")
+    if cap:
+        words += f" cap {cap:g}"
+    layout = _present(r, "layout")
+    if layout == "varlen":
+        words += f" varlen {_present(r, 'total_q')} tok"
+    elif layout == "paged":
+        words += f" paged/{_present(r, 'page_size')}"
+    return words
+
+
 def problem_label(r: pd.Series | dict[str, Any]) -> str:
-    """'B=4 H=8 S=128 D=64 fp16 causal' (+ ' bwd' for backward rows): a problem, in full."""
+    """'B=4 H=8 S=128 D=64 fp16 causal' (+ ' bwd' for backward rows; Hkv, window, layout where set): a
+    problem, in full."""
     sq, sk = r.get("Sq"), r.get("Sk")
     s = f"S={sq}" if sq == sk else f"Sq={sq} Sk={sk}"
-    mask = " causal" if bool(r.get("causal")) else ""
     d = "" if r.get("direction") in (None, "fwd") else f" {r.get('direction')}"
-    return f"B={r.get('B')} H={r.get('H')} {s} D={r.get('D')} {r.get('dtype')}{mask}{d}"
+    return f"B={r.get('B')} {heads_text(r)} {s} D={r.get('D')} {r.get('dtype')}{mask_text(r)}{d}"
 
 def config_label(r: pd.Series | dict[str, Any]) -> str:
     """A problem without its sequence length: 'B=1 H=2 D=32 fp32 causal' (one line of a chart; the mask
     is always named, 'full' or 'causal', so two lines that differ by it have distinct names)."""
-    mask = "causal" if bool(r.get("causal")) else "full"
+    mask = mask_text(r).strip() or "full"
     d = "" if r.get("direction") in (None, "fwd") else f" {r.get('direction')}"
-    return f"B={r.get('B')} H={r.get('H')} D={r.get('D')} {r.get('dtype')} {mask}{d}"
+    return f"B={r.get('B')} {heads_text(r)} D={r.get('D')} {r.get('dtype')} {mask}{d}"
 
 
 def problem_order(df: pd.DataFrame) -> list[str]:

@@ -177,13 +177,14 @@ def _add_display_columns(df: pd.DataFrame) -> pd.DataFrame:
     df["problem"] = [problem_label(r) for r in df.to_dict("records")]
     df["config"] = [config_label(r) for r in df.to_dict("records")]
     df["seq_len"] = pd.to_numeric(df["Sq"], errors="coerce")
+    df["kv_len"] = pd.to_numeric(df["Sk"], errors="coerce")
     if "flops" not in df:
         df["flops"] = np.nan
     return df
 
 
 # ----------------------------------------------------------------------------------- filters
-FILTER_COLUMNS = ("scenario", "dtype", "causal", "D", "variant", "direction")
+FILTER_COLUMNS = ("scenario", "dtype", "causal", "D", "variant", "direction", "Hkv", "mask", "layout", "bound")
 """The sidebar's filters, by measurement column."""
 
 

@@ -109,9 +109,11 @@ def line_series(df: pd.DataFrame, x: str, config_col: str = "config") -> pd.Seri
     Returns:
         A label per row ('' when every row of a variant may share one line), e.g. 'bwd', 'fp32 · fwd'.
     """
-    cols = [c for c in ("direction", "dtype") if c in df and df[c].nunique() > 1]
-    if x == "seq_len" and config_col in df and df[config_col].nunique() > 1:
+    cols = [c for c in ("direction", "dtype", "layout") if c in df and df[c].nunique() > 1]
+    if x in ("seq_len", "kv_len") and config_col in df and df[config_col].nunique() > 1:
         cols.append(config_col)
+    if x == "kv_len" and "seq_len" in df and df["seq_len"].nunique() > 1:
+        cols.append("seq_len")  # decode: one line per number of new tokens (Sq), over the cache length
     if not cols:
         return pd.Series("", index=df.index, dtype=object)
     return df[cols].astype(str).agg(" · ".join, axis=1)
@@ -210,8 +212,18 @@ def _finite(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
+def bound_of(df: pd.DataFrame) -> str:
+    """'memory' when every timed row with a bound is memory-bound (decode: chart GB/s against the copy
+    ceiling), else 'compute' (old bundles have no bound column: compute)."""
+    if df.empty or "bound" not in df:
+        return "compute"
+    bounds = set(df["bound"].dropna())
+    return "memory" if bounds == {"memory"} else "compute"
+
+
 X_AXES = {
     "sequence length": "seq_len",
+    "KV length Sk": "kv_len",
     "problem (ordered by FLOPs)": "problem",
     "FLOPs per call": "flops",
 }
@@ -232,9 +244,11 @@ def default_x_axis(df: pd.DataFrame) -> str:
     t = timed(df)
     if t.empty or "config" not in t:
         return "sequence length"
+    if "kv_len" in t and t["seq_len"].nunique() < t["kv_len"].nunique():
+        return "KV length Sk"  # decode: a few new tokens against caches of many lengths
     if t["config"].nunique() > MAX_CONFIGS_FOR_SEQ_AXIS:
         return "problem (ordered by FLOPs)"
-    keys = [c for c in ("run_id", "variant", "config", "seq_len") if c in t]
+    keys = [c for c in ("run_id", "variant", "config", "seq_len", "kv_len") if c in t]
     return "sequence length" if not t.duplicated(keys).any() else "problem (ordered by FLOPs)"
 
 

@@ -1,5 +1,6 @@
 """The first screen: per block of comparable rows, what is fastest against what, and one table of every
-variant against the baseline (median with its CI, ratio, TFLOP/s, % of peak, status), the way the
+variant against the baseline (median with its CI, ratio, TFLOP/s and % of peak — or, for memory-bound
+problems such as decode, GB/s and % of the measured copy bandwidth — and status), the way the
 hand-written reports put "ours vs SDPA" in one table.
 
 Every sentence names only what ran: a baseline without timings is called missing (with its row's
@@ -35,6 +36,36 @@ def _peak_words(r: pd.Series) -> str:
         return ""
     label = str(r.get("peak_label") or "").replace(" (datasheet)", "")
     return f", {f.pct(r.get('pct_peak'))}% of the {label + ' ' if label else ''}peak"
+
+
+def memory_bound(block: Block) -> bool:
+    """Whether the block's problems are memory-bound (decode): its headline is then GB/s against the
+    measured copy ceiling, not TFLOP/s. Bundles from before rows had a bound are compute-bound."""
+    if "bound" not in block.rows.columns:
+        return False
+    bounds = set(block.rows["bound"].dropna())
+    return bounds == {"memory"}
+
+
+def rate_words(r: pd.Series, memory: bool) -> str:
+    """'2.83 TB/s, 94% of the measured copy' (memory-bound) or '575 TFLOP/s, 58% of the ... peak'."""
+    if memory:
+        if f.missing(r.get("gbps")):
+            return ""
+        pct = r.get("pct_copy")
+        of = f", {f.pct(pct)}% of the measured copy bandwidth" if not f.missing(pct) else (
+            f", {f.pct(r.get('pct_bw'))}% of the datasheet DRAM bandwidth" if not f.missing(r.get("pct_bw")) else "")
+        return f"{f.sig(r.get('gbps'))} GB/s{of}"
+    return f"{f.sig(r.get('tflops'))} TFLOP/s{_peak_words(r)}" if not f.missing(r.get("tflops")) else ""
+
+
+def rate_cells(r: pd.Series | None, memory: bool) -> dict[str, str]:
+    """The two rate columns of a table row: GB/s and % of copy (memory-bound) or TFLOP/s and % of peak."""
+    if memory:
+        return {"GB/s": f.sig(r.get("gbps")) if r is not None else f.MISSING,
+                "% of copy": f.pct(r.get("pct_copy")) if r is not None else f.MISSING}
+    return {"TFLOP/s": f.sig(r.get("tflops")) if r is not None else f.MISSING,
+            "% of peak": f.pct(r.get("pct_peak")) if r is not None else f.MISSING}
 
 
 def _baseline_words(block: Block) -> tuple[str, str]:
@@ -76,7 +107,7 @@ def headline(block: Block) -> list[str]:
         sentence += f"; geometric means over the {n} shapes"
     big = largest_shape(block, name)
     if big is not None:
-        rate = f"{f.sig(big.get('tflops'))} TFLOP/s{_peak_words(big)}" if not f.missing(big.get("tflops")) else ""
+        rate = rate_words(big, memory_bound(block))
         where = "at the largest shape, " if n > 1 else "at "
         sentence += f"; {where}{shape_label(big)}, {f.ms(big['median_ms'])} ms" + (f" ({rate})." if rate else ".")
     return [*lines, sentence + (" " + base_note if base_note else ""), ""]
@@ -144,8 +175,7 @@ def summary_table(block: Block) -> str:
             "variant": name,
             f"ms at {big_label} (95% CI)": f"{_with_ci(a)}{mark}" if a is not None else f.MISSING,
             f"vs {ref} (range)": f"{f.ratio(x['score'])}{rng}",
-            "TFLOP/s": f.sig(a.get("tflops")) if a is not None else f.MISSING,
-            "% of peak": f.pct(a.get("pct_peak")) if a is not None else f.MISSING,
+            **rate_cells(a, memory_bound(block)),
             "status": _status_cell(block, x),
         })
     return rt.md_table(pd.DataFrame(rows))
@@ -173,8 +203,7 @@ def focus_table(block: Block, focus: str) -> str:
         fast = rivals.iloc[0] if not rivals.empty else None
         row["fastest other (ms)"] = f"{fast['variant']} ({f.ms(fast['median_ms'])})" if fast is not None else f.MISSING
         row["vs it"] = f.ratio(fast["median_ms"] / r["median_ms"]) if fast is not None and is_timed else f.MISSING
-        row["TFLOP/s"] = f.sig(r.get("tflops"))
-        row["% of peak"] = f.pct(r.get("pct_peak"))
+        row.update(rate_cells(r, memory_bound(block)))
         row["status"] = str(r["status"]) + (f": {f.md(r.get('reason'))}" if r["status"] not in ("ok", "wrong") else "")
         rows.append(row)
     return rt.md_table(pd.DataFrame(rows))

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from faprof.analysis import core as analysis
+from faprof.analysis import labels
 from faprof.model import schema
 from faprof.report import fmt as f
 
@@ -31,10 +32,11 @@ def md_table(df: pd.DataFrame) -> str:
 
 
 def shape(r: Any, dtype: bool = True) -> str:
-    """'B=16 H=8 S=512 D=64 fp16 causal' (direction added when not forward)."""
+    """'B=16 H=8 S=512 D=64 fp16 causal' (direction added when not forward; KV heads, window and layout
+    where the problem has them)."""
     s = f"S={r['Sq']}" if r["Sq"] == r["Sk"] else f"Sq={r['Sq']} Sk={r['Sk']}"
-    extra = (" causal" if bool(r["causal"]) else "") + ("" if r["direction"] == "fwd" else f" {r['direction']}")
-    return f"B={r['B']} H={r['H']} {s} D={r['D']}" + (f" {r['dtype']}" if dtype else "") + extra
+    extra = labels.mask_text(r) + ("" if r["direction"] == "fwd" else f" {r['direction']}")
+    return f"B={r['B']} {labels.heads_text(r)} {s} D={r['D']}" + (f" {r['dtype']}" if dtype else "") + extra
 
 
 def _get(r: Any, col: str) -> Any:
