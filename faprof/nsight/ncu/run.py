@@ -20,6 +20,7 @@ here; `collect` runs it in named steps (resolve, run, check, read, record, learn
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -439,6 +440,8 @@ def _record_ok(
 def _learn_costs(s: _Session, result: NcuRun, counts: dict[str, int]) -> None:
     """Keep what the session cost on this GPU for the next plan; warn when no kernel was in faprof's ranges."""
     spk, overhead = ncu_plan.measured_costs(result.prof_times, result.wall_s)
+    if os.environ.get("FAPROF_NCU_PART"):  # one GPU's part of a fan-out: its pace was shared with the others
+        spk = overhead = None
     # kernels per call are learned only from sessions without a kernel regex (it hides kernels)
     per, names = (
         _kernels_per_pair(s.bundle.read("ncu_summary"), s.settings.iters)
