@@ -105,3 +105,13 @@ def test_a_part_does_not_teach_the_cost_cache_its_pace(monkeypatch, tmp_path):
     ncu_run._learn_costs(S, result, {"ncu_summary": 2})
     g = ncu_plan.load_costs(path)["gpus"]["NVIDIA H100 80GB HBM3"]
     assert g["sets"]["faprof"]["seconds_per_kernel"] == 2.0
+
+
+def test_faprof_ncu_refuses_bad_gpus_in_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from faprof.cli import main
+
+    res = CliRunner().invoke(main, ["ncu", str(tmp_path / "no-run"), "--gpus", "first"])
+    assert res.exit_code == 2 and "comma-separated GPU indices" in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1
