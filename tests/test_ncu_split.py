@@ -115,3 +115,60 @@ def test_faprof_ncu_refuses_bad_gpus_in_one_line(tmp_path):
     res = CliRunner().invoke(main, ["ncu", str(tmp_path / "no-run"), "--gpus", "first"])
     assert res.exit_code == 2 and "comma-separated GPU indices" in res.output, res.output
     assert len(res.output.strip().splitlines()) == 1
+
+
+def test_fan_out_end_to_end_with_a_stand_in_ncu(tmp_path, monkeypatch):
+    """`collect_ncu` over two 'GPUs' on this CPU machine: the stand-in ncu of test_ncu_collect (it
+    prints ncu's progress lines and copies a report recorded on an H100) runs in each part process;
+    the plan names both GPUs, each part gets its own TMPDIR (or the shared one), and the record
+    keeps each part's profiling window."""
+    import gzip
+    import sys
+
+    from test_ncu_collect import DATA, FAKE_NCU, GPU, _fake_exe, _reader
+
+    from faprof import run as runner
+    from faprof.model.scenarios import load_scenario
+    from faprof.run import fanout
+    from faprof.store import Bundle
+
+    _reader()
+    report = tmp_path / "fa_basic.ncu-rep"
+    report.write_bytes(gzip.decompress((DATA / "fa_basic.ncu-rep.gz").read_bytes()))
+    exe = _fake_exe(tmp_path / "bin" / "ncu")
+    # the stand-in also notes the TMPDIR it ran with (where a real ncu keeps nsight-compute-lock)
+    anchor = 'with open(os.environ["FAKE_NCU_ARGS"], "w") as f:'
+    assert anchor in FAKE_NCU
+    exe.write_text(FAKE_NCU.format(py=sys.executable).replace(anchor, (
+        "open(os.path.join(os.environ['FAKE_TMP_LOG'], str(os.getpid())), 'w').write(os.environ.get('TMPDIR', ''))\n"
+        + anchor)))
+    (tmp_path / "tmplog").mkdir()
+    for k, v in {"NCU": str(exe), "FAKE_NCU_ARGS": str(tmp_path / "args.json"), "FAKE_NCU_REPORT": str(report),
+                 "FAPROF_CACHE": str(tmp_path / "cache"), "FAKE_NCU_PLAN": str(DATA / "fa_basic_plan.json"),
+                 "FAKE_TMP_LOG": str(tmp_path / "tmplog"), "TMPDIR": str(tmp_path / "parent_tmp")}.items():
+        monkeypatch.setenv(k, v)
+    (tmp_path / "parent_tmp").mkdir()
+    scenario = load_scenario("smoke")
+    opts = runner.ProfileOptions(variants=["cpu_ref", "naive", "fa2"], out_dir=tmp_path / "runs")
+    msgs: list[str] = []
+    for mode in ("per-gpu", "shared"):
+        monkeypatch.setenv("FAPROF_NCU_LOCK", mode)
+        b = Bundle.create(tmp_path / "runs" / mode, "smoke", GPU, {
+            "scenario": {"name": "smoke", "raw": scenario.raw}, "env": {"gpu_name": GPU, "cc": "9.0"},
+            "settings": {"variants": ["cpu_ref", "naive", "fa2"], "user_variants": []}})
+        b.append_measurement({"variant": "fa2", "shape_id": "s", "status": "ok", "median_ms": 1.0})
+        fanout.collect_ncu(b, scenario, opts, "basic", lambda e, i: msgs.append(i.get("message", "")), True, [0, 1])
+        rec = b.manifest()["ncu"]
+        assert rec["gpus"] == [0, 1] and rec["fanout"]["lock"] == mode
+        assert set(rec["fanout"]["windows_s"]) == {"0", "1"} and all(rec["fanout"]["kernels_by_gpu"].values())
+        assert "expected_s" in rec["fanout"] and rec["fanout"]["overlap_s"] >= 0
+        tmps = sorted(p.read_text() for p in (tmp_path / "tmplog").iterdir())
+        if mode == "per-gpu":
+            assert tmps == [str(b.raw_dir() / "ncu.gpu0" / "tmp"), str(b.raw_dir() / "ncu.gpu1" / "tmp")]
+        else:
+            assert tmps == [str(tmp_path / "parent_tmp")] * 2
+        for p in (tmp_path / "tmplog").iterdir():
+            p.unlink()
+    assert any(m.startswith("ncu fan-out over GPUs 0, 1:") for m in msgs)
+    assert any("if the GPUs profile at once" in m for m in msgs)
+    assert any(m.startswith("ncu fan-out: ") and "overlapped" in m for m in msgs)
