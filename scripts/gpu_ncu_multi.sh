@@ -109,7 +109,7 @@ if has ncu && [ -n "$B" ]; then
     ratio=$($PY -c 'import sys; print(f"{float(sys.argv[1]) / float(sys.argv[2]):.2f}")' "$w" "$one" 2>/dev/null || echo n/a)
     fan=""
     if [ "$tag" != 1gpu ]; then
-      fan="overlap $(ncu_field "$B" fanout.overlap_s) s, windows $(ncu_field "$B" fanout.windows_s), kernels by GPU $(ncu_field "$B" fanout.kernels_by_gpu), predicted $(ncu_field "$B" fanout.expected_s), closer to $(ncu_field "$B" fanout.closer_to)"
+      fan="overlap $(ncu_field "$B" fanout.overlap_s) s, windows $(ncu_field "$B" fanout.windows_s), kernels by GPU $(ncu_field "$B" fanout.kernels_by_gpu), s/kernel by GPU $(ncu_field "$B" fanout.seconds_per_kernel_by_gpu) = $(ncu_field "$B" fanout.pace_vs_one)x one GPU's, predicted $(ncu_field "$B" fanout.expected_s), closer to $(ncu_field "$B" fanout.closer_to)"
     fi
     summary+=("ncu $tag (GPUs $gpus, lock $lock): exit $rc, ncu.wall_s ${w} s (command ${cmd_s} s), ${k} kernels, status $(ncu_field "$B" status), x1 GPU ${ratio}; $fan")
     cp "$B/manifest.json" "$OUT/logs/manifest_$tag.json"

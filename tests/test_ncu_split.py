@@ -69,6 +69,19 @@ def test_overlap_of_profiling_windows():
     assert "overlapped 0.0 s" in line and "closer to serialized" in line
 
 
+def test_pace_tells_turn_taking_from_parallel_profiling():
+    """Two windows open over the same 10 s: at one GPU's pace (1 s per kernel) they profiled at
+    once; at twice it, they took turns kernel by kernel although the windows overlap."""
+    both = {0: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 1: [0.5 + i for i in range(11)]}
+    c = ncu_split.concurrency(both, 12.0, None, seconds_per_kernel=1.0)
+    assert c["windows"] == "overlapping" and c["pace_vs_one"] == 1.0
+    turns = {0: [2 * i for i in range(6)], 1: [2 * i + 1 for i in range(6)]}
+    c = ncu_split.concurrency(turns, 12.0, None, seconds_per_kernel=1.0)
+    assert c["windows"] == "overlapping" and c["pace_vs_one"] == 2.0
+    assert "2.00x one GPU's" in ncu_split.summary_line(c, 12.0)
+    assert "pace_vs_one" not in ncu_split.concurrency(turns, 12.0, None)  # no measured pace: not claimed
+
+
 def test_a_part_does_not_teach_the_cost_cache_its_pace(monkeypatch, tmp_path):
     """A fanned-out part shares the machine with the other parts: its seconds per kernel would make
     the next one-GPU plan wrong, so it records kernels per pair only."""

@@ -122,7 +122,9 @@ def collect_ncu(bundle: Any, scenario: Any, options: Any, ncu_set: str, progress
     times: dict[int, list[float]] = {}
     done = _run_parts(bundle, "ncu", specs, progress, t0, {"set": ncu_set}, lock=mode, times=times)
     wall = time.perf_counter() - t0
-    conc = {"lock": mode, "split": [asdict(p) for p in parts], **ncu_split.concurrency(times, wall, expected)}
+    one_pace = nplan.seconds_per_kernel if nplan.eta_source.startswith("measured") else None
+    conc = {"lock": mode, "split": [asdict(p) for p in parts],
+            **ncu_split.concurrency(times, wall, expected, one_pace)}
     merge_parts(bundle, done, ncu_set, wall, progress, fanout=conc)
 
 

@@ -6,9 +6,11 @@ GPU's ncu process its own TMPDIR, hence its own lock file (`FAPROF_NCU_LOCK=per-
 `FAPROF_NCU_LOCK=shared` leaves every part on this process's TMPDIR, one lock file, as two ncu
 commands typed by hand would be: the parts then take turns, kernel by kernel. Whether the GPUs do
 profile at once is measured on every fanned-out run: each part's profiled-kernel times (as its
-progress lines arrive here) give its profiling window, and the record says how long two or more
-windows were open at once and how the stage compares with the plan's two predictions (all parts
-at once, or one kernel at a time).
+progress lines arrive here) give its profiling window and its seconds per kernel; the record says
+how long two or more windows were open at once, each part's pace against one ncu process's on this
+GPU (from the cost cache: about 1x when the GPUs profiled at once, about Nx when N parts took turns
+kernel by kernel, which overlapping windows alone cannot show), and how the stage compares with the
+plan's two predictions (all parts at once, or one kernel at a time).
 
 The split weighs each (variant, shape) pair by the kernels it is expected to profile (kernels per
 call seen on this GPU before, from the ncu cost cache; 1 where unknown), so the parts end together
@@ -18,6 +20,7 @@ rather than holding the same number of pairs.
 from __future__ import annotations
 
 import os
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -146,9 +149,15 @@ def overlap_s(wins: Mapping[int, tuple[float, float]]) -> float:
     return total
 
 
-def concurrency(times: Mapping[int, Sequence[float]], wall_s: float, expected: Mapping[str, float] | None) -> dict[str, Any]:
-    """What the parts did together: their windows, the seconds two or more profiled at once, and the
-    stage's wall time against the two predictions (`closer_to`: the nearer one, when predicted)."""
+def concurrency(times: Mapping[int, Sequence[float]], wall_s: float, expected: Mapping[str, float] | None,
+                seconds_per_kernel: float | None = None) -> dict[str, Any]:
+    """What the parts did together: their windows, the seconds two or more profiled at once, each
+    part's seconds per kernel, and the stage's wall time against the two predictions.
+
+    Overlapping windows alone do not show that the GPUs profiled at once: a lock taken per kernel
+    lets both processes advance in turn. `seconds_per_kernel` (one ncu process's pace on this GPU,
+    from the cost cache) tells the two apart: `pace_vs_one` near 1, each part kept one GPU's pace
+    (they profiled at once); near the number of parts, they took turns kernel by kernel."""
     wins = windows(times)
     ov = overlap_s(wins)
     out: dict[str, Any] = {
@@ -156,6 +165,11 @@ def concurrency(times: Mapping[int, Sequence[float]], wall_s: float, expected: M
         "overlap_s": round(ov, 2),
         "kernels_by_gpu": {str(g): len(ts) for g, ts in times.items()},
     }
+    pace = {g: (wins[g][1] - wins[g][0]) / (len(ts) - 1) for g, ts in times.items() if len(ts) >= 2}
+    if pace:
+        out["seconds_per_kernel_by_gpu"] = {str(g): round(v, 3) for g, v in pace.items()}
+        if seconds_per_kernel:
+            out["pace_vs_one"] = round(statistics.median(pace.values()) / seconds_per_kernel, 2)
     if len(wins) >= 2:
         span = max(b for _, b in wins.values()) - min(a for a, _ in wins.values())
         out["windows"] = "serial" if span <= 0 or ov < SERIAL_OVERLAP_SHARE * span else "overlapping"
@@ -168,6 +182,8 @@ def concurrency(times: Mapping[int, Sequence[float]], wall_s: float, expected: M
 def summary_line(c: Mapping[str, Any], wall_s: float) -> str:
     """One log line from `concurrency`'s record."""
     line = f"ncu fan-out: {wall_s:.1f} s; profiling windows overlapped {c.get('overlap_s', 0):.1f} s"
+    if "pace_vs_one" in c:
+        line += f"; seconds per kernel {c['pace_vs_one']:.2f}x one GPU's"
     if "expected_s" in c:
         e = c["expected_s"]
         line += (f"; predicted {e['parallel']:.0f} s at once / {e['serial']:.0f} s serialized: "
