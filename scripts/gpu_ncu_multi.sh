@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The ncu stage on one GPU and on two (issue 34 item 6). Needs a machine with two GPUs; about 6-7
+# The ncu stage on one GPU and on two (issue 34 item 6). Needs a machine with two GPUs; about 5-6
 # minutes on two H100s for l4_causal. Writes logs and a small tarball under $OUT, prints a table last.
 #
 #   bash scripts/gpu_ncu_multi.sh [stage ...]    stages: docs probe timing ncu (default: all)
@@ -37,6 +37,26 @@ ncu_field() {  # BUNDLE dotted.key -> value from the manifest's ncu record
   $PY -c "import json,sys; m=json.load(open(sys.argv[1]+'/manifest.json')).get('ncu') or {}
 for k in sys.argv[2].split('.'): m = m.get(k) if isinstance(m, dict) else None
 print(m)" "$1" "$2"
+}
+compare_counters() {  # A.parquet B.parquet -> matched rows, median relative difference per counter
+  $PY - "$1" "$2" <<'EOF'
+import sys
+import pandas as pd
+try:
+    a, b = (pd.read_parquet(p) for p in sys.argv[1:3])
+except Exception as e:  # a missing table says so in the row
+    print(f"not compared ({type(e).__name__}: {e})")
+    sys.exit(0)
+m = a.merge(b, on=["variant", "shape_id", "launch", "kernel"], suffixes=("_1", "_2"))
+parts = []
+for c in ("duration_ms", "dram_bytes", "hw_flops", "sm_throughput_pct", "achieved_occupancy_pct", "l2_hit_rate_pct"):
+    if f"{c}_1" in m and f"{c}_2" in m:
+        x, y = pd.to_numeric(m[f"{c}_1"], errors="coerce"), pd.to_numeric(m[f"{c}_2"], errors="coerce")
+        rel = ((y - x).abs() / x.abs()).where(x.abs() > 0).dropna()
+        if len(rel):
+            parts.append(f"{c} {100 * rel.median():.1f}% (max {100 * rel.max():.1f}%)")
+print(f"{len(m)} of {len(a)} / {len(b)} rows matched; median |diff|: " + ", ".join(parts))
+EOF
 }
 nvidia-smi -L 2>&1 | head -4
 command -v ncu && ncu --version 2>&1 | tail -1
@@ -76,7 +96,7 @@ fi
 
 if has probe; then
   t=$(now)
-  timeout ${PROBE_TIMEOUT:-150} $PY scripts/ncu_lock_probe.py --out "$OUT/probe" --gpus "$GPU_PAIR" \
+  timeout ${PROBE_TIMEOUT:-100} $PY scripts/ncu_lock_probe.py --out "$OUT/probe" --gpus "$GPU_PAIR" \
     --kernels ${PROBE_KERNELS:-60} 2>&1 | tee "$OUT/logs/probe.log" | tail -12
   summary+=("probe ($(since "$t") s):")
   while IFS= read -r l; do summary+=("$l"); done < <(grep -E "^  (one|shared|separate) " "$OUT/logs/probe.log")
@@ -87,7 +107,7 @@ if has timing || has ncu; then
 fi
 if has timing; then
   t=$(now)
-  timeout ${TIMING_TIMEOUT:-150} $FP profile --scenario "$SCN" --gpus "$GPU_PAIR" --out "$OUT/runs/base" \
+  timeout ${TIMING_TIMEOUT:-100} $FP profile --scenario "$SCN" --gpus "$GPU_PAIR" --out "$OUT/runs/base" \
     --allow-failures > "$OUT/logs/timing.log" 2>&1
   summary+=("timing $SCN --gpus $GPU_PAIR: exit $?, $(since "$t") s, $(grep '^status:' "$OUT/logs/timing.log" | tail -1)")
 fi
@@ -99,7 +119,7 @@ if has ncu && [ -n "$B" ]; then
   for case in "1gpu:$first:per-gpu" "2gpu:$GPU_PAIR:per-gpu" "2gpu-shared:$GPU_PAIR:shared"; do
     IFS=: read -r tag gpus lock <<< "$case"
     t=$(now)
-    FAPROF_NCU_LOCK=$lock timeout ${NCU_TIMEOUT:-150} $FP ncu "$B" --gpus "$gpus" --source off \
+    FAPROF_NCU_LOCK=$lock timeout ${NCU_TIMEOUT:-110} $FP ncu "$B" --gpus "$gpus" --source off \
       > "$OUT/logs/ncu_$tag.log" 2>&1
     rc=$?
     cmd_s=$(since "$t")
@@ -113,6 +133,12 @@ if has ncu && [ -n "$B" ]; then
     fi
     summary+=("ncu $tag (GPUs $gpus, lock $lock): exit $rc, ncu.wall_s ${w} s (command ${cmd_s} s), ${k} kernels, status $(ncu_field "$B" status), x1 GPU ${ratio}; $fan")
     cp "$B/manifest.json" "$OUT/logs/manifest_$tag.json"
+    cp "$B/ncu_summary.parquet" "$OUT/logs/ncu_summary_$tag.parquet" 2>/dev/null
+  done
+  # Safe to profile two GPUs at once? The same kernels' counters from each 2-GPU session against the
+  # 1-GPU session's: matched rows and the median relative difference of a few counters.
+  for tag in 2gpu 2gpu-shared; do
+    summary+=("counters $tag vs 1gpu: $(compare_counters "$OUT/logs/ncu_summary_1gpu.parquet" "$OUT/logs/ncu_summary_$tag.parquet")")
   done
 fi
 tar czf "$OUT/ncu_multi_bundle.tgz" -C "$OUT/runs" --exclude='*.ncu-rep' base 2>/dev/null
