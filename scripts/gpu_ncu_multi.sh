@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The ncu stage on one GPU and on two (issue 34 item 6). Needs a machine with two GPUs; about 5-6
+# The ncu stage on one GPU and on two (issue 34 item 6). Needs a machine with two GPUs; an estimated 5-6
 # minutes on two H100s for l4_causal. Writes logs and a small tarball under $OUT, prints a table last.
 #
 #   bash scripts/gpu_ncu_multi.sh [stage ...]    stages: docs probe timing ncu (default: all)
