@@ -189,10 +189,11 @@ def _print_profile_outcome(bundle: Any, notices: list[str], allow_failures: bool
               help="Source-line pass after the set: each variant's dominant kernel, every profiled kernel, or none.")
 @click.option("--cache-control", "ncu_cache_control", type=click.Choice(["all", "none"]), help="ncu --cache-control (default all).")
 @click.option("--clock-control", "ncu_clock_control", type=click.Choice(["none", "base"]), help="ncu --clock-control (default none).")
+@click.option("--gpus", "gpus", help="Profile on these GPUs of this machine, one ncu process each: 'all' or indices, e.g. 0,1.")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
 def ncu_cmd(run: str, ncu_set: str, ncu_variants: str | None, ncu_shapes: str | None, ncu_kernel: str | None,
             ncu_launches: int | None, ncu_source: str, ncu_cache_control: str | None, ncu_clock_control: str | None,
-            runs_dir: Path) -> None:
+            gpus: str | None, runs_dir: Path) -> None:
     """Run Nsight Compute alone on a run bundle (finished or interrupted); its timing rows stay as they are.
 
     Prints the plan (kernels, passes, estimated time) first, then writes ncu_metrics, ncu_summary,
@@ -208,8 +209,11 @@ def ncu_cmd(run: str, ncu_set: str, ncu_variants: str | None, ncu_shapes: str | 
     from faprof.model.scenarios import parse_scenario
     from faprof.nsight.ncu.run import NcuOptions, rerun, this_gpu
     from faprof.nsight.ncu.source_run import collect_source
+    from faprof.run import fanout
+    from faprof.run.pool import parse_gpus
     from faprof.store import resolve_run
 
+    gpu_list = parse_gpus(gpus)
     bundle = resolve_run(run, runs_dir)
     if not this_gpu()[0]:  # before the bundle's user kernels are built for a GPU that is not there
         raise FaprofError("no CUDA GPU visible here: Nsight Compute needs the GPU the bundle was measured on "
@@ -225,11 +229,15 @@ def ncu_cmd(run: str, ncu_set: str, ncu_variants: str | None, ncu_shapes: str | 
             console.print(info.get("message", ""), markup=False, soft_wrap=True,
                           style="yellow" if event == "warning" else None)
 
+    def over_gpus(b: Any, scenario: Any, o: Any, st: str, progress: Any, cuda_ok: bool) -> None:
+        fanout.collect_ncu(b, scenario, o, st, progress, cuda_ok, gpu_list or [])  # one GPU: ncu pinned to it
+
     try:
-        rec = rerun(bundle, ncu_set, opts, on)
+        rec = rerun(bundle, ncu_set, opts, on, stage=over_gpus if gpu_list else None)
         if rec.get("status") == "ok":
             scenario = parse_scenario(bundle.manifest()["scenario"]["raw"], f"{bundle.path}/manifest.json scenario")
-            collect_source(bundle, scenario, opts, ncu_source, on)
+            with fanout.pinned(gpu_list[0] if gpu_list else None):
+                collect_source(bundle, scenario, opts, ncu_source, on)
             rec = bundle.manifest().get("ncu", rec)
     except KeyboardInterrupt:
         rec = ncu_record(bundle.path)

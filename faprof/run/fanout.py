@@ -2,7 +2,7 @@
 
 `faprof profile --ncu --gpus 0,1` plans the session as on one GPU, splits the planned
 (variant, shape) pairs into one part per GPU (by shape when there are enough shapes, else by
-variant; balanced by pair count), and runs each part in its own process
+variant; balanced by the kernels each pair is expected to profile: `faprof.run.ncu_split`), and runs each part in its own process
 (`python -m faprof.run.fanout PART.json`) with `CUDA_VISIBLE_DEVICES=<index>`: that process calls the
 single-GPU entry point `faprof.nsight.ncu.run.collect` on a scratch bundle under
 `raw/ncu.gpu<i>/` with the part's `--ncu-shapes`/`--ncu-variants`. When every part has returned,
@@ -16,7 +16,10 @@ capture each (`faprof.nsight.nsys.collect` on a scratch bundle under `raw/nsys.g
 parts' nsys_kernels / nsys_summary rows are concatenated and their raw files kept as
 `raw/nsys.gpu<i>.*`. (Times in nsys_kernels are on each capture's own clock.)
 
-Each part gets its own TMPDIR, so the tools' instances do not share temporary files.
+Each part gets its own TMPDIR, so the tools' instances do not share temporary files, and each ncu
+its own `TMPDIR/nsight-compute-lock` (ncu's lock between profiling processes;
+`FAPROF_NCU_LOCK=shared` keeps one for all, for comparison). The ncu record's `fanout` says what
+the parts did together (`faprof.run.ncu_split.concurrency`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -44,32 +48,14 @@ from faprof.nsight.ncu import plan as ncu_plan
 from faprof.nsight.ncu import run as ncu_run
 from faprof.nsight.ncu.command import NcuSettings
 from faprof.nsight.ncu.run import TABLES
+from faprof.run import ncu_split
 from faprof.run.options import ProfileOptions
 from faprof.store import Bundle
 
 
 def split_pairs(pairs: Sequence[tuple[str, str]], n: int) -> list[tuple[list[str], list[str]]]:
-    """Split (variant, shape_id) pairs into at most `n` parts of (variants, shapes) selectors.
-
-    By shape when there are at least `n` shapes (each part: every variant, some shapes), else by
-    variant; greedy by pair count, so the parts hold about as many pairs each. Every pair is in
-    exactly one part's variants x shapes."""
-    variants = list(dict.fromkeys(v for v, _ in pairs))
-    shapes = list(dict.fromkeys(s for _, s in pairs))
-    by_shape = len(shapes) >= n or len(variants) < 2
-    keys = shapes if by_shape else variants
-    weight = {k: sum(1 for v, s in pairs if (s if by_shape else v) == k) for k in keys}
-    bins: list[list[str]] = [[] for _ in range(min(n, len(keys)))]
-    loads = [0] * len(bins)
-    for k in sorted(keys, key=lambda k: -weight[k]):
-        i = loads.index(min(loads))
-        bins[i].append(k)
-        loads[i] += weight[k]
-    out = []
-    for b in bins:
-        chosen = [k for k in keys if k in b]  # scenario order inside a part
-        out.append((variants, chosen) if by_shape else (chosen, shapes))
-    return [p for p in out if p[0] and p[1]]
+    """Split (variant, shape_id) pairs into at most `n` parts, each pair weighing 1 (`ncu_split.split_weighted`)."""
+    return ncu_split.split_weighted(pairs, n)
 
 
 def _part_options(options: Any, variants: list[str], shapes: list[str]) -> dict[str, Any]:
@@ -112,20 +98,34 @@ def collect_ncu(bundle: Any, scenario: Any, options: Any, ncu_set: str, progress
     if not cuda_ok or len(gpus) < 2:
         return single()
     try:
+        mode = ncu_split.lock_mode()
+    except FaprofError as e:
+        progress("warning", {"message": f"{e}; using {ncu_split.DEFAULT_LOCK_MODE}"})
+        mode = ncu_split.DEFAULT_LOCK_MODE
+    try:
         settings = NcuSettings.resolve(options, scenario, ncu_set)
-        nplan = ncu_plan.plan_for(scenario, options, ncu_set, settings)
+        gpu_name = (bundle.manifest().get("env") or {}).get("gpu_name")
+        nplan = ncu_plan.plan_for(scenario, options, ncu_set, settings, gpu=gpu_name)
     except FaprofError:
         return single()  # the single-GPU stage records the same error the user would see there
-    parts = split_pairs(nplan.pairs, len(gpus))
+    seen = ncu_plan.load_costs()["gpus"].get(gpu_name or "", {}).get("pairs", {})
+    weights = ncu_split.pair_weights(nplan.pairs, nplan.calls, seen)
+    parts = ncu_split.plan_parts(nplan.pairs, gpus, weights)
     if len(parts) < 2:
         return single()
     t0 = time.perf_counter()
-    progress("nsight", {"message": f"ncu: {len(nplan.pairs)} (variant, shape) pair(s) split over GPUs "
-                                   f"{', '.join(str(g) for g in gpus[:len(parts)])}", "tool": "ncu"})
-    specs = [(gpu, {"tool": "ncu", "ncu_set": ncu_set, "options": _part_options(options, vs, ss)})
-             for gpu, (vs, ss) in zip(gpus, parts, strict=False)]
-    done = _run_parts(bundle, "ncu", specs, progress, t0, {"set": ncu_set})
-    merge_parts(bundle, done, ncu_set, time.perf_counter() - t0, progress)
+    expected = ncu_split.expected_wall(parts, nplan.seconds_per_kernel, nplan.overhead_s)
+    for line in ncu_split.plan_lines(parts, expected, mode, nplan.eta_source):
+        progress("nsight", {"message": line, "tool": "ncu"})
+    specs = [(p.gpu, {"tool": "ncu", "ncu_set": ncu_set, "options": _part_options(options, p.variants, p.shapes)})
+             for p in parts]
+    times: dict[int, list[float]] = {}
+    done = _run_parts(bundle, "ncu", specs, progress, t0, {"set": ncu_set}, lock=mode, times=times)
+    wall = time.perf_counter() - t0
+    one_pace = nplan.seconds_per_kernel if nplan.eta_source.startswith("measured") else None
+    conc = {"lock": mode, "split": [asdict(p) for p in parts],
+            **ncu_split.concurrency(times, wall, expected, one_pace)}
+    merge_parts(bundle, done, ncu_set, wall, progress, fanout=conc)
 
 
 def collect_nsys(bundle: Any, scenario: Any, options: Any, progress: Any, cuda_ok: bool, gpus: Sequence[int]) -> None:
@@ -147,8 +147,13 @@ def collect_nsys(bundle: Any, scenario: Any, options: Any, progress: Any, cuda_o
 
 
 def _run_parts(bundle: Any, tool: str, specs: Sequence[tuple[int, dict[str, Any]]], progress: Any, t0: float,
-               record: dict[str, Any]) -> list[tuple[int, Path]]:
-    """Run one part process per GPU (scratch bundles under raw/<tool>.gpu<i>/) and wait for all of them."""
+               record: dict[str, Any], lock: str = ncu_split.DEFAULT_LOCK_MODE,
+               times: dict[int, list[float]] | None = None) -> list[tuple[int, Path]]:
+    """Run one part process per GPU (scratch bundles under raw/<tool>.gpu<i>/) and wait for all of them.
+
+    `lock`: 'per-gpu' gives each part its own TMPDIR (raw/<tool>.gpu<i>/tmp), 'shared' keeps this
+    process's. `times`: filled with the seconds after `t0` at which each GPU's part reported a
+    profiled kernel."""
     raw = bundle.raw_dir()
     manifest = {k: v for k, v in bundle.manifest().items() if k not in ("schema_version", "run_id", tool, "log")}
     meas = bundle.measurements()
@@ -164,13 +169,13 @@ def _run_parts(bundle: Any, tool: str, specs: Sequence[tuple[int, dict[str, Any]
             if not meas.empty:
                 meas.to_parquet(part_dir / "measurements.parquet", index=False)
             (part_dir / "part.json").write_text(json.dumps({**spec, "dir": str(part_dir)}))
-            env = {**os.environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(gpu), "TMPDIR": str(part_dir / "tmp"),
-                   "PYTHONUNBUFFERED": "1"}
+            env = ncu_split.part_env(os.environ, gpu, str(part_dir / "tmp"), lock)
             p = subprocess.Popen([sys.executable, "-m", "faprof.run.fanout", str(part_dir / "part.json")], env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                  start_new_session=True)
             procs.append((gpu, part_dir, p))
-            t = threading.Thread(target=_relay, args=(p, gpu, progress), daemon=True)
+            seen = times.setdefault(gpu, []) if times is not None else []
+            t = threading.Thread(target=_relay, args=(p, gpu, progress, t0, seen), daemon=True)
             t.start()
             relays.append(t)
         for _, _, p in procs:
@@ -189,7 +194,8 @@ def _run_parts(bundle: Any, tool: str, specs: Sequence[tuple[int, dict[str, Any]
     return [(gpu, d) for gpu, d, _ in procs]
 
 
-def _relay(p: subprocess.Popen, gpu: int, progress: Any) -> None:
+def _relay(p: subprocess.Popen, gpu: int, progress: Any, t0: float = 0.0, seen: list[float] | None = None) -> None:
+    """Pass a part's progress lines on (prefixed with its GPU); note when it reports a profiled kernel."""
     assert p.stdout is not None
     for line in p.stdout:
         line = line.rstrip("\n")
@@ -197,6 +203,8 @@ def _relay(p: subprocess.Popen, gpu: int, progress: Any) -> None:
             try:
                 msg = json.loads(line[len("FAPROF_PROGRESS "):])
                 info = dict(msg.get("info") or {})
+                if seen is not None and "kernels" in info:
+                    seen.append(time.perf_counter() - t0)
                 if "message" in info:
                     info["message"] = f"gpu{gpu}: {info['message']}"
                 progress(msg.get("event", "nsight"), info)
@@ -219,8 +227,10 @@ def _stop(p: subprocess.Popen) -> None:
         p.wait(10)
 
 
-def merge_parts(bundle: Any, parts: Sequence[tuple[int, Path]], ncu_set: str, wall_s: float, progress: Any) -> dict:
-    """Concatenate the parts' ncu tables into the bundle, keep their reports and logs, record the stage."""
+def merge_parts(bundle: Any, parts: Sequence[tuple[int, Path]], ncu_set: str, wall_s: float, progress: Any,
+                fanout: dict[str, Any] | None = None) -> dict:
+    """Concatenate the parts' ncu tables into the bundle, keep their reports and logs, record the stage
+    (`fanout`: the split, lock mode and what the parts did together, kept as the record's `fanout`)."""
 
     records: list[dict[str, Any]] = []
     frames: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
@@ -271,6 +281,8 @@ def merge_parts(bundle: Any, parts: Sequence[tuple[int, Path]], ncu_set: str, wa
         "kernels": sum(int(r.get("kernels") or 0) for r in records), "tables": counts, "parts": records,
         "rerun": f"faprof ncu {bundle.path} --set {ncu_set}",
     }
+    if fanout:
+        record["fanout"] = fanout
     bad = [r for r in records if r.get("status") != "ok"]
     if bad:
         record["reason"] = "; ".join(f"gpu{r['gpu_index']}: {r.get('status')}: {r.get('reason', '')}" for r in bad)
@@ -278,6 +290,10 @@ def merge_parts(bundle: Any, parts: Sequence[tuple[int, Path]], ncu_set: str, wa
     bundle.update_manifest(ncu=record)
     bundle.log(f"ncu: {record['kernels']} kernel(s) on {len(records)} GPU(s) in {wall_s:.1f} s; "
                + ", ".join(f"{k}={v} rows" for k, v in counts.items()))
+    if fanout:
+        line = ncu_split.summary_line(fanout, wall_s)
+        bundle.log(line)
+        progress("nsight", {"message": line, "tool": "ncu"})
     return record
 
 

@@ -20,9 +20,10 @@ here; `collect` runs it in named steps (resolve, run, check, read, record, learn
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -439,6 +440,8 @@ def _record_ok(
 def _learn_costs(s: _Session, result: NcuRun, counts: dict[str, int]) -> None:
     """Keep what the session cost on this GPU for the next plan; warn when no kernel was in faprof's ranges."""
     spk, overhead = ncu_plan.measured_costs(result.prof_times, result.wall_s)
+    if os.environ.get("FAPROF_NCU_PART"):  # one GPU's part of a fan-out: its pace was shared with the others
+        spk = overhead = None
     # kernels per call are learned only from sessions without a kernel regex (it hides kernels)
     per, names = (
         _kernels_per_pair(s.bundle.read("ncu_summary"), s.settings.iters)
@@ -521,7 +524,8 @@ def this_gpu() -> tuple[bool, str | None]:
     return True, torch.cuda.get_device_name(0)
 
 
-def rerun(bundle: Any, ncu_set: str, options: NcuOptions, progress: Progress) -> dict[str, Any]:
+def rerun(bundle: Any, ncu_set: str, options: NcuOptions, progress: Progress,
+          stage: Callable[..., None] | None = None) -> dict[str, Any]:
     """`faprof ncu RUN`: the Nsight Compute stage alone on an existing bundle.
 
     The scenario, variants and user variants come from the bundle's manifest; the selectors and
@@ -529,6 +533,9 @@ def rerun(bundle: Any, ncu_set: str, options: NcuOptions, progress: Progress) ->
     its ncu tables and raw report replace the earlier ones and the earlier `ncu` manifest entry
     moves to `ncu_previous`; when it fails and an earlier session had succeeded, that session's
     record and tables stay and the failed attempt is kept under `ncu_failed`.
+
+    `stage`: what runs the session, called as `collect` is (`faprof ncu --gpus` passes the run
+    stage's fan-out over GPUs); `collect` when None.
 
     Raises:
         FaprofError: the bundle was measured on another GPU (or this machine has none), it has no
@@ -563,7 +570,7 @@ def rerun(bundle: Any, ncu_set: str, options: NcuOptions, progress: Progress) ->
     ncu_plan.plan_for(scenario, options, ncu_set, settings, gpu=gpu, known_kernels=bundle_kernels(bundle))
     prev = m.get("ncu")
     bundle.log(f"ncu: re-running Nsight Compute alone (set {ncu_set})")
-    collect(bundle, scenario, options, ncu_set, progress, cuda_ok)
+    (stage or collect)(bundle, scenario, options, ncu_set, progress, cuda_ok)
     rec = bundle.manifest().get("ncu", {})
     if rec.get("status") == "ok":
         if prev:
