@@ -114,7 +114,7 @@ def main() -> int:
                     continue
                 kw = {"attn": args} if var.features else {}
 
-                def fn(var=var, kw=kw):
+                def fn(var=var, kw=kw, q=q, k=k, v=v, p=p):
                     return var.fn(q, k, v, p.causal, p.softmax_scale, **kw)
 
                 try:
