@@ -133,8 +133,15 @@ def _state(problem: AttentionProblem, q, kv_len: int, args: AttnArgs | None) -> 
     key = (problem.shape_id, str(q.device), _table_key(args))
     if key in _STATE:
         return _STATE[key]
+    import torch
     from torch.nn.attention.flex_attention import create_block_mask
 
+    if q.device.type == "cuda":
+        # Each problem compiles flex anew (its mask and shapes); past dynamo's recompile limit (8) it would
+        # silently run flex eagerly, unfused (seen on the H100: 40x slower, out of memory on long
+        # sequences). One problem at a time: forget the last one's compiled graphs.
+        torch._dynamo.reset()
+        _COMPILED.clear()
     t0 = time.perf_counter()
     device = q.device
     if problem.layout == "varlen" and args is not None:

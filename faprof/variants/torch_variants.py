@@ -58,6 +58,8 @@ def _sdpa_mask(attn: AttnArgs | None, causal: bool, q):
         return None, causal, False
     p = attn.problem
     gqa = p.kv_heads != p.H
+    if p.total_pairs() == p.B * p.Sq * p.Sk:
+        return None, False, gqa  # the mask hides nothing (decode of one token): no mask, the fastest paths
     if p.window is not None:
         from faprof.model.mask import allowed
 
@@ -103,10 +105,22 @@ def _sdpa_path(backend_name: str | None):
 
         mask, is_causal, gqa = _sdpa_mask(attn, problem.causal, q)
         try:
-            choice = int(torch._fused_sdp_choice(q, k, v, mask, 0.0, is_causal, scale=problem.softmax_scale,
-                                                 enable_gqa=gqa))
-        except Exception as e:  # a private API: say what failed rather than guess
-            return f"unknown: torch._fused_sdp_choice failed ({type(e).__name__})"
+            if mask is not None and not isinstance(mask, torch.Tensor):
+                # a CausalBias (bottom-right causal) is dispatched by CausalBias itself: flash if it can,
+                # else the memory-efficient kernel, else math with the mask materialized
+                from torch.backends.cuda import (
+                    SDPAParams,
+                    can_use_efficient_attention,
+                    can_use_flash_attention,
+                )
+
+                params = SDPAParams(q, k, v, None, 0.0, False, gqa)
+                choice = 1 if can_use_flash_attention(params) else 2 if can_use_efficient_attention(params) else 0
+            else:
+                choice = int(torch._fused_sdp_choice(q, k, v, mask, 0.0, is_causal, scale=problem.softmax_scale,
+                                                     enable_gqa=gqa))
+        except Exception as e:  # private APIs: say what failed rather than guess
+            return f"unknown: PyTorch's backend choice could not be read ({type(e).__name__}: {str(e)[:80]})"
         name = _SDP_NAMES.get(choice, str(choice))
         return ("slow path: PyTorch chose its unfused math backend" if name == "math"
                 else f"fused: PyTorch chose its {name} backend")
@@ -207,7 +221,7 @@ def builtin_variants() -> list[Variant]:
             directions=all_dirs,
             device="cuda",
             source="torch SDPBackend.EFFICIENT_ATTENTION",
-            features=SDPA_FEATURES,
+            features=SDPA_FEATURES - {"gqa"},  # 'No available kernel' with enable_gqa (H100, torch 2.11)
             path_of=_sdpa_path("EFFICIENT_ATTENTION"),
         ),
         Variant(
