@@ -5,7 +5,9 @@ GPU tests run the examples against SDPA."""
 
 from __future__ import annotations
 
+import ctypes
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -304,3 +306,55 @@ def test_a_faulting_user_kernel_is_one_failed_row(tmp_path, monkeypatch):
     assert df.loc["user_fault", "status"] == "failed"
     assert "illegal" in df.loc["user_fault", "reason"]
     assert df.loc["fa2_mma", "status"] == "ok" and df.loc["sdpa_flash", "status"] == "ok"
+
+
+# ---------------------------------------------------------- today's problems (FAPROF_PROBLEM_LAUNCHER)
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_90"])
+def test_gqa_decode_example_compiles_as_a_problem_launcher(cache, arch):
+    lib = user_kernel.build_cu(EXAMPLES / "gqa_decode.cu", "gqa_decode", arch)
+    (launch, _), info = user_kernel.open_library(lib, EXAMPLES / "gqa_decode.cu", "gqa_decode")
+    assert info.problem_launcher and info.features == {"gqa", "bottom_right", "window", "softcap", "paged"}
+    assert launch.argtypes[5]._type_ is user_kernel.ProblemStruct
+
+
+@needs_nvcc
+def test_problem_struct_matches_the_header_field_for_field(tmp_path):
+    """ctypes' faprof_attention_problem has the C struct's size and every field's offset (nvcc builds a
+    host program that prints them; it runs without a GPU)."""
+    fields = [name for name, _ in user_kernel.ProblemStruct._fields_]
+    prints = "".join(f'printf("{f} %zu\\n", offsetof(faprof_attention_problem, {f}));' for f in fields)
+    src = tmp_path / "offsets.cu"
+    src.write_text('#include <cstdio>\n#include <cstddef>\n#include "faprof_attention.h"\n'
+                   f'int main() {{ printf("size %zu\\n", sizeof(faprof_attention_problem)); {prints} return 0; }}\n')
+    exe = tmp_path / "offsets"
+    subprocess.run([shutil.which("nvcc") or "nvcc", f"-I{user_kernel.HEADER_DIR}", "-o", str(exe), str(src)],
+                   check=True, capture_output=True)
+    got = dict(line.split() for line in subprocess.run([str(exe)], capture_output=True, text=True,
+                                                        check=True).stdout.splitlines())
+    assert int(got["size"]) == ctypes.sizeof(user_kernel.ProblemStruct)
+    for f in fields:
+        assert int(got[f]) == getattr(user_kernel.ProblemStruct, f).offset, f
+
+
+def test_a_kernel_declaring_features_needs_the_problem_launcher_and_known_names():
+    with pytest.raises(FaprofError, match="not faprof problem features"):
+        user_kernel.parse_kernel_info("dtypes=fp16;features=gqa,flash", "f.cu")
+    info = user_kernel.parse_kernel_info("dtypes=fp16;features=gqa,paged", "f.cu")
+    assert info.features == {"gqa", "paged"}
+
+
+def test_problem_struct_from_a_paged_call():
+    import torch
+
+    from faprof.measure import layouts
+    from faprof.model.problem import AttentionProblem
+
+    p = AttentionProblem(B=2, H=8, Sq=1, Sk=40, D=64, Hkv=2, page_size=16, seqlens_k=(40, 3), causal=True,
+                         mask_align="bottom_right", window=(31, 0))
+    q, k, _, _, args = layouts.make_layout_inputs(p, "cpu", torch.Generator().manual_seed(0))
+    s = user_kernel.problem_struct(q, k, True, 0.125, "fp16", args)
+    assert (s.B, s.H, s.Hkv, s.Sq, s.Sk, s.D) == (2, 8, 2, 1, 40, 64)
+    assert (s.causal, s.bottom_right, s.window_left, s.window_right) == (1, 1, 31, 0)
+    assert s.page_size == 16 and s.max_blocks == 3 and s.num_blocks == k.shape[0]
+    assert s.block_table == args.block_table.data_ptr() and s.cu_seqlens_q is None

@@ -21,6 +21,23 @@
 //   dtypes=...     required: any of fp16, bf16, fp32
 //   head_dims=...  optional: the head dims D it handles (default: any D)
 //   compute=...    optional: tensor (default; % of peak uses the tensor-core rate) or cuda_core
+//   features=...   optional: problems beyond equal heads / top-left causal / one length / contiguous
+//                  K/V that the kernel runs: any of gqa, bottom_right, window, softcap, varlen, paged.
+//                  A kernel that declares features is launched through FAPROF_PROBLEM_LAUNCHER below.
+//
+// Today's problems (GQA, windows, packed varlen batches, paged KV caches): define the launcher as
+//   extern "C" FAPROF_PROBLEM_LAUNCHER(name) { ... }
+// It gets the same pointers and a faprof_attention_problem describing everything else. Layouts:
+//   * dense:  q, out [B, H, Sq, D]; k, v [B, Hkv, Sk, D]
+//   * varlen: q, out [total_q, H, D]; k, v [total_k, Hkv, D]; sequence b's queries are rows
+//             cu_seqlens_q[b] .. cu_seqlens_q[b+1]-1 (likewise keys); lse, if written: [H, total_q]
+//   * paged:  q, out [B, H, Sq, D]; k, v are the pool [num_blocks, page_size, Hkv, D]; sequence b's
+//             j-th block of page_size keys is pool block block_table[b * max_blocks + j]; it holds
+//             seqlens_k[b] keys (its last block partly filled); blocks sit in the pool in any order.
+//   Query head h reads KV head h / (H / Hkv). The mask, per sequence of sq queries and sk keys, with
+//   off = sk - sq when bottom_right, else 0: query i sees key j when (!causal || j <= i + off) and
+//   (window_left < 0 || j >= i + off - window_left) and (window_right < 0 || j <= i + off + window_right).
+//   A query that sees no key gets zeros. softcap > 0: scores s = scale*q.k become softcap*tanh(s/softcap).
 #pragma once
 #ifndef FAPROF_ATTENTION_H
 #define FAPROF_ATTENTION_H
@@ -40,6 +57,36 @@
 
 // The launcher's type; faprof checks at compile time that LAUNCHER has exactly this type.
 typedef int (*faprof_attention_launcher_t)(FAPROF_LAUNCHER_ARGS);
+
+// Everything about a problem beyond the pointers (see "Today's problems" above). Index pointers are
+// device pointers to int32 arrays, NULL when the layout has none.
+typedef struct {
+    int B, H, Hkv, Sq, Sk, D;  // Sq, Sk: the longest sequence's lengths
+    int dtype;                 // a FAPROF_* code
+    float scale;               // multiplies Q*K^T
+    float softcap;             // 0: none
+    int causal;                // 1: causal mask
+    int bottom_right;          // 1: causal mask and window aligned to the bottom-right corner
+    int window_left;           // -1: unbounded
+    int window_right;          // -1: unbounded
+    int total_q, total_k;      // tokens over all sequences (varlen); B*Sq and B*Sk otherwise
+    const int *cu_seqlens_q;   // varlen: [B + 1]
+    const int *cu_seqlens_k;   // varlen: [B + 1]
+    const int *seqlens_k;      // paged: [B] keys in each sequence's cache
+    const int *block_table;    // paged: [B, max_blocks], row-major; unused entries -1
+    int max_blocks;            // paged: columns of block_table
+    int page_size;             // paged: keys per block; 0 when K/V are contiguous
+    int num_blocks;            // paged: blocks in the pool
+} faprof_attention_problem;
+
+#define FAPROF_PROBLEM_LAUNCHER_ARGS                                                           \
+    const void *q, const void *k, const void *v, void *out, float *lse,                        \
+        const faprof_attention_problem *problem, cudaStream_t stream
+
+// `extern "C" FAPROF_PROBLEM_LAUNCHER(name) { ... }`: a launcher for today's problems.
+#define FAPROF_PROBLEM_LAUNCHER(name) int name(FAPROF_PROBLEM_LAUNCHER_ARGS)
+
+typedef int (*faprof_problem_launcher_t)(FAPROF_PROBLEM_LAUNCHER_ARGS);
 
 // One per file: what it supports, e.g. FAPROF_KERNEL_INFO("dtypes=fp16,bf16;head_dims=64,128").
 #define FAPROF_KERNEL_INFO(text) \

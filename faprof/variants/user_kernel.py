@@ -21,6 +21,7 @@ through ctypes after the build: "dtypes=fp16,bf16;head_dims=64,128;compute=tenso
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import hashlib
 import importlib.util
 import inspect
@@ -38,6 +39,7 @@ from typing import Any
 from faprof import resources
 from faprof.errors import FaprofError
 from faprof.model import variant as variants
+from faprof.model.problem import FEATURES
 from faprof.variants import build
 
 #: The header user kernels include; it installs with the package (faprof/data).
@@ -48,7 +50,7 @@ HEADER = HEADER_DIR / "faprof_attention.h"
 DTYPE_CODES = {"fp16": 0, "bf16": 1, "fp32": 2}
 
 #: Bump to invalidate every cached user-kernel build.
-USER_BUILD_FORMAT = 1
+USER_BUILD_FORMAT = 2
 
 _NAME_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_.\-]*)=(.+)$")
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -127,6 +129,53 @@ class KernelInfo:
     dtypes: tuple[str, ...]
     head_dims: tuple[int, ...] | None
     compute: str = "tensor"
+    features: frozenset[str] = frozenset()
+    """Problem features it runs (faprof.model.problem.FEATURES); launched with FAPROF_PROBLEM_LAUNCHER."""
+    problem_launcher: bool = False
+    """The launcher is a FAPROF_PROBLEM_LAUNCHER (takes a faprof_attention_problem)."""
+
+
+class ProblemStruct(ctypes.Structure):
+    """faprof_attention.h's faprof_attention_problem (field for field, in order)."""
+
+    _fields_ = [
+        *((n, ctypes.c_int) for n in ("B", "H", "Hkv", "Sq", "Sk", "D", "dtype")),
+        ("scale", ctypes.c_float), ("softcap", ctypes.c_float),
+        *((n, ctypes.c_int) for n in ("causal", "bottom_right", "window_left", "window_right", "total_q", "total_k")),
+        *((n, ctypes.c_void_p) for n in ("cu_seqlens_q", "cu_seqlens_k", "seqlens_k", "block_table")),
+        *((n, ctypes.c_int) for n in ("max_blocks", "page_size", "num_blocks")),
+    ]
+
+
+def problem_struct(q, k, causal: bool, scale: float, dtype: str, attn: Any = None) -> ProblemStruct:
+    """The faprof_attention_problem of a call: from `attn` (faprof.variants.definition.AttnArgs) when the
+    problem has one, else from the dense tensors' shapes (2022's problem)."""
+    def ptr(t) -> int | None:
+        return t.data_ptr() if t is not None else None
+
+    if attn is None:
+        B, H, Sq, D = q.shape
+        Hkv, Sk = k.shape[1], k.shape[2]
+        return ProblemStruct(B, H, Hkv, Sq, Sk, D, DTYPE_CODES[dtype], float(scale), 0.0, int(bool(causal)), 0,
+                             -1, -1, B * Sq, B * Sk, None, None, None, None, 0, 0, 0)
+    p = attn.problem
+    left, right = attn.window
+    table = attn.block_table
+    return ProblemStruct(
+        p.B, p.H, p.kv_heads, p.Sq, p.Sk, p.D, DTYPE_CODES[dtype], float(scale), float(p.softcap), int(p.causal),
+        int(attn.bottom_right), left, right, p.total_q, p.total_k, ptr(attn.cu_seqlens_q), ptr(attn.cu_seqlens_k),
+        ptr(attn.seqlens_k), ptr(table), table.shape[1] if table is not None else 0, p.page_size,
+        k.shape[0] if p.layout == "paged" else 0)
+
+
+def parse_features(text: str, where: str) -> frozenset[str]:
+    """'gqa,paged' -> frozenset; unknown names are an error naming the known ones."""
+    feats = frozenset(x.strip() for x in text.split(",") if x.strip())
+    bad = sorted(feats - set(FEATURES))
+    if bad:
+        raise FaprofError(f"{where}: features {bad} are not faprof problem features; use some of "
+                          f"{', '.join(FEATURES)}")
+    return feats
 
 
 def parse_kernel_info(text: str, where: str) -> KernelInfo:
@@ -138,7 +187,7 @@ def parse_kernel_info(text: str, where: str) -> KernelInfo:
             continue
         key, sep, value = part.partition("=")
         key = key.strip()
-        if not sep or key not in ("dtypes", "head_dims", "compute"):
+        if not sep or key not in ("dtypes", "head_dims", "compute", "features"):
             raise FaprofError(f"{where}: cannot read {part!r} in FAPROF_KERNEL_INFO({text!r}); "
                               "write e.g. \"dtypes=fp16,bf16;head_dims=64,128\"")
         fields[key] = value.strip()
@@ -160,7 +209,7 @@ def parse_kernel_info(text: str, where: str) -> KernelInfo:
     compute = fields.get("compute", "tensor")
     if compute not in ("tensor", "cuda_core"):
         raise FaprofError(f"{where}: compute must be 'tensor' or 'cuda_core', got {compute!r}")
-    return KernelInfo(dtypes, head_dims, compute)
+    return KernelInfo(dtypes, head_dims, compute, parse_features(fields.get("features", ""), where))
 
 
 def _support_check(name: str, head_dims: tuple[int, ...] | None) -> Callable[[Any], str | None] | None:
@@ -189,10 +238,14 @@ def wrapper_source(source: Path, launcher: str) -> str:
         '#include "faprof_attention.h"\n'
         f"#include {src}\n"
         "#include <type_traits>\n"
-        f"static_assert(std::is_same<decltype(&{launcher}), faprof_attention_launcher_t>::value,\n"
+        f"static_assert(std::is_same<decltype(&{launcher}), faprof_attention_launcher_t>::value ||\n"
+        f"              std::is_same<decltype(&{launcher}), faprof_problem_launcher_t>::value,\n"
         f'              "{_SIGNATURE_MARK}: {launcher} must be declared as '
-        f'extern \\"C\\" FAPROF_LAUNCHER({launcher}) (see faprof_attention.h)");\n'
+        f'extern \\"C\\" FAPROF_LAUNCHER({launcher}) or FAPROF_PROBLEM_LAUNCHER({launcher}) '
+        '(see faprof_attention.h)");\n'
         'extern "C" const char *faprof_cuda_error_string(int e) { return cudaGetErrorString((cudaError_t)e); }\n'
+        f'extern "C" int faprof_launcher_kind(void) {{ return std::is_same<decltype(&{launcher}), '
+        "faprof_problem_launcher_t>::value ? 2 : 1; }\n"
     )
 
 
@@ -291,8 +344,13 @@ def open_library(library: Path, source: Path, launcher: str) -> tuple[Any, Kerne
         raise FaprofError(f"{source.name}: {launcher} is not exported with C linkage; declare it "
                           f'`extern "C" FAPROF_LAUNCHER({launcher})`{also}') from None
     fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 5 + [ctypes.c_float, ctypes.c_int, ctypes.c_int,
-                                                                ctypes.c_void_p]
+    kind = lib.faprof_launcher_kind
+    kind.restype, kind.argtypes = ctypes.c_int, []
+    if kind() == 2:
+        fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.POINTER(ProblemStruct), ctypes.c_void_p]
+    else:
+        fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int] * 5 + [ctypes.c_float, ctypes.c_int, ctypes.c_int,
+                                                                    ctypes.c_void_p]
     try:
         info_fn = lib.faprof_kernel_info
     except AttributeError:
@@ -302,16 +360,23 @@ def open_library(library: Path, source: Path, launcher: str) -> tuple[Any, Kerne
     info_fn.argtypes = []
     text = (info_fn() or b"").decode("utf-8", "replace")
     info = parse_kernel_info(text, source.name)
+    if info.features and kind() != 2:
+        raise FaprofError(f"{source.name} declares features={','.join(sorted(info.features))} but {launcher} is a "
+                          f'FAPROF_LAUNCHER: declare it `extern "C" FAPROF_PROBLEM_LAUNCHER({launcher})` to get '
+                          "the problem's heads, mask and index tensors (faprof_attention.h)")
+    info = dataclasses.replace(info, problem_launcher=kind() == 2)
     err = lib.faprof_cuda_error_string
     err.restype = ctypes.c_char_p
     err.argtypes = [ctypes.c_int]
     return (fn, err), info
 
 
-def cu_callable(launch: Any, error_string: Any, name: str, dtypes: tuple[str, ...]) -> Callable:
-    """fn(q, k, v, causal, scale, out=None) calling a ctypes launcher on torch's current stream."""
+def cu_callable(launch: Any, error_string: Any, name: str, dtypes: tuple[str, ...],
+                problem_launcher: bool = False) -> Callable:
+    """fn(q, k, v, causal, scale, out=None, attn=None) calling a ctypes launcher on torch's current stream
+    (a FAPROF_PROBLEM_LAUNCHER gets the problem struct, built from `attn` when the call has one)."""
 
-    def fn(q, k, v, causal: bool, scale: float, out=None):
+    def fn(q, k, v, causal: bool, scale: float, out=None, attn=None):
         import torch
 
         dtype = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}.get(q.dtype)
@@ -322,12 +387,15 @@ def cu_callable(launch: Any, error_string: Any, name: str, dtypes: tuple[str, ..
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         if out is None:
             out = torch.empty_like(q)
-        B, H, Sq, D = q.shape
-        Sk = k.shape[2]
         stream = torch.cuda.current_stream(q.device).cuda_stream
         with torch.cuda.device(q.device):
-            rc = launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, H, Sq, Sk, D,
-                        float(scale), int(bool(causal)), DTYPE_CODES[dtype], stream)
+            if problem_launcher:
+                ps = problem_struct(q, k, causal, scale, dtype, attn)
+                rc = launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, ctypes.byref(ps), stream)
+            else:
+                B, H, Sq, D = q.shape
+                rc = launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), None, B, H, Sq, k.shape[2], D,
+                            float(scale), int(bool(causal)), DTYPE_CODES[dtype], stream)
         if rc != 0:
             msg = (error_string(rc) or b"").decode("utf-8", "replace")
             raise RuntimeError(f"{name} returned CUDA error {rc}: {msg}")
@@ -350,10 +418,10 @@ def load_kernel(spec: str, arch: str | None = None) -> Any:
         launcher = ks.symbol or ks.path.stem
         library = build_cu(ks.path, launcher, arch)
         (launch, err), info = open_library(library, ks.path, launcher)
-        fn = cu_callable(launch, err, name, info.dtypes)
+        fn = cu_callable(launch, err, name, info.dtypes, info.problem_launcher)
         v = variants.Variant(name, "user", f"user kernel {ks.path.name}:{launcher} (nvcc, called through ctypes)",
                              fn, dtypes=info.dtypes, compute=info.compute, check=_support_check(name, info.head_dims),
-                             source=f"{ks.path} ({library.parent.name})")
+                             features=info.features, source=f"{ks.path} ({library.parent.name})")
     else:
         assert ks.symbol is not None
         v = _python_variant(ks, name)
@@ -397,9 +465,10 @@ def _python_variant(ks: KernelSpec, name: str) -> Any:
     compute = getattr(fn, "faprof_compute", "tensor")
     if compute not in ("tensor", "cuda_core"):
         raise FaprofError(f"{ks.path.name}:{ks.symbol}.faprof_compute must be 'tensor' or 'cuda_core'")
+    features = parse_features(",".join(getattr(fn, "faprof_features", ())), f"{ks.path.name}:{ks.symbol}")
     device = getattr(fn, "faprof_device", "cuda")
     if device not in ("cuda", "cpu", "auto"):
         raise FaprofError(f"{ks.path.name}:{ks.symbol}.faprof_device must be 'cuda', 'cpu' or 'auto'")
     return variants.Variant(name, "user", f"user function {ks.path.name}:{ks.symbol}", fn, dtypes=dtypes,
                             compute=compute, device=device, check=_support_check(name, tuple(head_dims) if head_dims else None),
-                            source=f"{ks.path}:{ks.symbol}")
+                            features=features, source=f"{ks.path}:{ks.symbol}")
