@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from faprof.advisor.accounting import missing_counters
-from faprof.advisor.differential import decompose, reference_for
+from faprof.advisor.differential import decompose, fold_aliases, reference_for
 from faprof.advisor.evidence import Call, calls_from, ok, tables_from
 from faprof.advisor.evidence import _num as number
 from faprof.advisor.findings import CAUSES, KINDS, Finding
@@ -34,15 +34,16 @@ from faprof.advisor.rules_call import CALL_RULES, CALL_RULES_FIRST, merge_ncu_ru
 from faprof.advisor.rules_kernel import KERNEL_RULES, KERNEL_TERM_RULES, Context
 from faprof.advisor.sources import attach
 from faprof.advisor.thresholds import value as T
+from faprof.model import schema
 
 #: Columns of diagnose()'s table, in order.
 DIAG_COLUMNS = ("variant", "shape_id", "dtype", "group", "rank", "primary", "cause", "title", "kind", "kernel",
                 "estimated_gain_pct", "unit", "against", "share_of_gap_pct", "gap_ms", "evidence", "fix", "source",
-                "rule")
+                "rule", "aliases")
 
 #: Columns of summarize()'s table, in order.
 SUMMARY_COLUMNS = ("variant", "dtype", "group", "cause", "title", "kind", "unit", "against", "primary_shapes", "shapes",
-                   "n_shapes", "max_gain_pct", "median_gain_pct", "evidence", "fix")
+                   "n_shapes", "max_gain_pct", "median_gain_pct", "evidence", "fix", "aliases")
 
 #: Causes summarize() keeps per (dtype, variant) besides those primary on some shape (None: all);
 #: `faprof explain --per-shape` lists every finding.
@@ -190,13 +191,17 @@ def diagnose(source: Any, against: str | None = None) -> pd.DataFrame:
     tables = tables_from(source)
     ctx = Context(env=dict(tables.env))
     calls = [c for c in calls_from(tables) if c.measurement.get("status") in (None, "ok", "wrong")]
+    # one kernel, one call: aliases (declared, or the same kernels recorded) fold into their canonical
+    # variant, so no variant is explained twice or compared with its own kernel
+    calls, also, canon = fold_aliases(calls, tables)
     absolute = {id(c): _absolute(c, ctx) for c in calls}
     lines = tables.get("source_lines")
     notes = _shape_notes(calls, absolute)
     rows: list[dict[str, Any]] = []
     for call in calls:
         found = list(absolute[id(call)])
-        ref = reference_for(call, calls, against) if call.launches else None
+        ag = canon.get((against, call.shape_id), against) if against else None
+        ref = reference_for(call, calls, ag) if call.launches and ag != call.variant else None
         if ref is not None:
             gap = decompose(call, ref)
             if gap is not None:
@@ -210,15 +215,21 @@ def diagnose(source: Any, against: str | None = None) -> pd.DataFrame:
                                      "gap:missing", unit="gap", against=ref.variant))
         ranked = _rank(found)
         attach([f for f, _ in ranked], lines, call.variant, call.shape_id)
+        named = also.get((call.variant, call.shape_id))
         for rank, (f, is_primary) in enumerate(ranked, start=1):
-            rows.append(_row(f, call, rank, is_primary))
+            rows.append({**_row(f, call, rank, is_primary), "aliases": named})
     at = {c.shape_id: c for c in calls}
     for f in notes:  # a shape's dtype and group from any call at it
-        rows.append(_row(f, at.get(f.shape_id), 1, False))
+        rows.append({**_row(f, at.get(f.shape_id), 1, False), "aliases": None})
     out = pd.DataFrame(rows, columns=list(DIAG_COLUMNS))
     out["rank"] = out["rank"].astype("int64")
     out["primary"] = out["primary"].astype(bool)
     return out
+
+
+def _aliases_of(g: pd.DataFrame) -> str | None:
+    names = [n for a in g.get("aliases", pd.Series(dtype=object)).dropna() for n in str(a).split(schema.ALIAS_SEP) if n]
+    return schema.ALIAS_SEP.join(dict.fromkeys(names)) or None
 
 
 def summarize(diag: pd.DataFrame, top: int | None = SUMMARY_TOP) -> pd.DataFrame:
@@ -244,7 +255,7 @@ def summarize(diag: pd.DataFrame, top: int | None = SUMMARY_TOP) -> pd.DataFrame
             "primary_shapes": ", ".join(prim), "shapes": ", ".join(shapes), "n_shapes": len(shapes),
             "max_gain_pct": g["estimated_gain_pct"].max(), "median_gain_pct": g["estimated_gain_pct"].median(),
             "evidence": (f"{best['shape_id']}: " if len(shapes) > 1 else "") + str(best["evidence"]),
-            "fix": best["fix"], "_n_primary": len(prim), "_tier": 1 if best["kind"] == "note" else 0,
+            "fix": best["fix"], "aliases": _aliases_of(g), "_n_primary": len(prim), "_tier": 1 if best["kind"] == "note" else 0,
         })
     out = pd.DataFrame(rows)
     dorder = list(dict.fromkeys(d["_dtype"]))

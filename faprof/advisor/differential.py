@@ -36,9 +36,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from faprof.advisor.accounting import WARP_SIZE, Account, call_account
-from faprof.advisor.evidence import Call, ok
+from faprof.advisor.evidence import Call, Tables, ok
 from faprof.advisor.evidence import _num as number
 from faprof.advisor.thresholds import value as T
+from faprof.analysis import aliases
+from faprof.model import schema
 
 #: Factors of the time model, in the order tables show them.
 FACTORS = ("instructions", "cycles per instruction", "warps resident", "active fraction", "clock", "residual")
@@ -199,8 +201,9 @@ def reference_for(call: Call, calls: list[Call], against: str | None = None) -> 
         v = number(c.measurement.get("median_ms"))
         return v if c.measurement.get("status") == "ok" and ok(v) and v > 0 else math.nan
 
+    # never the call's own kernel under another name (an alias the fold did not catch)
     peers = [c for c in calls if c.shape_id == call.shape_id and c is not call and ok(timed(c))
-             and c.measurement.get("gpu_name") == gpu]
+             and c.measurement.get("gpu_name") == gpu and not same_kernels_as(call, c)]
     if against:
         ref = next((c for c in peers if c.variant == against), None)
         mine = timed(call)
@@ -211,3 +214,36 @@ def reference_for(call: Call, calls: list[Call], against: str | None = None) -> 
     # their difference would split noise
     faster = [c for c in peers if ok(mine) and timed(c) * T("LEVEL_RATIO") < mine and c.launches]
     return min(faster, key=timed) if faster else None
+
+
+def fold_aliases(calls: list[Call], tables: Tables) -> tuple[list[Call], dict[tuple[str, str], str | None],
+                                                             dict[tuple[str, str], str]]:
+    """Calls with aliases folded into their canonical variant (faprof.analysis.aliases: declared, or
+    the same kernels recorded), so no call is explained twice or compared with its own kernel.
+
+    Returns:
+        (the calls kept; (variant, shape_id) -> the aliases its call stands for, joined by
+        schema.ALIAS_SEP, or None; (alias, shape_id) -> its canonical variant).
+    """
+    meas = tables.get("measurements")
+    found = aliases.find(meas, tables.frames, tables.manifest)
+    canon = {(str(r["variant"]), str(r["shape_id"])): str(r["canonical"]) for r in found.to_dict("records")}
+    named: dict[tuple[str, str], list[str]] = {}
+    if not meas.empty and "aliases" in meas.columns:  # declared aliases a run did not time twice
+        for r in meas[["variant", "shape_id", "aliases"]].to_dict("records"):
+            named[(str(r["variant"]), str(r["shape_id"]))] = aliases.split(r["aliases"])
+    for (v, sid), c in canon.items():
+        cur = named.setdefault((c, sid), [])
+        if v not in cur:
+            cur.append(v)
+    kept = [c for c in calls if (c.variant, c.shape_id) not in canon]
+    also = {k: schema.ALIAS_SEP.join(v) or None for k, v in named.items()}
+    return kept, also, canon
+
+
+def same_kernels_as(call: Call, other: Call) -> bool:
+    """Whether two calls ran the same kernels alike (names, grid, block of every profiled launch)."""
+    def sig(c: Call) -> tuple[tuple[str, str, str], ...]:
+        return tuple((str(lz.row.get("kernel_demangled") or lz.kernel), str(lz.row.get("grid")), str(lz.row.get("block")))
+                     for lz in c.launches)
+    return bool(call.launches) and sig(call) == sig(other)

@@ -117,6 +117,8 @@ class Tables:
 
     frames: dict[str, pd.DataFrame]
     env: dict[str, Any] = field(default_factory=dict)
+    manifest: dict[str, Any] = field(default_factory=dict)
+    """The bundle's manifest where known (declared aliases, baselines, variant order)."""
 
     def get(self, name: str) -> pd.DataFrame:
         df = self.frames.get(name)
@@ -130,15 +132,16 @@ def tables_from(source: Any) -> Tables:
     if isinstance(source, Mapping):
         frames = {k: v for k, v in source.items() if isinstance(v, pd.DataFrame)}
         env = source.get("env") if isinstance(source.get("env"), dict) else {}
-        return Tables(frames, dict(env or {}))
+        manifest = source.get("manifest") if isinstance(source.get("manifest"), dict) else {}
+        return Tables(frames, dict(env or {}), dict(manifest or {}))
     read = getattr(source, "read", None)
     if callable(read):
         frames = {name: read(name) for name in TABLES}
         try:
-            env = (source.manifest() or {}).get("env", {}) or {}
+            manifest = dict(source.manifest() or {})
         except Exception:  # a bundle without a readable manifest still has tables
-            env = {}
-        return Tables(frames, env)
+            manifest = {}
+        return Tables(frames, manifest.get("env", {}) or {}, manifest)
     raise TypeError(f"diagnose() takes a Bundle or a mapping of tables, not {type(source).__name__}")
 
 

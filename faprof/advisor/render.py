@@ -9,6 +9,16 @@ import pandas as pd
 
 from faprof.advisor.diagnose import summarize
 from faprof.advisor.findings import over_gap
+from faprof.model import schema
+from faprof.model.plan import also_label
+
+
+def who(r: Any, variant: Any = None) -> str:
+    """A row's variant, with the aliases its kernel also stands for: 'fa3_wgmma_e (also fa3_bwd_a..d)'."""
+    get = r.get if hasattr(r, "get") else (lambda k, d=None: d)
+    a = get("aliases")
+    names = [n for n in str(a).split(schema.ALIAS_SEP) if n] if isinstance(a, str) else []
+    return also_label(str(variant if variant is not None else get("variant")), names)
 
 
 def _gain(x: Any) -> str:
@@ -64,7 +74,7 @@ def render_markdown(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per
     parts: list[str] = []
     if per_shape:
         for (v, sid), g in diag.groupby(["variant", "shape_id"], sort=False):
-            parts.append(f"#### {v} · {sid}\n")
+            parts.append(f"#### {who(g.iloc[0], v)} · {sid}\n")
             parts.append("| # | cause | kernel | share | evidence | where | fix |\n|---|---|---|---|---|---|---|")
             for _, r in g.sort_values("rank").iterrows():
                 star = "**" if r["primary"] else ""
@@ -83,7 +93,7 @@ def render_markdown(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per
         for _, r in g.iterrows():
             prim = set(filter(None, str(r["primary_shapes"]).split(", ")))
             also = [x for x in str(r["shapes"]).split(", ") if x and x not in prim]
-            parts.append(f"| {_md(r['variant'])} | {_md(r['title'])} | {_md(r['primary_shapes']) or '—'} | "
+            parts.append(f"| {_md(who(r))} | {_md(r['title'])} | {_md(r['primary_shapes']) or '—'} | "
                          f"{_md(', '.join(also)) or '—'} | {_gain(r['max_gain_pct'])} | {_md(r['evidence'])} | "
                          f"{_md(r['fix'])} |")
         parts.append("")
@@ -105,7 +115,7 @@ def render_text(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per_sha
 
     if per_shape:
         for (v, sid), g in diag.groupby(["variant", "shape_id"], sort=False):
-            out.append(f"{v} · {sid}")
+            out.append(f"{who(g.iloc[0], v)} · {sid}")
             for _, r in g.sort_values("rank").iterrows():
                 mark = "PRIMARY" if r["primary"] else f"{r['rank']:>7}"
                 out.append(f"  {mark}  {r['title']}" + share_text(r, "  ")
@@ -119,7 +129,7 @@ def render_text(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per_sha
 
     s = summary if summary is not None else summarize(diag)
     for (dt, v), g in s.groupby([s["dtype"].fillna(""), "variant"], sort=False):
-        out.append(f"{v}" + (f" ({dt})" if dt else ""))
+        out.append(who(g.iloc[0], v) + (f" ({dt})" if dt else ""))
         for _, r in g.iterrows():
             gain = _gain(r["max_gain_pct"])
             prim = r["primary_shapes"]
@@ -141,7 +151,7 @@ def rich_table(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per_shap
             t.add_column(c, overflow="fold")
         for _, r in diag.sort_values(["variant", "shape_id", "rank"], kind="stable").iterrows():
             cause = f"[bold]{r['title']}[/]" if r["primary"] else str(r["title"])
-            t.add_row(f"{r['variant']}\n{r['shape_id']}", str(r["rank"]), cause, share_text(r),
+            t.add_row(f"{who(r)}\n{r['shape_id']}", str(r["rank"]), cause, share_text(r),
                       str(r["evidence"]), str(r["fix"]))
         return t
 
@@ -150,6 +160,6 @@ def rich_table(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per_shap
         t.add_column(c, overflow="fold")
     for _, r in s.iterrows():
         cause = f"[bold]{r['title']}[/]" if r["primary_shapes"] else str(r["title"])
-        t.add_row(f"{r['variant']}\n({r['dtype'] or ''})", cause, str(r["primary_shapes"]) or "—",
+        t.add_row(f"{who(r)}\n({r['dtype'] or ''})", cause, str(r["primary_shapes"]) or "—",
                   _gain(r["max_gain_pct"]), str(r["evidence"]), str(r["fix"]))
     return t

@@ -17,10 +17,12 @@ import numpy as np
 import pandas as pd
 
 from faprof import resources
+from faprof.analysis import aliases
 from faprof.analysis import core as analysis
 from faprof.analysis.labels import config_label, gpu_label, parse_stamp, problem_label, run_title
 from faprof.errors import FaprofError
 from faprof.model import schema
+from faprof.model.plan import also_label
 from faprof.store import MANIFEST, TABLES, find_bundles
 
 EXAMPLES_DIR = resources.examples_dir()
@@ -111,7 +113,7 @@ def load_runs(sources: Sequence[tuple[str | Path, str]]) -> RunSet:
                 continue
             try:
                 m = b.manifest()
-                df = b.measurements()
+                df = aliases.measurements(b)  # one kernel, one row: aliases named in the canonical row
             except (FaprofError, OSError, ValueError) as e:
                 warnings.append(f"{b.path}: could not be read ({e})")
                 continue
@@ -142,7 +144,7 @@ def load_runs(sources: Sequence[tuple[str | Path, str]]) -> RunSet:
                     continue
                 present.append(t)
                 if not nt.empty:
-                    nsight[t].append(_tag(nt, run_id, gpu, scenario))
+                    nsight[t].append(_tag(aliases.without_aliases(nt, df), run_id, gpu, scenario))
             run_rows.append(_run_row(run_id, m, df, present, origin, b.path))
     measurements = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if not measurements.empty:
@@ -176,6 +178,9 @@ def _add_display_columns(df: pd.DataFrame) -> pd.DataFrame:
     df = df.copy()
     df["problem"] = [problem_label(r) for r in df.to_dict("records")]
     df["config"] = [config_label(r) for r in df.to_dict("records")]
+    # the variant named with the aliases its kernel also stands for ('fa3_wgmma_e (also fa3_bwd_a..d)')
+    df["variant_label"] = [also_label(str(v), aliases.split(a))
+                           for v, a in zip(df["variant"], df.get("aliases", pd.Series(None, index=df.index)), strict=True)]
     df["seq_len"] = pd.to_numeric(df["Sq"], errors="coerce")
     df["kv_len"] = pd.to_numeric(df["Sk"], errors="coerce")
     if "flops" not in df:

@@ -75,6 +75,14 @@ def fmt(x: Any, spec: str = ".3g", empty: str = "") -> str:
         return str(x)
 
 
+def _variant_label(r: Any) -> str:
+    """The row's variant, with the aliases its kernel also stands for (one kernel, one row)."""
+    from faprof.analysis.aliases import split
+    from faprof.model.plan import also_label
+
+    return also_label(str(r["variant"]), split(r.get("aliases")))
+
+
 def results_table(df, baseline: str, title: str | None = None) -> Table:
     """The profile table: variant, shape, status, median ms, TFLOP/s, % of peak, speedup, max error."""
     t = Table(title=title, show_lines=False, header_style="bold")
@@ -93,7 +101,7 @@ def results_table(df, baseline: str, title: str | None = None) -> Table:
         speed = r.get("speedup")
         shaky = " [yellow]unstable[/]" if r.get("unstable") is True or str(r.get("unstable")) == "True" else ""
         t.add_row(
-            *([str(r["gpu_name"])] if multi else []), r["variant"], _shape_label(r), f"[{STATUS_STYLE.get(status, '')}]{status}[/]{shaky}",
+            *([str(r["gpu_name"])] if multi else []), _variant_label(r), _shape_label(r), f"[{STATUS_STYLE.get(status, '')}]{status}[/]{shaky}",
             fmt(r.get("median_ms"), ".4g"), ci, fmt(r.get("tflops"), ".3g"), fmt(r.get("pct_peak"), ".1f"),
             (fmt(speed, ".2f") + "x") if speed is not None and not _isnan(speed) else "",
             fmt(r.get("max_abs_err"), ".1e"), _ref_short(r.get("reference")),

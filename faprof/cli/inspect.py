@@ -28,6 +28,7 @@ from faprof.errors import FaprofError
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
 def show(run: str, runs_dir: Path) -> None:
     """Print a run bundle's table again (RUN: a folder, a run id prefix, or 'latest')."""
+    from faprof.analysis import aliases
     from faprof.analysis import core as analysis
     from faprof.store import resolve_run
 
@@ -37,7 +38,7 @@ def show(run: str, runs_dir: Path) -> None:
         print_sanitizer(bundle, f"compute-sanitizer: {', '.join((m.get('settings') or {}).get('variants') or [])} "
                                 f"on {(m.get('scenario') or {}).get('name')}")
         return
-    df = analysis.speedups_for(bundle.measurements(), m)
+    df = analysis.speedups_for(aliases.measurements(bundle), m)
     if df.empty:
         raise FaprofError(f"{bundle.path} has no measurements yet (status: {m.get('status')})")
     gpu = m.get("env", {}).get("gpu_name") or "no GPU (CPU only)"

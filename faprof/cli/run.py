@@ -109,6 +109,8 @@ def _run_with_progress(scenario: str, options: Any, resume: Path | None) -> tupl
             elif event == "bundle":
                 state["path"] = info["path"]
                 bar.console.print(f"bundle: {info['path']}", soft_wrap=True, highlight=False)
+            elif event == "plan":
+                bar.console.print(info.get("message", ""), soft_wrap=True, highlight=False, markup=False)
             elif event == "start":
                 bar.update(task_id, total=info["total"], completed=info["done"], current="")
             elif event == "row":
@@ -145,10 +147,11 @@ def _interrupted(path: Any) -> NoReturn:
 
 def _print_profile_outcome(bundle: Any, notices: list[str], allow_failures: bool) -> int:
     """The results table, its notes and the ncu line; the exit code (0, or EXIT_ROWS_BAD)."""
+    from faprof.analysis import aliases
     from faprof.analysis import core as analysis
 
     m = bundle.manifest()
-    df = analysis.speedups_for(bundle.measurements(), m)
+    df = analysis.speedups_for(aliases.measurements(bundle), m)
     env = m.get("env", {})
     gpu = env.get("gpu_name") or "no GPU (CPU only)"
     console.print(results_table(df, m["scenario"]["baseline"], title=f"{m['scenario']['name']} on {gpu}"))

@@ -32,6 +32,10 @@ Pair = tuple[AttentionProblem, variants.Variant]
 def plan(scenario: Scenario, variant_names: Sequence[str] | None) -> list[Pair]:
     """The (problem, variant) pairs of a run, problem-major (one reference per problem).
 
+    A variant that declares itself an alias for a problem's direction (`Variant.aliases`) is left
+    out where its target is in the run: one kernel, one row (the target's, which names it in
+    `aliases`; see `folded_aliases`).
+
     Args:
         scenario: the scenario.
         variant_names: variants to run instead of the scenario's (None or empty: the scenario's).
@@ -40,7 +44,79 @@ def plan(scenario: Scenario, variant_names: Sequence[str] | None) -> list[Pair]:
         FaprofError: an unknown variant name (the message lists the known ones).
     """
     vs = variants.resolve(list(variant_names or []) or scenario.variants)
-    return [(p, v) for p in scenario.problems for v in vs]
+    names = {v.name for v in vs}
+    return [(p, v) for p in scenario.problems for v in vs if not _folded(v, p, names)]
+
+
+def _folded(v: variants.Variant, p: AttentionProblem, names: set[str]) -> bool:
+    """Whether `v` is a declared alias at `p` whose target is in the run (timed once, as the target)."""
+    target = v.alias_of(p.direction)
+    return target is not None and target in names
+
+
+def folded_aliases(scenario: Scenario, variant_names: Sequence[str] | None) -> dict[tuple[str, str], list[str]]:
+    """The declared aliases `plan` does not time because their target runs: (target, shape_id) -> the
+    aliases (run order) its row stands for, written to the row's `aliases` column.
+
+    Args:
+        scenario: the scenario.
+        variant_names: variants to run instead of the scenario's (None or empty: the scenario's).
+    """
+    vs = variants.resolve(list(variant_names or []) or scenario.variants)
+    names = {v.name for v in vs}
+    out: dict[tuple[str, str], list[str]] = {}
+    for p in scenario.problems:
+        for v in vs:
+            if _folded(v, p, names):
+                out.setdefault((str(v.alias_of(p.direction)), p.shape_id), []).append(v.name)
+    return out
+
+
+def declared_aliases(scenario: Scenario, variant_names: Sequence[str] | None) -> dict[str, dict[str, str]]:
+    """alias -> {direction: target} for the run's variants that declare an alias whose target is in
+    the run (recorded in the manifest's settings, so readers need not the registry)."""
+    vs = variants.resolve(list(variant_names or []) or scenario.variants)
+    names = {v.name for v in vs}
+    out: dict[str, dict[str, str]] = {}
+    for v in vs:
+        for d, t in v.aliases.items():
+            if t in names and t != v.name:
+                out.setdefault(v.name, {})[d] = t
+    return out
+
+
+def alias_lines(scenario: Scenario, variant_names: Sequence[str] | None) -> list[str]:
+    """One line per target that stands for declared aliases, for the plan a run prints first:
+    'fa3_wgmma_e (also fa3_bwd_a..d): fwd timed once for all of them (10 shapes)'."""
+    by_id = {p.shape_id: p for p in scenario.problems}
+    groups: dict[tuple[str, str], tuple[list[str], set[str]]] = {}
+    for (target, sid), names in folded_aliases(scenario, variant_names).items():
+        al, shapes = groups.setdefault((target, by_id[sid].direction), ([], set()))
+        al.extend(n for n in names if n not in al)
+        shapes.add(sid)
+    return [f"{also_label(t, al)}: {d} timed once for all of them ({len(sh)} shape{'s' if len(sh) != 1 else ''})"
+            for (t, d), (al, sh) in groups.items()]
+
+
+#: Aliases named one by one up to this many; more that differ only in a last letter read 'x_a..d'.
+ALIAS_RANGE_MIN = 3
+
+
+def alias_names(aliases: Sequence[str]) -> str:
+    """Aliases as one short phrase: 'fa3_bwd_a..d' for names that differ only in a consecutive last
+    character (ALIAS_RANGE_MIN or more), else 'a, b'."""
+    names = list(dict.fromkeys(aliases))
+    stems = {n[:-1] for n in names if n}
+    if len(names) >= ALIAS_RANGE_MIN and len(stems) == 1:
+        last = sorted(n[-1] for n in names)
+        if all(ord(b) - ord(a) == 1 for a, b in zip(last, last[1:], strict=False)):
+            return f"{names[0][:-1]}{last[0]}..{last[-1]}"
+    return ", ".join(names)
+
+
+def also_label(variant: str, aliases: Sequence[str] | None) -> str:
+    """'fa3_wgmma_e (also fa3_bwd_a..d)': a variant named with the aliases its row stands for."""
+    return f"{variant} (also {alias_names(aliases)})" if aliases else variant
 
 
 def split_list(text: str | Sequence[str] | None) -> list[str]:

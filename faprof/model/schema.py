@@ -36,8 +36,12 @@ ROW_COLUMNS = (
     "bound", "copy_gbs", "pct_copy",
     "footprint_standard_bytes", "footprint_flash_bytes", "out_sample", "ref_sample", "seed",
     "build_s", "build_cold", "reference_s", "wall_s", "finished_utc",
-    "gpu_index", "gpu_name", "gpu_uuid", "attempts",
+    "gpu_index", "gpu_name", "gpu_uuid", "attempts", "aliases",
 )
+
+#: `aliases` holds the variants a row's kernels also stand for (declared aliases a run did not time
+#: twice), as names joined by ALIAS_SEP; None when none. faprof.analysis.aliases adds detected ones.
+ALIAS_SEP = ","
 
 
 

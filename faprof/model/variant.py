@@ -74,6 +74,11 @@ class Variant:
     path_of: Callable[..., str] | None = None
     """path_of(problem, q, k, v, attn) -> which path the call took ('fused: ...', 'slow path: ...'), for
     baselines whose library picks a kernel silently; recorded in the row's `path`."""
+    aliases: dict[str, str] = field(default_factory=dict)
+    """direction -> the variant whose kernels this one runs for it (an alias: e.g. the Hopper backward
+    steps' forward is fa3_wgmma_e's kernel). A run that has both times the target once, and its row
+    names this variant in `aliases`; tables, charts and the advisor show the kernel once. Variants that
+    do not declare are still found when their recorded kernels match (faprof.analysis.aliases)."""
     deterministic: tuple[str, ...] = ("fwd",)
     """Directions whose output is bitwise identical from call to call. The harness compares a
     timed call's output with the checked call's bitwise for these, within the correctness rules
@@ -84,6 +89,11 @@ class Variant:
     wrong element falls in); a callable (problem, output name) -> tile where it depends on the head
     dim or on the kernel writing that output ('out', 'lse': the forward's; 'dq', 'dk', 'dv': the
     backward's). None: not known (torch baselines)."""
+
+    def alias_of(self, direction: str) -> str | None:
+        """The variant whose kernels this one runs for `direction`, or None (its own kernels)."""
+        target = self.aliases.get(direction)
+        return target if target and target != self.name else None
 
     def tile_for(self, problem: AttentionProblem, output: str = "out") -> tuple[int, int] | None:
         """The (query rows, keys) tile behind `output` of `problem`, or None when not known."""

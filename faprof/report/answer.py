@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from faprof.analysis import aliases
 from faprof.report import fmt as f
 from faprof.report import tables as rt
 from faprof.report.blocks import Block, best, geomean, largest_shape, shape_label, timed
@@ -170,7 +171,8 @@ def summary_table(block: Block) -> str:
         a = at.iloc[0] if not at.empty else None
         mark = f" {UNSTABLE_MARK}" if a is not None and _is(a.get("unstable")) else ""
         rng = f" ({f.ratio(x['low'])}–{f.ratio(x['high'])})" if x["shapes"] > 1 else ""
-        name = f"{x['variant']} (baseline)" if x["variant"] == block.baseline else str(x["variant"])
+        label = aliases.label(str(x["variant"]), block.rows)  # names the aliases its kernel stands for
+        name = f"{label} (baseline)" if x["variant"] == block.baseline else label
         rows.append({
             "variant": name,
             f"ms at {big_label} (95% CI)": f"{_with_ci(a)}{mark}" if a is not None else f.MISSING,

@@ -15,6 +15,8 @@ from typing import Any
 import pandas as pd
 
 from faprof import advisor
+from faprof.advisor.render import who
+from faprof.analysis import aliases
 from faprof.report import fmt as f
 from faprof.report import tables as rt
 from faprof.report.observations import trends
@@ -75,7 +77,7 @@ def sections(bundle: Bundle, df: pd.DataFrame, m: dict[str, Any], diag: pd.DataF
         out.append(("Every advisor finding", "Ranked per variant and shape (rank 1 is the primary cause); each finding quotes "
                     "the measurement or Nsight metric it rests on.\n\n" + rt.md_table(rt.advisor_frame(diag, df))))
         out.append(("Advisor summary per variant and cause", rt.md_table(_summary(diag))))
-    ncu = rt.ncu_frame(bundle.read("ncu_summary"))
+    ncu = rt.ncu_frame(aliases.without_aliases(bundle.read("ncu_summary"), df))  # one kernel, one row
     if not ncu.empty:
         out.append(("Nsight Compute, per kernel launch", rt.md_table(ncu)))
     out.append(("Environment", rt.md_table(rt.environment_frame(m))))
@@ -87,7 +89,7 @@ def sections(bundle: Bundle, df: pd.DataFrame, m: dict[str, Any], diag: pd.DataF
 
 def _summary(diag: pd.DataFrame) -> pd.DataFrame:
     s = advisor.summarize(diag)
-    s = s.assign(max_gain_pct=s["max_gain_pct"].map(f.pct))
+    s = s.assign(max_gain_pct=s["max_gain_pct"].map(f.pct), variant=[who(r) for _, r in s.iterrows()])
     cols = [c for c in ("variant", "dtype", "title", "primary_shapes", "n_shapes", "max_gain_pct", "fix") if c in s]
     return s[cols].rename(columns={"title": "cause", "primary_shapes": "primary on", "n_shapes": "seen on (shapes)",
                                    "max_gain_pct": "est. gain, max (%)"})

@@ -13,9 +13,11 @@ from typing import Any
 
 import pandas as pd
 
+from faprof.analysis import aliases
 from faprof.analysis import core as analysis
 from faprof.analysis import labels
 from faprof.model import schema
+from faprof.model.plan import also_label
 from faprof.report import fmt as f
 
 
@@ -58,6 +60,11 @@ OPTIONAL_TIMING = (
 )
 
 
+def vname(r: Any) -> str:
+    """A row's variant, with the aliases its kernel also stands for ('fa3_wgmma_e (also fa3_bwd_a..d)')."""
+    return also_label(str(r["variant"]), aliases.split(_get(r, "aliases")))
+
+
 def results_frame(df: pd.DataFrame) -> pd.DataFrame:
     """The full results table of one group: every row, with the median's 95% CI and the speed ratio."""
     opt = [(c, h, fn) for c, h, fn in OPTIONAL_TIMING if c in df.columns and df[c].notna().any()]
@@ -67,7 +74,7 @@ def results_frame(df: pd.DataFrame) -> pd.DataFrame:
         u = _get(r, "unstable")
         flag += " ≈ unstable" if u is not None and not pd.isna(u) and bool(u) else ""
         row = {
-            "variant": r["variant"] + flag, "shape": shape(r), "status": r["status"],
+            "variant": vname(r) + flag, "shape": shape(r), "status": r["status"],
             "median ms": f.ms(_get(r, "median_ms")), "median 95% CI ms": _ci_half(r),
             "TFLOP/s": f.sig(_get(r, "tflops")), "% of peak": f.pct(_get(r, "pct_peak")),
             "speed vs baseline": f.ratio(_get(r, "speedup")), "baseline": f.text(_get(r, "baseline")),
@@ -221,7 +228,7 @@ def advisor_frame(adv: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
         return adv
     labels = {r["shape_id"]: shape(r) for _, r in df.drop_duplicates("shape_id").iterrows()}
     return pd.DataFrame([{
-        "variant": r["variant"], "shape": labels.get(r["shape_id"], r["shape_id"]), "rank": str(r["rank"]),
+        "variant": vname(r), "shape": labels.get(r["shape_id"], r["shape_id"]), "rank": str(r["rank"]),
         "cause": r["title"], "est. gain": f.pct(r["estimated_gain_pct"]) if pd.notna(r["estimated_gain_pct"]) else "–",
         "evidence": f.text(r["evidence"]), "what usually fixes it": f.text(r["fix"]),
     } for _, r in adv.iterrows()])

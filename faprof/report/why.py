@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from faprof import advisor
-from faprof.advisor.render import share_text
+from faprof.advisor.render import share_text, who
 from faprof.analysis import short_labels
 from faprof.model import schema
 from faprof.report import fmt as f
@@ -163,9 +163,9 @@ def _variant_lines(top: pd.DataFrame) -> list[str]:
 
 def _line(r: Any, same: pd.DataFrame) -> str:
     """One variant's leading cause; `same`: the later variants whose leading cause it is too (their share quoted)."""
-    likewise = "; ".join(f"{o['variant']} (on {o['n']} of {o['total']} shapes" + (f"; {_gain(o)}" if _gain(o) else "") + ")"
+    likewise = "; ".join(f"{who(o)} (on {o['n']} of {o['total']} shapes" + (f"; {_gain(o)}" if _gain(o) else "") + ")"
                          for _, o in same.iterrows())
-    return (f"- **{r['variant']}** ({r['dtype']}{'' if r['direction'] == 'fwd' else ' ' + r['direction']}): "
+    return (f"- **{who(r)}** ({r['dtype']}{'' if r['direction'] == 'fwd' else ' ' + r['direction']}): "
             f"{f.md(r['title'])} on {r['n']} of {r['total']} shapes"
             + (f"; {_gain(r)}" if _gain(r) else "")
             + f": {f.md(_short(r['evidence']))}."

@@ -30,6 +30,7 @@ from typing import Any
 import pandas as pd
 
 from faprof import analysis
+from faprof.analysis import aliases
 from faprof.errors import FaprofError
 from faprof.measure.wrong_text import explain_wrong_rows
 from faprof.report import answer, appendix, observations, published, why
@@ -83,7 +84,7 @@ def read_run(bundle: Bundle, focus: str | None = None) -> Run:
             the run does not have.
     """
     m = bundle.manifest()
-    meas = bundle.measurements()
+    meas = aliases.measurements(bundle)  # one kernel, one row: aliases named in the canonical row
     if meas.empty or "variant" not in meas:
         what = ("a `faprof sanitize` bundle: its findings are in sanitizer.parquet (`faprof export RUN --csv DIR`)"
                 if m.get("kind") == "sanitize" else f"status {m.get('status')}")
@@ -113,6 +114,7 @@ def build_charts(run: Run) -> list[Any]:
     if not rc.plotly_available():
         return []
     colors = analysis.variant_colors(run.df["variant"])
+    lab = aliases.labels_of(run.df)
     out = []
     for b in run.blocks:
         if b.ranking.empty or (run.focus and run.focus not in set(b.ranking["variant"])):
@@ -130,8 +132,10 @@ def build_charts(run: Run) -> list[Any]:
             notes.append(f"{', '.join(dict.fromkeys(t.loc[t['device'] != 'cuda', 'variant']))} on the CPU not drawn")
             t = t[t["device"] == "cuda"]
         shared = f" ({'; '.join(notes)})" if notes else ""
+        t = t.assign(variant=t["variant"].map(lambda v: lab.get(v, v)))  # legends name a kernel's aliases
         out.append(rc.speed_chart(f"{b.slug}-speed", f"{b.title}: speed relative to {b.reference}{shared}", t, order,
-                                  short, colors, b.reference, highlight=run.focus))
+                                  short, {lab.get(k, k): c for k, c in colors.items()}, b.reference,
+                                  highlight=lab.get(run.focus, run.focus) if run.focus else None))
     return out
 
 

@@ -103,7 +103,7 @@ def _pool_rows(su: RunSetup, state: RunState, slots: list[pool.Slot], models: li
                 bundle.log(f"{variant.name} on {problem.shape_id}: worker on GPU {slot.index} lost "
                            f"({row.reason}); retrying once on another GPU")
                 return row
-            row = finish_row(bundle, base_row(bundle, su.scenario, variant, problem), variant, problem, env_m,
+            row = finish_row(bundle, base_row(bundle, su.scenario, variant, problem, su.options.variants), variant, problem, env_m,
                              ("died", f"{row.reason} (retried after: {died_on})"), float("nan"))
         return {**row, **gpu_fields(slot.env, slot.index), "attempts": 2 if died_on else 1}
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from faprof.model.plan import alias_lines
 from faprof.model.scenarios import Scenario
 from faprof.nsight import ncu, nsys
 from faprof.nsight.ncu.source_run import collect_source, source_mode
@@ -35,6 +36,8 @@ def profile(scenario_spec: str | Path | Scenario, options: ProfileOptions | None
     """
     su = setup(scenario_spec, options, resume)
     state = RunState(progress=progress)
+    for line in measures_lines(su):
+        progress("plan", {"message": line})
     stop = threading.Event()
     try:
         if su.options.cluster:
@@ -59,6 +62,15 @@ def profile(scenario_spec: str | Path | Scenario, options: ProfileOptions | None
             state.bundle.update_manifest(status="failed")
             state.bundle.log(f"run stopped: {type(e).__name__}: {e}")
         raise
+
+
+def measures_lines(su: RunSetup) -> list[str]:
+    """What the run measures, printed first: the (variant, shape) pairs, and each declared alias
+    timed once as its target (one kernel, one row)."""
+    names = list(dict.fromkeys(v.name for _, v in su.pairs))
+    lines = [f"measures {len(su.pairs)} (variant, shape) pair(s): {len(names)} variant(s) x "
+             f"{len(su.scenario.problems)} shape(s)"]
+    return lines + [f"  alias {line}" for line in alias_lines(su.scenario, su.options.variants)]
 
 
 def _epilogue(su: RunSetup, state: RunState, bundle: Bundle) -> None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from faprof.measure.derive import derive
-from faprof.model import schema
+from faprof.model import plan, schema
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import Scenario, TimingSettings
 from faprof.model.variant import Variant
@@ -25,9 +26,13 @@ from faprof.store import Bundle, utc_stamp
 RESULT_ONLY_KEYS = ("checked_outputs",)
 
 
-def base_row(bundle: Bundle, scenario: Scenario, variant: Variant, problem: AttentionProblem) -> dict[str, Any]:
-    """A new row naming the run, the variant and the problem (every other column None)."""
+def base_row(bundle: Bundle, scenario: Scenario, variant: Variant, problem: AttentionProblem,
+             variant_names: Sequence[str] | None = None) -> dict[str, Any]:
+    """A new row naming the run, the variant, the problem and the declared aliases the row stands for
+    (`variant_names`: the run's --variants, None for the scenario's; every other column None)."""
     row = schema.new_row()
+    folded = plan.folded_aliases(scenario, variant_names).get((variant.name, problem.shape_id))
+    row["aliases"] = schema.ALIAS_SEP.join(folded) if folded else None
     row.update(
         run_id=bundle.run_id, scenario=scenario.name, group=scenario.group_of(problem.shape_id),
         variant=variant.name, variant_kind=variant.kind, compute=variant.compute,
@@ -97,7 +102,7 @@ def prepare_task(bundle: Bundle, scenario: Scenario, variant, problem: Attention
                  cuda_ok: bool, env: dict[str, Any], options: ProfileOptions) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """(the row so far, the worker task to run) for one (variant, problem); the task is None when the
     row is final already (a variant that cannot run the problem here)."""
-    row = base_row(bundle, scenario, variant, problem)
+    row = base_row(bundle, scenario, variant, problem, options.variants)
     ok, reason = variant.supports(problem, cuda_available=cuda_ok)
     if not ok:
         # "skipped" only when a GPU would have let it run; a dtype or D it cannot take is "unsupported"

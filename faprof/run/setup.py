@@ -9,7 +9,7 @@ from typing import Any
 
 from faprof import variants
 from faprof.errors import FaprofError
-from faprof.model.plan import plan
+from faprof.model.plan import declared_aliases, plan
 from faprof.model.scenarios import Scenario, TimingSettings, load_scenario, parse_scenario, upgrade_timing
 from faprof.run.options import ProfileOptions
 from faprof.store import Bundle
@@ -64,6 +64,7 @@ def new_manifest(scenario: Scenario, options: ProfileOptions, env: dict[str, Any
                      "baseline": scenario.baseline, "source": scenario.source, "raw": scenario.raw},
         "env": env,
         "settings": {"timing": dataclasses.asdict(timing), "variants": list(dict.fromkeys(v.name for _, v in pairs)),
+                     "aliases": declared_aliases(scenario, options.variants),
                      "ncu": ncu_set, "nsys": nsys_on, "isolate": options.isolate,
                      "ncu_cache_control": options.ncu_cache_control, "ncu_clock_control": options.ncu_clock_control,
                      "ncu_selectors": {"variants": options.ncu_variants, "shapes": options.ncu_shapes,

@@ -169,7 +169,7 @@ def _with_workspace_limit(check: Callable[[AttentionProblem], str | None]) -> Ca
 
 
 def register_variants(check_factory: Callable[[str], Callable[[AttentionProblem], str | None]], plain_fwd: Callable,
-                      fwd_op: str = "fa3_wgmma_e_fwd") -> list[Variant]:
+                      fwd_op: str = "fa3_wgmma_e_fwd", fwd_variant: str = "fa3_wgmma_e") -> list[Variant]:
     """Register the steps of FA3_BWD_STEPS.
 
     Args:
@@ -177,6 +177,8 @@ def register_variants(check_factory: Callable[[str], Callable[[AttentionProblem]
             64/128, fp16/bf16, scale > 0, compute capability 9.0, else the reason).
         plain_fwd: the registry callable of the forward op `fwd_op` (returns out, or (out, lse)).
         fwd_op: the forward op whose LSE the backward uses.
+        fwd_variant: the variant whose kernel `fwd_op` is: each step declares it as its forward's alias
+            (direction 'fwd' times exactly that kernel; 'bwd' and 'fwd_bwd' run the step's own).
 
     Returns:
         The registered variants.
@@ -196,5 +198,6 @@ def register_variants(check_factory: Callable[[str], Callable[[AttentionProblem]
             device="cuda",
             compute="tensor",
             needs_extension=True,
+            aliases={"fwd": fwd_variant},
         )))
     return done

@@ -1,0 +1,248 @@
+"""Aliases: variants whose kernels at a shape are another variant's, shown once (one kernel, one row).
+
+Two ways a variant is an alias of another at a shape:
+
+- declared: the variant says so for the shape's direction (`Variant.aliases`; a bundle records the
+  run's declared aliases in its manifest's settings, older bundles are read through the registry);
+- detected: the kernels recorded for the two (variant, shape) calls are the same kernel functions
+  launched alike — the same sequence of (kernel name, grid, block) in Nsight Compute's
+  `ncu_summary` and/or Nsight Systems' `nsys_kernels`, agreeing in every table both appear in, and
+  covering the whole call (as many kernels as the CUPTI timer counted per call, `kernels_per_call`).
+
+The canonical variant of a group is the declared target, else the run's baseline, else the first in
+the run's order; the others are its aliases at that shape. `collapse` keeps the canonical row and
+names the aliases in its `aliases` column (faprof.model.schema), so every view built on it — the
+report's tables, charts and Why lines, the advisor's comparators, the dashboard — shows a kernel
+once. Nothing here looks at variant names beyond the declarations: detection rests on the records.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from faprof import variants as _variants  # noqa: F401  (fills the registry: declarations of old bundles)
+from faprof.analysis.core import baselines_of
+from faprof.errors import FaprofError
+from faprof.model import schema
+from faprof.model import variant as registry
+from faprof.model.plan import also_label
+
+#: Columns of the alias table: at shape_id, `variant` runs `canonical`'s kernels; how: declared / kernels.
+ALIAS_COLUMNS = ("shape_id", "variant", "canonical", "how")
+
+Signature = tuple[tuple[str, str, str], ...]
+
+
+def _text(x: Any) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return ""
+    return str(x)
+
+
+def _ncu_signatures(summ: pd.DataFrame) -> dict[tuple[str, str], Signature]:
+    need = {"variant", "shape_id", "kernel"}
+    if summ.empty or not need <= set(summ.columns):
+        return {}
+    s = summ[summ["kernel"] != "(all)"]
+    out: dict[tuple[str, str], Signature] = {}
+    order = [c for c in ("launch", "kernel_id") if c in s.columns]
+    for (v, sid), g in s.groupby(["variant", "shape_id"], sort=False):
+        g = g.sort_values(order) if order else g
+        names = g["kernel_demangled"] if "kernel_demangled" in g else g["kernel"]
+        out[(str(v), str(sid))] = tuple(
+            (_text(n) or _text(k), _text(r.get("grid")), _text(r.get("block")))
+            for n, k, r in zip(names, g["kernel"], g.to_dict("records"), strict=True))
+    return out
+
+
+def _nsys_signatures(kern: pd.DataFrame) -> dict[tuple[str, str], Signature]:
+    need = {"variant", "shape_id", "kernel", "iteration", "kernel_index"}
+    if kern.empty or not need <= set(kern.columns):
+        return {}
+    out: dict[tuple[str, str], Signature] = {}
+    dims = [c for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z") if c in kern.columns]
+    for (v, sid), g in kern.groupby(["variant", "shape_id"], sort=False):
+        first = g[g["iteration"] == g["iteration"].min()].sort_values("kernel_index")
+        out[(str(v), str(sid))] = tuple(
+            (_text(r["kernel"]), ",".join(_text(r[c]) for c in dims[:3]), ",".join(_text(r[c]) for c in dims[3:]))
+            for r in first.to_dict("records"))
+    return out
+
+
+def kernel_signatures(tables: Mapping[str, pd.DataFrame]) -> list[dict[tuple[str, str], Signature]]:
+    """Per kernel table (ncu_summary, nsys_kernels): (variant, shape_id) -> the call's kernels as a
+    sequence of (name, grid, block), in launch order."""
+    empty = pd.DataFrame()
+    return [_ncu_signatures(tables.get("ncu_summary", empty)), _nsys_signatures(tables.get("nsys_kernels", empty))]
+
+
+def declared_of(manifest: Mapping[str, Any], names: Sequence[str]) -> dict[str, dict[str, str]]:
+    """alias -> {direction: target}: the manifest's record (`settings.aliases`), else the registry's
+    declarations of the variants named (unknown variants, such as a user's not loaded here, declare none)."""
+    rec = (manifest.get("settings") or {}).get("aliases")
+    if isinstance(rec, Mapping):
+        return {str(k): dict(v) for k, v in rec.items() if isinstance(v, Mapping)}
+    out: dict[str, dict[str, str]] = {}
+    for n in dict.fromkeys(names):
+        try:
+            v = registry.get(n)
+        except FaprofError:
+            continue
+        if v.aliases:
+            out[n] = dict(v.aliases)
+    return out
+
+
+def _complete(sig: Signature, row: Mapping[str, Any] | None) -> bool:
+    """Whether a signature covers the whole call: as many kernels as CUPTI counted (when it did)."""
+    if not sig:
+        return False
+    k = row.get("kernels_per_call") if row else None
+    try:
+        k = float(k)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return True
+    return math.isnan(k) or k <= 0 or int(k) == len(sig)
+
+
+def _same_kernels(a: str, b: str, sid: str, sigs: list[dict[tuple[str, str], Signature]],
+                  rows: Mapping[tuple[str, str], Mapping[str, Any]]) -> bool:
+    seen = False
+    for table in sigs:
+        sa, sb = table.get((a, sid)), table.get((b, sid))
+        if sa is None or sb is None:
+            continue
+        if not (_complete(sa, rows.get((a, sid))) and _complete(sb, rows.get((b, sid)))) or sa != sb:
+            return False
+        seen = True
+    return seen
+
+
+def find(measurements: pd.DataFrame, tables: Mapping[str, pd.DataFrame] | None = None,
+         manifest: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """The aliases of a run: one row per (shape_id, variant) whose kernels are `canonical`'s there.
+
+    Args:
+        measurements: the run's measurement rows (variant, shape_id, direction; kernels_per_call used
+            when present).
+        tables: the run's kernel tables (ncu_summary, nsys_kernels), each optional.
+        manifest: the run's manifest (declared aliases, baseline and variant order), optional.
+
+    Returns:
+        A frame with ALIAS_COLUMNS (empty when no variant is another's alias).
+    """
+    manifest = manifest or {}
+    if measurements.empty or not {"variant", "shape_id"} <= set(measurements.columns):
+        return pd.DataFrame(columns=list(ALIAS_COLUMNS))
+    order = list(dict.fromkeys([*((manifest.get("settings") or {}).get("variants") or []),
+                                *measurements["variant"].astype(str)]))
+    rank = {v: i for i, v in enumerate(order)}
+    baseline, group_baselines = baselines_of(dict(manifest))
+    declared = declared_of(manifest, order)
+    rows = {(str(r["variant"]), str(r["shape_id"])): r for r in measurements.to_dict("records")}
+    sigs = kernel_signatures(tables or {})
+    out: list[dict[str, Any]] = []
+    for sid, g in measurements.groupby("shape_id", sort=False):
+        here = sorted(dict.fromkeys(g["variant"].astype(str)), key=lambda v: rank.get(v, len(rank)))
+        direction = str(g["direction"].iloc[0]) if "direction" in g else "fwd"
+        group = g["group"].iloc[0] if "group" in g else None
+        base = group_baselines.get(group, baseline) if isinstance(group, str) else baseline
+        target_of: dict[str, tuple[str, str]] = {}
+        for v in here:  # declared first: their target is canonical
+            t = (declared.get(v) or {}).get(direction)
+            if t and t != v and t in here:
+                target_of[v] = (t, "declared")
+        free = [v for v in here if v not in target_of]
+        first = sorted(free, key=lambda v: (v != base, rank.get(v, len(rank))))
+        for i, a in enumerate(first):
+            if a in target_of:
+                continue
+            for b in first[i + 1:]:
+                if b not in target_of and _same_kernels(a, b, str(sid), sigs, rows):
+                    target_of[b] = (a, "kernels")
+        for v, (t, how) in target_of.items():
+            while t in target_of:  # an alias of an alias: point at the canonical one
+                t = target_of[t][0]
+            out.append({"shape_id": str(sid), "variant": v, "canonical": t, "how": how})
+    return pd.DataFrame(out, columns=list(ALIAS_COLUMNS))
+
+
+def split(text: Any) -> list[str]:
+    """The names in an `aliases` cell (None/NaN: none)."""
+    return [w for w in _text(text).split(schema.ALIAS_SEP) if w]
+
+
+def collapse(measurements: pd.DataFrame, found: pd.DataFrame) -> pd.DataFrame:
+    """`measurements` with each alias row dropped and its variant named in the canonical row's
+    `aliases` column (the column is added when missing, so old bundles read like new ones)."""
+    df = measurements.copy()
+    if "aliases" not in df.columns:
+        df["aliases"] = None
+    if df.empty or found.empty:
+        return df
+    drop = set(zip(found["variant"], found["shape_id"], strict=True))
+    extra: dict[tuple[str, str], list[str]] = {}
+    for r in found.to_dict("records"):
+        extra.setdefault((r["canonical"], r["shape_id"]), []).append(r["variant"])
+    keys = list(zip(df["variant"].astype(str), df["shape_id"].astype(str), strict=True))
+    df["aliases"] = [schema.ALIAS_SEP.join(dict.fromkeys([*split(a), *extra.get(k, [])])) or None
+                     for a, k in zip(df["aliases"], keys, strict=True)]
+    return df[[k not in drop for k in keys]].reset_index(drop=True)
+
+
+def of_bundle(bundle: Any) -> pd.DataFrame:
+    """The alias table (`find`) of a faprof Bundle, from its measurements, kernel tables and manifest."""
+    tables = {t: bundle.read(t) for t in ("ncu_summary", "nsys_kernels") if bundle.has(t)}
+    return find(bundle.measurements(), tables, bundle.manifest())
+
+
+def measurements(bundle: Any) -> pd.DataFrame:
+    """A bundle's measurement rows with one row per kernel: aliases folded into their canonical row."""
+    meas = bundle.measurements()
+    tables = {t: bundle.read(t) for t in ("ncu_summary", "nsys_kernels") if bundle.has(t)}
+    return collapse(meas, find(meas, tables, bundle.manifest()))
+
+
+def alias_names_of(df: pd.DataFrame) -> dict[str, list[str]]:
+    """variant -> every alias its rows name (run order), for labels: 'fa3_wgmma_e (also fa3_bwd_a..d)'."""
+    out: dict[str, list[str]] = {}
+    if df.empty or "aliases" not in df.columns:
+        return out
+    for v, a in zip(df["variant"], df["aliases"], strict=True):
+        names = split(a)
+        if names:
+            cur = out.setdefault(str(v), [])
+            cur.extend(n for n in names if n not in cur)
+    return out
+
+
+def labels_of(df: pd.DataFrame) -> dict[str, str]:
+    """variant -> its display label: the name, with '(also ...)' where its rows stand for aliases."""
+    names = alias_names_of(df)
+    return {str(v): also_label(str(v), names.get(str(v))) for v in dict.fromkeys(df.get("variant", []))}
+
+
+def label(variant: str, df: pd.DataFrame) -> str:
+    """One variant's display label (see `labels_of`)."""
+    return also_label(variant, alias_names_of(df).get(variant))
+
+
+def folded_keys(df: pd.DataFrame) -> set[tuple[str, str]]:
+    """(alias, shape_id) of every alias the collapsed rows `df` name (their own rows were folded)."""
+    if df.empty or "aliases" not in df.columns:
+        return set()
+    return {(n, str(s)) for s, a in zip(df["shape_id"], df["aliases"], strict=True) for n in split(a)}
+
+
+def without_aliases(table: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
+    """A per-(variant, shape_id) table (ncu_summary, stalls, nsys_kernels, ...) without the rows of
+    aliases that the collapsed measurement rows `df` fold into their canonical variant."""
+    drop = folded_keys(df)
+    if table.empty or not drop or not {"variant", "shape_id"} <= set(table.columns):
+        return table
+    keys = zip(table["variant"].astype(str), table["shape_id"].astype(str), strict=True)
+    return table[[k not in drop for k in keys]].reset_index(drop=True)
