@@ -59,7 +59,8 @@ def test_l4_causal_report_fits_a_page_and_answers_how_fast_against_what_why(l4_m
     assert "### fp16 causal forward · 5 shapes, baseline sdpa_flash" in answer
     assert "### fp32 causal forward · 5 shapes, baseline sdpa_efficient" in answer
     # how fast, against what: the fastest against the baseline, and the time and rate at the largest shape
-    assert "Fastest: **sdpa_cudnn**: 1.43x sdpa_flash's speed" in answer
+    # sdpa_auto ran cuDNN's kernel (same name, grid, block in the nsys/ncu records): one row, named as its alias
+    assert "Fastest: **sdpa_cudnn (also sdpa_auto)**: 1.43x sdpa_flash's speed" in answer
     assert "0.0220 ms (196 TFLOP/s, 19.8% of the dense fp16 tensor" in answer
     assert "Fastest: **fa2**: 1.27x sdpa_efficient's speed" in answer
     # one table per block: every variant against the baseline with its CI, ratio, TFLOP/s, % of peak, status
@@ -68,7 +69,8 @@ def test_l4_causal_report_fits_a_page_and_answers_how_fast_against_what_why(l4_m
     for col in ("(95% CI)", "vs sdpa_flash (range)", "TFLOP/s", "% of peak", "status"):
         assert col in header
     rows = [ln for ln in fp16.splitlines() if ln.startswith("| ") and not ln.startswith(("| variant", "|--"))]
-    assert [r.split("|")[1].strip() for r in rows][:4] == ["sdpa_cudnn", "sdpa_auto", "fa2_mma", "sdpa_flash (baseline)"]
+    assert [r.split("|")[1].strip() for r in rows][:4] == ["sdpa_cudnn (also sdpa_auto)", "fa2_mma", "sdpa_flash (baseline)",
+                                                          "fa2_wmma"]
     fa2_mma = next(r for r in rows if r.startswith("| fa2_mma "))
     assert "0.0303 (0.0302–0.0304)" in fa2_mma and "1.16x (1.08x–1.32x)" in fa2_mma and "| 142 " in fa2_mma
     # why, on the same screen: the kernels the user can change, and what belongs to the shapes
@@ -129,8 +131,8 @@ def test_a_gpu_run_missing_its_baseline_says_so(tmp_path):
     md = report.render_markdown(Bundle(run))
     _no_false_baseline(md, "sdpa_flash")
     assert "baseline sdpa_flash missing" in md and "sdpa_flash was not among the variants run" in md
-    assert "Fastest: **sdpa_cudnn**: 1.00x the runner-up sdpa_auto's speed" not in md  # 'level with', within 2%
-    assert "Fastest: **sdpa_cudnn**: level with sdpa_auto" in md
+    # without the baseline: the fastest against the runner-up (sdpa_auto is cuDNN's kernel: one row with it)
+    assert "Fastest: **sdpa_cudnn (also sdpa_auto)**: 1.23x the runner-up fa2_mma's speed" in md
     # the fp32 block's baseline ran: it keeps its ratios
     assert "Fastest: **fa2**: 1.27x sdpa_efficient's speed" in md
     html = report.render_html(Bundle(run))
@@ -143,7 +145,7 @@ def _method(md: str) -> str:
 
 def test_the_method_is_the_manifests(l4_md, tmp_path):
     text = _method(l4_md)  # 2026-11-23 morning: one stop rule for GPU and CPU rows
-    assert "CUPTI kernel time per call (the sum of the call's kernel durations) for 75 rows" in text
+    assert "CUPTI kernel time per call (the sum of the call's kernel durations) for 65 rows" in text
     assert "the host clock (time.perf_counter) for 10 rows" in text
     assert "until the median's 95% CI was within ±0.5% of the median, at least 10 calls (30 for calls under 0.1 ms), " \
            "at most 2000, or 2 s per pair; CPU rows (host clock) under the same rule" in text
@@ -169,7 +171,7 @@ def test_a_focus_report_is_about_one_kernel_against_the_rest():
     md = report.render_markdown(Bundle(L4_H100), focus="fa2_mma")
     assert md.startswith("# fa2_mma against the rest: l4_causal on NVIDIA H100 80GB HBM3")
     answer = _answer(md)
-    assert "**fa2_mma** ranks 3 of 9, 1.16x sdpa_flash's speed, the fastest, sdpa_cudnn, is 1.23x its speed" in answer
+    assert "**fa2_mma** ranks 2 of 8, 1.16x sdpa_flash's speed, the fastest, sdpa_cudnn, is 1.23x its speed" in answer
     table = [ln for ln in answer.split("### fp32")[0].splitlines() if ln.startswith("| B=")]
     assert len(table) == 5  # report 003's table: one row per shape
     assert re.match(r"\| B=16 H=8 S=512 D=64 causal \| 0\.0303 \(0\.0302–0\.0304\) +\| 0\.0349 +\| 1\.15x +\| "
@@ -222,7 +224,7 @@ def test_html_is_the_report_then_the_appendix_collapsed_with_charts():
     pytest.importorskip("plotly")
     page = report.render_html(Bundle(L4_H100))
     body = re.sub(r"<script.*?</script>", "", page, flags=re.S)
-    assert "<h2>The answer</h2>" in body and "<strong>sdpa_cudnn</strong>" in body
+    assert "<h2>The answer</h2>" in body and "<strong>sdpa_cudnn (also sdpa_auto)</strong>" in body
     assert body.index("<h2>The answer</h2>") < body.index("<h2>Appendix</h2>") < body.index("<details>")
     assert body.count("<details>") >= 10 and body.count('class="chart"') == 2 and "Plotly.newPlot" in page
     assert '<div class="wide"><table>' in body  # wide tables scroll in their box, not the page
@@ -238,7 +240,9 @@ def test_charts_give_each_variant_one_colour():
         for tr in c.figure.data:
             colours.setdefault(tr.name, set()).add(tr.line.color)
     assert all(len(v) == 1 for v in colours.values()), colours
-    assert {"sdpa_auto", "torch_standard", "sdpa_math"} <= set(colours)  # in both blocks' charts, one colour each
+    assert {"torch_standard", "sdpa_math"} <= set(colours)  # in both blocks' charts, one colour each
+    # sdpa_auto ran cuDNN's kernel at fp16 and the efficient one at fp32: no line of its own, named in theirs
+    assert "sdpa_auto" not in colours and {"sdpa_cudnn (also sdpa_auto)", "sdpa_efficient (also sdpa_auto)"} <= set(colours)
     assert "cpu_ref" not in colours and "cpu_ref on the CPU not drawn" in charts[0].title
 
 

@@ -146,28 +146,37 @@ def find(measurements: pd.DataFrame, tables: Mapping[str, pd.DataFrame] | None =
     rows = {(str(r["variant"]), str(r["shape_id"])): r for r in measurements.to_dict("records")}
     sigs = kernel_signatures(tables or {})
     out: list[dict[str, Any]] = []
+    found: list[tuple[str, str | None, list[str]]] = []  # (shape_id, its baseline, a class of same-kernel variants)
+    partners: dict[str, set[str]] = {}
     for sid, g in measurements.groupby("shape_id", sort=False):
         here = sorted(dict.fromkeys(g["variant"].astype(str)), key=lambda v: rank.get(v, len(rank)))
         direction = str(g["direction"].iloc[0]) if "direction" in g else "fwd"
         group = g["group"].iloc[0] if "group" in g else None
         base = group_baselines.get(group, baseline) if isinstance(group, str) else baseline
-        target_of: dict[str, tuple[str, str]] = {}
+        declared_here = {}
         for v in here:  # declared first: their target is canonical
             t = (declared.get(v) or {}).get(direction)
-            if t and t != v and t in here:
-                target_of[v] = (t, "declared")
-        free = [v for v in here if v not in target_of]
-        first = sorted(free, key=lambda v: (v != base, rank.get(v, len(rank))))
-        for i, a in enumerate(first):
-            if a in target_of:
-                continue
-            for b in first[i + 1:]:
-                if b not in target_of and _same_kernels(a, b, str(sid), sigs, rows):
-                    target_of[b] = (a, "kernels")
-        for v, (t, how) in target_of.items():
-            while t in target_of:  # an alias of an alias: point at the canonical one
-                t = target_of[t][0]
-            out.append({"shape_id": str(sid), "variant": v, "canonical": t, "how": how})
+            if t and t != v and t in here and (declared.get(t) or {}).get(direction) is None:
+                declared_here[v] = t
+        out += [{"shape_id": str(sid), "variant": v, "canonical": t, "how": "declared"} for v, t in declared_here.items()]
+        classes: list[list[str]] = []
+        for v in (v for v in here if v not in declared_here):
+            home = next((c for c in classes if _same_kernels(c[0], v, str(sid), sigs, rows)), None)
+            if home is None:
+                classes.append([v])
+            else:
+                home.append(v)
+        for c in classes:
+            if len(c) > 1:
+                found.append((str(sid), base, c))
+                for v in c:
+                    partners.setdefault(v, set()).update(set(c) - {v})
+    for sid, base, c in found:
+        # canonical: the baseline, else the variant with the fewest same-kernel partners over the run (a
+        # dispatcher that runs one variant's kernels here and another's there is named as their alias),
+        # else the first in the run's order
+        canon = min(c, key=lambda v: (v != base, len(partners.get(v, ())), rank.get(v, len(rank))))
+        out += [{"shape_id": sid, "variant": v, "canonical": canon, "how": "kernels"} for v in c if v != canon]
     return pd.DataFrame(out, columns=list(ALIAS_COLUMNS))
 
 
@@ -246,3 +255,12 @@ def without_aliases(table: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
         return table
     keys = zip(table["variant"].astype(str), table["shape_id"].astype(str), strict=True)
     return table[[k not in drop for k in keys]].reset_index(drop=True)
+
+
+def runs_kernel_of(df: pd.DataFrame, variant: str) -> pd.Series:
+    """Rows of `df` that measure `variant`'s kernels: its own, and those of the canonical variant it
+    was folded into (its name in their `aliases`), so a figure asked of an alias finds its kernel."""
+    own = df["variant"] == variant
+    if "aliases" not in df.columns:
+        return own
+    return own | df["aliases"].map(lambda a: variant in split(a))

@@ -93,7 +93,7 @@ def headline(block: Block) -> list[str]:
     if top is None:
         return [*lines, "Nothing was timed (the rows not run are counted below and listed in the appendix).", ""]
     name = str(top["variant"])
-    words = [f"Fastest: **{name}**"]
+    words = [f"Fastest: **{aliases.label(name, block.rows)}**"]
     if block.baseline_ran and name != block.baseline:
         words.append(f"{f.ratio(top['score'])} {block.reference}")
     r = block.ranking

@@ -14,7 +14,9 @@ from typing import Any
 
 import pandas as pd
 
+from faprof.analysis import aliases
 from faprof.errors import FaprofError
+from faprof.model.plan import alias_names
 from faprof.model.problem import AttentionProblem
 from faprof.report import fmt as f
 
@@ -58,6 +60,10 @@ def meta(m: dict[str, Any], df: pd.DataFrame) -> str:
     date = f" on {stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}" if re.match(r"\d{8}T", stamp) else ""
     parts = [f"Run `{m.get('run_id')}`, {m.get('status')}{date}", f"{len(df)} rows: {n_timed} timed"]
     parts[-1] += "".join(f", {int(counts[s])} {s}" for s in ("wrong", "failed", "unsupported", "skipped") if counts.get(s))
+    folded = aliases.folded_keys(df)
+    if folded:  # one kernel, one row: an alias's (variant, shape) is the row of the kernel it runs
+        names = alias_names(sorted({v for v, _ in folded}))
+        parts[-1] += f"; {len(folded)} (variant, shape) pairs of aliases ({names}) are their kernel's row"
     used = timers(df)
     if used:
         parts.append("timed with " + ", ".join(TIMER_SHORT.get(x, x) for x in used) + "; medians with their 95% CI")

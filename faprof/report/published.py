@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from faprof.analysis import aliases
 from faprof.model import schema
 from faprof.report import fmt as f
 from faprof.report import tables as rt
@@ -36,13 +37,13 @@ def _stand_in(p: dict[str, Any], df: pd.DataFrame) -> tuple[str, str]:
     timed = df[df["status"].isin(schema.TIMED)]
     for kind in kinds:
         for v in ROLE_STAND_INS[kind]:
-            if not timed[(timed["variant"] == v) & ((timed["dtype"] == dtype) if dtype else True)].empty:
+            if not timed[aliases.runs_kernel_of(timed, v) & ((timed["dtype"] == dtype) if dtype else True)].empty:
                 return v, "stand-in"
     return "", ""
 
 
 def _match(p: dict[str, Any], df: pd.DataFrame, variant: str) -> pd.DataFrame:
-    t = df[(df["variant"] == variant) & df["status"].isin(schema.TIMED)]
+    t = df[aliases.runs_kernel_of(df, variant) & df["status"].isin(schema.TIMED)]
     for k, col in (("B", "B"), ("H", "H"), ("D", "D"), ("S", "Sq"), ("dtype", "dtype"), ("causal", "causal"),
                    ("direction", "direction")):
         if k in (p.get("shape") or {}):
@@ -126,7 +127,8 @@ def section(df: pd.DataFrame, m: dict[str, Any], gpu: str) -> list[str]:
     for p in pubs:
         if p["variant"]:
             subjects.setdefault(p["subject"], (p["variant"], p["how"]))
-    ran = set(df.loc[df["status"].isin(schema.TIMED), "variant"])
+    timed = df[df["status"].isin(schema.TIMED)]
+    ran = {*timed["variant"], *(v for v, _ in aliases.folded_keys(timed))}  # an alias ran as its canonical
     roles = [f"{s} → **{v}**" + (" (faprof's own kernel of the same dtype, standing in for it)" if how == "stand-in" else "")
              + ("" if v in ran else " (not timed in this run)") for s, (v, how) in subjects.items()]
     lines.append(f"Figures quoted from {cited or 'the seed report'} on its {their_gpu}, beside this run on the {gpu}. "
