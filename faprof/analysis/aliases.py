@@ -48,29 +48,33 @@ def _ncu_signatures(summ: pd.DataFrame) -> dict[tuple[str, str], Signature]:
     if summ.empty or not need <= set(summ.columns):
         return {}
     s = summ[summ["kernel"] != "(all)"]
-    out: dict[tuple[str, str], Signature] = {}
     order = [c for c in ("launch", "kernel_id") if c in s.columns]
-    for (v, sid), g in s.groupby(["variant", "shape_id"], sort=False):
-        g = g.sort_values(order) if order else g
-        names = g["kernel_demangled"] if "kernel_demangled" in g else g["kernel"]
-        out[(str(v), str(sid))] = tuple(
-            (_text(n) or _text(k), _text(r.get("grid")), _text(r.get("block")))
-            for n, k, r in zip(names, g["kernel"], g.to_dict("records"), strict=True))
-    return out
+    s = s.sort_values(["variant", "shape_id", *order], kind="stable")
+    kernel = s["kernel"].map(_text)
+    name = s["kernel_demangled"].map(_text) if "kernel_demangled" in s else kernel
+    name = name.where(name != "", kernel)
+    grid, block = (s[c].map(_text) if c in s else pd.Series("", index=s.index) for c in ("grid", "block"))
+    out: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+    for v, sid, n, g, b in zip(s["variant"].astype(str), s["shape_id"].astype(str), name, grid, block, strict=True):
+        out.setdefault((v, sid), []).append((n, g, b))
+    return {key: tuple(seq) for key, seq in out.items()}
 
 
 def _nsys_signatures(kern: pd.DataFrame) -> dict[tuple[str, str], Signature]:
     need = {"variant", "shape_id", "kernel", "iteration", "kernel_index"}
     if kern.empty or not need <= set(kern.columns):
         return {}
-    out: dict[tuple[str, str], Signature] = {}
-    dims = [c for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z") if c in kern.columns]
-    for (v, sid), g in kern.groupby(["variant", "shape_id"], sort=False):
-        first = g[g["iteration"] == g["iteration"].min()].sort_values("kernel_index")
-        out[(str(v), str(sid))] = tuple(
-            (_text(r["kernel"]), ",".join(_text(r[c]) for c in dims[:3]), ",".join(_text(r[c]) for c in dims[3:]))
-            for r in first.to_dict("records"))
-    return out
+    first = kern.groupby(["variant", "shape_id"], sort=False)["iteration"].transform("min")
+    k = kern[kern["iteration"] == first].sort_values(["variant", "shape_id", "kernel_index"], kind="stable")
+    dims = [c for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z") if c in k.columns]
+    as_text = {c: k[c].astype(str).to_numpy() for c in dims}
+    grid = [",".join(t) for t in zip(*(as_text[c] for c in dims[:3]), strict=True)] if dims[:3] else [""] * len(k)
+    block = [",".join(t) for t in zip(*(as_text[c] for c in dims[3:]), strict=True)] if dims[3:] else [""] * len(k)
+    out: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+    for v, sid, name, g, b in zip(k["variant"].astype(str), k["shape_id"].astype(str), k["kernel"].astype(str),
+                                  grid, block, strict=True):
+        out.setdefault((v, sid), []).append((name, g, b))
+    return {key: tuple(seq) for key, seq in out.items()}
 
 
 def kernel_signatures(tables: Mapping[str, pd.DataFrame]) -> list[dict[tuple[str, str], Signature]]:
@@ -143,7 +147,9 @@ def find(measurements: pd.DataFrame, tables: Mapping[str, pd.DataFrame] | None =
     rank = {v: i for i, v in enumerate(order)}
     baseline, group_baselines = baselines_of(dict(manifest))
     declared = declared_of(manifest, order)
-    rows = {(str(r["variant"]), str(r["shape_id"])): r for r in measurements.to_dict("records")}
+    kpc = measurements["kernels_per_call"] if "kernels_per_call" in measurements else pd.Series(None, index=measurements.index)
+    rows = {(str(v), str(s)): {"kernels_per_call": k}
+            for v, s, k in zip(measurements["variant"], measurements["shape_id"], kpc, strict=True)}
     sigs = kernel_signatures(tables or {})
     out: list[dict[str, Any]] = []
     found: list[tuple[str, str | None, list[str]]] = []  # (shape_id, its baseline, a class of same-kernel variants)
