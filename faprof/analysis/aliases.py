@@ -177,11 +177,11 @@ def find(measurements: pd.DataFrame, tables: Mapping[str, pd.DataFrame] | None =
                 found.append((str(sid), base, c))
                 for v in c:
                     partners.setdefault(v, set()).update(set(c) - {v})
-    for sid, base, c in found:
+    for sid, base_at, c in found:
         # canonical: the baseline, else the variant with the fewest same-kernel partners over the run (a
         # dispatcher that runs one variant's kernels here and another's there is named as their alias),
         # else the first in the run's order
-        canon = min(c, key=lambda v: (v != base, len(partners.get(v, ())), rank.get(v, len(rank))))
+        canon = min(c, key=lambda v: (v != base_at, len(partners.get(v, ())), rank.get(v, len(rank))))
         out += [{"shape_id": sid, "variant": v, "canonical": canon, "how": "kernels"} for v in c if v != canon]
     return pd.DataFrame(out, columns=list(ALIAS_COLUMNS))
 
