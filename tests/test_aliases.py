@@ -205,3 +205,52 @@ def test_a_new_manifest_records_the_declared_aliases():
     m = new_manifest(scn, ProfileOptions(), {}, scn.timing, plan.plan(scn, None), None, False, None)
     assert m["settings"]["aliases"] == {n: {"fwd": "fa3_wgmma_e"} for n in BWD_STEPS}
     assert aliases.declared_of(json.loads(json.dumps(m)), []) == m["settings"]["aliases"]
+
+
+def test_profile_prints_what_it_measures_with_the_aliases_named():
+    from faprof.run.profile import measures_lines
+    from faprof.run.setup import setup
+
+    su = setup("l4_causal", None, None)
+    lines = measures_lines(su)
+    assert lines[0].startswith(f"measures {len(su.pairs)} (variant, shape) pair(s)")
+    assert lines[1:] == ["  alias fa3_wgmma_e (also fa3_bwd_a..d): fwd timed once for all of them (10 shapes)"]
+
+
+def test_a_row_names_the_declared_aliases_it_stands_for(tmp_path):
+    from faprof.run.rows import base_row
+
+    scn = load_scenario("l4_causal")
+    b = Bundle.create(tmp_path, scn.name, "cpu", {"scenario": {"name": scn.name}})
+    p = scn.problems[0]
+    assert base_row(b, scn, registry.get("fa3_wgmma_e"), p)["aliases"] == ",".join(BWD_STEPS)
+    assert base_row(b, scn, registry.get("fa2_mma"), p)["aliases"] is None
+    # with --variants naming the target alone, its row stands for no alias
+    assert base_row(b, scn, registry.get("fa3_wgmma_e"), p, ["fa3_wgmma_e"])["aliases"] is None
+
+
+@pytest.fixture(scope="module")
+def as_new(cut, tmp_path_factory) -> Path:
+    """The cut bundle as a run of this faprof writes it: no alias rows, the target's row naming them,
+    the declarations in the manifest (made by faprof's own collapse, from the recorded rows)."""
+    dest = tmp_path_factory.mktemp("aliases_new") / cut.name
+    shutil.copytree(cut, dest)
+    b = Bundle.open(dest)
+    rows = aliases.measurements(b)
+    for t in ("ncu_summary", "ncu_metrics", "stalls", "roofline", "ncu_rules", "source_lines"):
+        b.write(t, aliases.without_aliases(b.read(t), rows))
+    b.write("measurements", rows)
+    b.update_manifest(settings={**b.manifest()["settings"], "aliases": {n: {"fwd": "fa3_wgmma_e"} for n in BWD_STEPS}})
+    return dest
+
+
+def test_explain_against_an_alias_that_was_never_timed(as_new):
+    from click.testing import CliRunner
+
+    from faprof.cli import main
+
+    res = CliRunner().invoke(main, ["explain", str(as_new), "--against", "fa3_bwd_b", "--format", "text"])
+    assert res.exit_code == 0, res.output
+    assert "fa3_bwd" not in res.output.replace("(also fa3_bwd_a..d)", "")
+    assert "vs fa3_wgmma_e" in res.output  # the gaps are to the kernel fa3_bwd_b runs
+    assert "(also fa3_bwd_a..d)" in report.render_markdown(Bundle.open(as_new))

@@ -232,13 +232,14 @@ def fold_aliases(calls: list[Call], tables: Tables) -> tuple[list[Call], dict[tu
     if not meas.empty and "aliases" in meas.columns:  # declared aliases a run did not time twice
         for r in meas[["variant", "shape_id", "aliases"]].to_dict("records"):
             named[(str(r["variant"]), str(r["shape_id"]))] = aliases.split(r["aliases"])
+    folded = {(a, sid): v for (v, sid), names in named.items() for a in names}  # `--against` an untimed alias
     for (v, sid), c in canon.items():
         cur = named.setdefault((c, sid), [])
         if v not in cur:
             cur.append(v)
     kept = [c for c in calls if (c.variant, c.shape_id) not in canon]
     also = {k: schema.ALIAS_SEP.join(v) or None for k, v in named.items()}
-    return kept, also, canon
+    return kept, also, {**folded, **canon}
 
 
 def same_kernels_as(call: Call, other: Call) -> bool:

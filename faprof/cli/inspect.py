@@ -116,6 +116,7 @@ def explain(run: str, variant: str | None, shape: str | None, per_shape: bool, a
     secondary findings; by default aggregated across shapes (one row per variant and cause).
     """
     from faprof import advisor
+    from faprof.analysis.aliases import split as split_aliases
     from faprof.measure.wrong_text import explain_wrong_rows
     from faprof.store import resolve_run
 
@@ -124,7 +125,9 @@ def explain(run: str, variant: str | None, shape: str | None, per_shape: bool, a
     wrong = explain_wrong_rows(bundle.measurements(), bundle.read("error_maps"), variant, shape)
     for line in wrong:
         console.print(line, markup=False, soft_wrap=True, style="bold red" if not line.startswith(" ") else None)
-    if against and against not in set(bundle.measurements()["variant"]):
+    meas = bundle.measurements()
+    named = {n for a in meas.get("aliases", []) for n in split_aliases(a)}
+    if against and against not in set(meas["variant"]) | named:  # an alias timed as its target's row counts
         raise FaprofError(f"--against {against!r}: no such variant in {bundle.path.name}")
     diag = advisor.diagnose(bundle, against=against)
     for key, val in (("variant", variant), ("shape_id", shape)):

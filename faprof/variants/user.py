@@ -63,9 +63,13 @@ def user_variant(
     device: str = "cuda",
     compute: str = "tensor",
     check: Callable[[AttentionProblem], str | None] | None = None,
+    aliases: dict[str, str] | None = None,
 ) -> Variant:
-    """Register a Python callable fn(q, k, v, causal, scale, out=None) -> o as a 'user' variant."""
+    """Register a Python callable fn(q, k, v, causal, scale, out=None) -> o as a 'user' variant.
+
+    `aliases`: direction -> the variant whose kernels fn runs for it (see Variant.aliases): a run
+    that has both times that kernel once."""
     return register(
         Variant(name, "user", description, fn, dtypes=dtypes, directions=directions, device=device,
-                compute=compute, check=check, source=getattr(fn, "__module__", "user"))
+                compute=compute, check=check, source=getattr(fn, "__module__", "user"), aliases=dict(aliases or {}))
     )
