@@ -270,3 +270,11 @@ def runs_kernel_of(df: pd.DataFrame, variant: str) -> pd.Series:
     if "aliases" not in df.columns:
         return own
     return own | df["aliases"].map(lambda a: variant in split(a))
+
+
+def as_planned(bundle: Any) -> pd.DataFrame:
+    """A bundle's rows as a run of this faprof writes them: declared aliases folded into their target's
+    row, nothing detected (that depends on which Nsight tables a run has), so two runs pair row for row
+    (`faprof compare`, the gate) whichever faprof wrote them."""
+    meas = bundle.measurements()
+    return collapse(meas, find(meas, None, bundle.manifest()))

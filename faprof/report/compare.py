@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 from rich.table import Table
 
+from faprof.analysis import aliases
 from faprof.errors import FaprofError
 from faprof.measure import stats
 from faprof.model import schema
@@ -44,8 +45,9 @@ def gpu_models(bundle: Bundle) -> list[str]:
 
 
 def timed_rows(bundle: Bundle) -> pd.DataFrame:
-    """A bundle's measurement rows; FaprofError, saying what the bundle holds instead, when it has none."""
-    df = bundle.measurements()
+    """A bundle's measurement rows (declared aliases folded into their target's row, as a run of this
+    faprof writes them); FaprofError, saying what the bundle holds instead, when it has none."""
+    df = aliases.as_planned(bundle)
     if df.empty or "variant" not in df.columns:
         m = bundle.manifest()
         if m.get("kind") == "sanitize":

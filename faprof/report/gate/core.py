@@ -40,6 +40,7 @@ from typing import Any
 
 import pandas as pd
 
+from faprof.analysis import aliases
 from faprof.errors import FaprofError
 from faprof.measure import stats
 from faprof.model.scenarios import gate_threshold
@@ -192,7 +193,7 @@ def resolve_threshold(explicit: float | None, baseline: Bundle, candidate: Bundl
 # ----------------------------------------------------------------------------- reading the sides
 def _measurements(b: Bundle) -> pd.DataFrame:
     """A bundle's rows with the columns the gate reads (None where an older bundle lacks them)."""
-    df = b.measurements().copy()
+    df = aliases.as_planned(b)  # an older side's declared aliases fold as a run of this faprof times them
     env = b.manifest().get("env") or {}
     for c in ("gpu_name", "timer", "sm_clock_mhz", "throttled", "throttle_reasons", "samples_ms", "median_ms",
               "status", "reason", "check_reason", "dtype", "device"):
