@@ -13,9 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from faprof.analysis import aliases
+from faprof.analysis import aliases, labels
 from faprof.analysis import core as analysis
-from faprof.analysis import labels
 from faprof.model import schema
 from faprof.model.plan import also_label
 from faprof.report import fmt as f
