@@ -3,7 +3,7 @@
 Targets by default (`default_targets`): the kernels of faprof's own variants (kind 'cuda') and of
 user variants (kind 'user'), and the fused attention kernel of each SDPA backend (sdpa_flash,
 sdpa_cudnn, sdpa_efficient: one kernel per forward call, seen in the nsys capture of l4_causal on
-the H100). Left out, with a note saying how to include them:
+the H100) and of FlexAttention (`flex`, compiled to one Triton kernel). Left out, with a note saying how to include them:
 
 - the unfused baselines torch_standard and sdpa_math (9 and 15-22 kernels per call on l4_causal:
   cuBLAS GEMMs, softmax, masking, copies): `--ncu-variants torch_standard,sdpa_math` profiles
@@ -38,8 +38,9 @@ from faprof.errors import FaprofError
 from faprof.model import plan as run_plan
 from faprof.variants.build import cache_root
 
-#: SDPA backends whose forward call is one fused attention kernel: profiled by default.
-FUSED_SDPA = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient")
+#: Baselines whose forward call is one fused attention kernel: profiled by default (the SDPA backends,
+#: and FlexAttention, compiled to one Triton kernel on the GPU).
+FUSED_SDPA = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex")
 
 #: Variant kinds profiled by default: faprof's kernels and user variants.
 TARGET_KINDS = ("cuda", "user")
