@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import gzip
 import stat
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -30,7 +29,6 @@ from faprof.nsight.ncu import find as ncu_find
 from faprof.nsight.ncu import tables as cat
 
 DATA = Path(__file__).parent / "data" / "ncu"
-PY = sys.executable
 
 #: ncu's L2 hit rate of kernels that move a few KB reads slightly above 100% (101.3% in tiny_basic):
 #: sectors that hit count against a lookup total that misses some; a few % of slack, not more.

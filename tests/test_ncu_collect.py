@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import os
 import stat
-import sys
 import textwrap
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from fakes import PY_HEADER
 
 from faprof import run as runner
 from faprof.cli import main as cli_main
@@ -34,7 +34,6 @@ from faprof.nsight.ncu import tables as cat
 from faprof.store import Bundle
 
 DATA = Path(__file__).parent / "data" / "ncu"
-PY = sys.executable
 GPU = "NVIDIA H100 80GB HBM3"
 
 
@@ -158,8 +157,7 @@ def test_reader_failure_is_a_faprof_error(tmp_path):
 
 
 FAKE_NCU = textwrap.dedent("""\
-    #!{py}
-    import json, os, shutil, sys
+    {header}import json, os, shutil, sys
     args = sys.argv[1:]
     if args[:1] == ["--version"]:
         print("NVIDIA (R) Nsight Compute Command Line Profiler")
@@ -197,7 +195,7 @@ FAKE_NCU = textwrap.dedent("""\
 @pytest.fixture
 def fake_env(tmp_path, monkeypatch, fa_basic_report):
     exe = _fake_exe(tmp_path / "bin" / "ncu")
-    exe.write_text(FAKE_NCU.format(py=PY))
+    exe.write_text(FAKE_NCU.format(header=PY_HEADER))
     monkeypatch.setenv("NCU", str(exe))
     monkeypatch.setenv("FAKE_NCU_ARGS", str(tmp_path / "args.json"))
     monkeypatch.setenv("FAKE_NCU_REPORT", str(fa_basic_report))

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from fakes import PY_HEADER
 
 from faprof.errors import FaprofError
 from faprof.nsight import nsys
@@ -177,7 +178,7 @@ def test_importer_problem_names_libraries_packages_and_the_fix():
 
 
 def _fake_ldd(tmp_path: Path, output_file: Path) -> dict:
-    _exe(tmp_path / "fakebin" / "ldd", f"#!{sys.executable}\nprint(open({str(output_file)!r}).read(), end='')\n")
+    _exe(tmp_path / "fakebin" / "ldd", f"{PY_HEADER}print(open({str(output_file)!r}).read(), end='')\n")
     return {"PATH": str(tmp_path / "fakebin")}
 
 
@@ -203,8 +204,7 @@ def test_check_importer_without_an_importer(tmp_path):
 def _fake_nsys(tmp_path: Path, profile_body: str, name: str = "nsys") -> Path:
     """A stand-in nsys: `profile ... -o BASE ...` runs profile_body (Python, with `base` and `argv`
     set); `export -o OUT REP` copies the recorded smoke export; `--version` answers."""
-    return _exe(tmp_path / "fake" / name, f"""#!{sys.executable}
-import shutil, sys, time, json
+    return _exe(tmp_path / "fake" / name, f"""{PY_HEADER}import shutil, sys, time, json
 from pathlib import Path
 argv = sys.argv[1:]
 if argv[:1] == ["--version"]:

@@ -3,9 +3,10 @@ virtual environment, and run from a folder outside the source tree.
 
 Method: copy the files a wheel is built from (pyproject.toml, README.md, faprof/ with its data links,
 kernels/, scenarios/, app/) to a temporary folder, so the build's `build/` and `*.egg-info` never
-land in the checkout; `pip wheel --no-deps --no-build-isolation`; `python -m venv
---system-site-packages` (torch, pandas and the rest come from this Python) and `pip install --no-deps
---ignore-installed` the wheel. Then, from a working folder under a path of more than 120
+land in the checkout; `pip wheel --no-deps --no-build-isolation`; `python -m venv` with a .pth file listing this
+interpreter's site-packages folders (torch, pandas and the rest come from there, whether this Python is
+a system one or a virtualenv: `--system-site-packages` would give a virtualenv's *base* interpreter's
+packages instead) and `pip install --no-deps --ignore-installed` the wheel. Then, from a working folder under a path of more than 120
 characters, with PYTHONPATH unset and a fresh FAPROF_CACHE: `faprof list`, `faprof build --arch
 sm_80` (nvcc compiles the kernels the wheel carries), `faprof profile --scenario smoke` (CPU rows
 here), `faprof report ... --format md` and `faprof dashboard --print-command`. Every faprof module
@@ -44,6 +45,16 @@ STEP_TIMEOUT_S = 300
 TEST_ONLY_KERNELS = ("fault.cu", "race.cu", "wgmma_test.cu")
 
 
+#: The .pth file in the test venv that lists this interpreter's site-packages (sorts after pip's own).
+OUTER_PTH = "zz_faprof_test_outer_site.pth"
+
+
+def outer_site_packages() -> list[str]:
+    """The site-packages folders this interpreter imports from, in its order (a virtualenv's, its base's
+    when it was made with --system-site-packages, the user's)."""
+    return [p for p in dict.fromkeys(sys.path) if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()]
+
+
 class Installed:
     """A venv with faprof installed from its wheel, and a working folder outside the checkout."""
 
@@ -54,13 +65,15 @@ class Installed:
         self.venv = long / "venv"
         self.work = long / "work"
         self.work.mkdir(parents=True)
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(self.venv)], check=True,
-                       timeout=STEP_TIMEOUT_S)
+        subprocess.run([sys.executable, "-m", "venv", str(self.venv)], check=True, timeout=STEP_TIMEOUT_S)
         self.cache = long / "cache"
         self.python = self.venv / "bin" / "python"
-        self.run([str(self.python), "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed", str(self.wheel)])
         purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
         self.site = Path(self.run([str(self.python), "-c", purelib]).stdout.strip())
+        # After the venv's own site-packages, so the wheel's faprof comes first. Plain path lines: the
+        # folders' own .pth files (this checkout's editable install among them) are not run.
+        (self.site / OUTER_PTH).write_text("".join(f"{p}\n" for p in outer_site_packages()))
+        self.run([str(self.python), "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed", str(self.wheel)])
 
     def env(self) -> dict[str, str]:
         """This environment without PYTHONPATH (it points at the checkout under test), a fresh cache."""

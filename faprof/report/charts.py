@@ -6,16 +6,13 @@ one figure chosen for the question: every variant's speed relative to the block'
 of the report (`faprof.analysis.variant_colors`). Layouts leave room for their labels (automargin,
 angled ticks when there are many) and a legend beside the plot, so nothing is cut at the report's width.
 
-plotly is optional for the report: without it the report says so and has no charts. PNGs (for
-the Markdown report) need kaleido and a Chrome/Chromium it can start; without them the Markdown
-links to the HTML report instead (`png_images` returns None and a reason).
+plotly is optional for the report: without it the report says so and has no charts. PNGs of these
+figures (for the Markdown report) are `faprof.report.png`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,32 +104,3 @@ def html_divs(charts: list[Chart]) -> tuple[str, dict[str, str]]:
     divs = {c.name: pio.to_html(c.figure, full_html=False, include_plotlyjs=False, div_id=f"chart-{c.name}",
                                 config={"displaylogo": False, "responsive": True}) for c in charts}
     return script, divs
-
-
-def png_images(charts: list[Chart]) -> tuple[dict[str, bytes] | None, str]:
-    """PNG bytes per chart name through kaleido, or (None, why not)."""
-    if not charts:
-        return {}, ""
-    if importlib.util.find_spec("kaleido") is None:
-        return None, "PNG charts need kaleido (pip install 'faprof[report]'); the HTML report has the charts"
-    import kaleido
-    import plotly.io as pio
-
-    out: dict[str, bytes] = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        # No browser, or one already started: to_image then starts its own (and says what is missing).
-        with contextlib.suppress(Exception):
-            kaleido.start_sync_server(silence_warnings=True)
-        try:
-            for c in charts:
-                out[c.name] = pio.to_image(c.figure, format="png", width=c.figure.layout.width or CHART_WIDTH,
-                                           height=c.figure.layout.height or CHART_HEIGHT, scale=1)
-        except Exception as e:  # noqa: BLE001 - kaleido reports a missing Chrome in several ways
-            first = " ".join(str(e).split())[:160]
-            return None, (f"PNG charts could not be rendered ({type(e).__name__}: {first}); "
-                          "the HTML report has the charts")
-        finally:
-            with contextlib.suppress(Exception):
-                kaleido.stop_sync_server(silence_warnings=True)
-    return out, ""

@@ -33,7 +33,7 @@ from faprof import analysis
 from faprof.analysis import aliases
 from faprof.errors import FaprofError
 from faprof.measure.wrong_text import explain_wrong_rows
-from faprof.report import answer, appendix, observations, published, why
+from faprof.report import answer, appendix, observations, png, published, why
 from faprof.report import charts as rc
 from faprof.report import html as rh
 from faprof.report.blocks import Block, blocks, shape_label, timed
@@ -159,7 +159,7 @@ def _answer(run: Run) -> list[str]:
 
 
 def render_markdown(bundle: Bundle | Run, chart_hook: ChartHook | None = None, charts: list[Any] | None = None,
-                    chart_note: str | None = None, focus: str | None = None) -> str:
+                    chart_note: str | None = None, focus: str | None = None, chart_lead: str | None = None) -> str:
     """The report proper as Markdown (the appendix is `render_appendix`).
 
     Args:
@@ -167,6 +167,7 @@ def render_markdown(bundle: Bundle | Run, chart_hook: ChartHook | None = None, c
         chart_hook: chart name, title -> the Markdown (or an HTML placeholder) for each chart in `charts`.
         chart_note: what the Charts section says when there are none.
         focus: a variant: the report is about it against the rest.
+        chart_lead: a line before the charts (why they are links rather than images).
     """
     run = bundle if isinstance(bundle, Run) else read_run(bundle, focus)
     parts = [f"# {run.title}", "", meta(run.manifest, run.df), ""]
@@ -181,6 +182,7 @@ def render_markdown(bundle: Bundle | Run, chart_hook: ChartHook | None = None, c
         parts += published.section(run.df, run.manifest, run.gpu)
     parts += ["## Charts", ""]
     if charts and chart_hook is not None:
+        parts += [chart_lead, ""] if chart_lead else []
         for c in charts:
             parts += [chart_hook(c.name, c.title), ""]
     else:
@@ -227,6 +229,29 @@ def _sanitize_files(bundle: Bundle, formats: tuple[str, ...]) -> dict[str, str |
     return files
 
 
+def _markdown_with_charts(run: Run, charts: list[Any], with_html: bool,
+                          notice: Callable[[str], None] | None) -> dict[str, str | bytes]:
+    """report.md with its charts as PNG files, or (no kaleido, no browser, kaleido past its time limit) with
+    each chart a link to its place in report.html; `notice` gets the reason in one line."""
+    images, why_not = png.png_images(charts) if charts else ({}, "")
+    if images:
+        files: dict[str, str | bytes] = {f"charts/{name}.png": data for name, data in images.items()}
+        files["report.md"] = render_markdown(run, chart_hook=lambda name, title: f"![{title}](charts/{name}.png)",
+                                             charts=charts)
+        return files
+    if charts and with_html:
+        if notice:
+            notice(f"{why_not}; report.md links each chart to report.html")
+        return {"report.md": render_markdown(run, chart_hook=lambda name, title: f"[{title}](report.html#chart-{name})",
+                                             charts=charts, chart_lead=f"{why_not}; each chart opens in report.html:")}
+    note = why_not or (NO_PLOTLY if not rc.plotly_available() else "No chart: every block has one shape.")
+    if charts:
+        note += "; `--format md,html` writes them, interactive, into report.html."
+    if why_not and notice:
+        notice(why_not)
+    return {"report.md": render_markdown(run, chart_note=note)}
+
+
 def render_files(bundle: Bundle, formats: tuple[str, ...] = ("md", "html", "csv"),
                  notice: Callable[[str], None] | None = None, focus: str | None = None) -> dict[str, str | bytes]:
     """Every file of the report, rendered in memory, by path relative to the report folder."""
@@ -236,21 +261,7 @@ def render_files(bundle: Bundle, formats: tuple[str, ...] = ("md", "html", "csv"
     files: dict[str, str | bytes] = {}
     charts = build_charts(run) if {"md", "html"} & set(formats) else []
     if "md" in formats:
-        images, why_not = rc.png_images(charts) if charts else ({}, "")
-        if images:
-            files.update({f"charts/{name}.png": data for name, data in images.items()})
-            files["report.md"] = render_markdown(run, chart_hook=lambda name, title: f"![{title}](charts/{name}.png)",
-                                                 charts=charts)
-        else:
-            if why_not:
-                note = why_not
-            else:
-                note = NO_PLOTLY if not rc.plotly_available() else "No chart: every block has one shape."
-            if charts and "html" in formats:
-                note += "; open [report.html](report.html) for them."
-            if why_not and notice:
-                notice(why_not)
-            files["report.md"] = render_markdown(run, chart_note=note)
+        files.update(_markdown_with_charts(run, charts, "html" in formats, notice))
         files[APPENDIX_FILE] = render_appendix(run)
     if "html" in formats:
         files["report.html"] = render_html(run, charts)
