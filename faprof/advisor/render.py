@@ -30,7 +30,7 @@ def _gain(x: Any) -> str:
 
 
 def share_text(r: Any, prefix: str = "") -> str:
-    """What a row's share is of, in words: '83% of the gap to sdpa_cudnn (+6.9 µs)' or '~12% of the call'."""
+    """What a row's share is of, in words: '83% of the slowdown to sdpa_cudnn (+6.9 µs)' or '~12% of the call'."""
     gain = _gain(r.get("estimated_gain_pct") if hasattr(r, "get") else r["estimated_gain_pct"])
     if not gain:
         return ""
@@ -43,10 +43,11 @@ def share_text(r: Any, prefix: str = "") -> str:
             term = math.nan
         share = float(r.get("estimated_gain_pct"))
         if share > 100 and not math.isnan(term):
-            # terms that offset others exceed the gap: say the time, not a share above 100%
+            # a table from elsewhere (an older faprof's shares of the net gap): say the time, never a share above 100%
             return prefix + over_gap(term, term * 100 / share, r.get("against"))
+        # a share of the slowdown (the gap's positive parts: 0..100%), with the part's own time
         us = f" ({1e3 * term:+.1f} µs)" if not math.isnan(term) else ""
-        return f"{prefix}{gain} of the gap to {r.get('against')}{us}"
+        return f"{prefix}{gain} of the slowdown to {r.get('against')}{us}"
     if unit == "kernel":
         return f"{prefix}~{gain} of the kernel"
     return f"{prefix}~{gain} of the call"

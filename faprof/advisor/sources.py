@@ -24,6 +24,10 @@ CAUSE_METRICS: dict[str, tuple[str, ...]] = {
     "fp64_arithmetic": ("pipe:fp64",),
     "transcendentals": ("pipe:xu", "pipe:fma"),
     "mma_sync_on_hopper": ("pipe:tensor_hmma",),
+    "slower_math_path": ("pipe:tensor_hmma", "pipe:tensor_gmma", "pipe:fma", "pipe:fp64", "pipe:fp16"),
+    "excess_dram_bytes": ("stall:long_scoreboard", "stall:lg_throttle", "pipe:lsu"),
+    "global_rmw": ("stall:long_scoreboard", "stall:lg_throttle", "stall:drain", "pipe:lsu"),
+    "excess_onchip_bytes": ("stall:mio_throttle", "stall:short_scoreboard", "stall:long_scoreboard", "pipe:lsu"),
     "lanes:inactive": ("stall:branch_resolving", "samples"),
     "lanes:predicated_off": ("samples",),
 }
