@@ -109,8 +109,9 @@ def _share_words(p: Part, part: Partition) -> str:
     gap = part.gap
     given = part.slowdown_ms - gap.gap_ms
     back = f"; {1e3 * given:.1f} µs given back elsewhere" if given > 1e-3 * abs(gap.gap_ms) else ""
-    return (f"{pct(p.share)} of the slowdown to {gap.against} ({1e3 * p.ms:+.1f} µs of the {1e3 * gap.gap_ms:.1f} µs "
-            f"gap{back})")
+    net = f", {1e3 * p.ms:+.1f} µs net of the dilution it causes" if abs(p.ms - p.gross_ms) > 1e-3 * abs(p.gross_ms) else ""
+    return (f"{pct(p.share)} of the slowdown to {gap.against} ({1e3 * p.gross_ms:+.1f} µs{net}; the gap is "
+            f"{1e3 * gap.gap_ms:.1f} µs{back})")
 
 
 def _children_text(p: Part) -> str:
