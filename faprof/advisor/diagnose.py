@@ -44,7 +44,7 @@ DIAG_COLUMNS = ("variant", "shape_id", "dtype", "group", "rank", "primary", "cau
 
 #: Columns of summarize()'s table, in order.
 SUMMARY_COLUMNS = ("variant", "dtype", "group", "cause", "title", "kind", "unit", "against", "primary_shapes", "shapes",
-                   "n_shapes", "max_gain_pct", "median_gain_pct", "evidence", "fix", "aliases")
+                   "n_shapes", "max_gain_pct", "median_gain_pct", "evidence", "fix", "source", "aliases")
 
 #: Causes summarize() keeps per (dtype, variant) besides those primary on some shape (None: all);
 #: `faprof explain --per-shape` lists every finding.
@@ -278,6 +278,11 @@ def summarize(diag: pd.DataFrame, top: int | None = SUMMARY_TOP) -> pd.DataFrame
         best = g.iloc[0]
         shapes = list(dict.fromkeys(g["shape_id"]))
         prim = list(dict.fromkeys(g[g["primary"]]["shape_id"]))
+        # where in the source: the line of the cause where it is primary (at its largest share), else its largest
+        located = g[g["source"].notna() & (g["source"].astype(str) != "")] if "source" in g else g.iloc[0:0]
+        lead = located[located["primary"]] if located["primary"].any() else located
+        source = (f"{lead.iloc[0]['shape_id']}: " if len(shapes) > 1 else "") + str(lead.iloc[0]["source"]) \
+            if not lead.empty else None
         rows.append({
             "variant": variant, "dtype": ", ".join(sorted({str(d) for d in g["dtype"].dropna()})) or None,
             "group": ", ".join(sorted({str(d) for d in g["group"].dropna()})) or None,
@@ -285,7 +290,8 @@ def summarize(diag: pd.DataFrame, top: int | None = SUMMARY_TOP) -> pd.DataFrame
             "primary_shapes": ", ".join(prim), "shapes": ", ".join(shapes), "n_shapes": len(shapes),
             "max_gain_pct": g["estimated_gain_pct"].max(), "median_gain_pct": g["estimated_gain_pct"].median(),
             "evidence": (f"{best['shape_id']}: " if len(shapes) > 1 else "") + str(best["evidence"]),
-            "fix": best["fix"], "aliases": _aliases_of(g), "_n_primary": len(prim), "_tier": 1 if best["kind"] == "note" else 0,
+            "fix": best["fix"], "source": source, "aliases": _aliases_of(g), "_n_primary": len(prim),
+            "_tier": 1 if best["kind"] == "note" else 0,
         })
     out = pd.DataFrame(rows)
     dorder = list(dict.fromkeys(d["_dtype"]))

@@ -38,6 +38,14 @@ WAVEFRONT_BYTES = 128
 #: Levels, outermost first.
 LEVELS = ("dram", "l2", "shared")
 
+#: Catalogue keys this module reads (tests/test_advise_metrics.py checks each is requested).
+METRIC_KEYS = ("dram_bytes_read", "dram_bytes_write", "l2_hit_rate", "l2_sectors_read", "l2_sectors_write",
+               "l2_sectors_atom", "l2_sectors_red", "global_ld_sectors", "global_st_sectors", "local_ld_sectors",
+               "local_st_sectors", "global_ldgsts_sectors_bypass", "global_ldgsts_sectors_access",
+               "smem_wavefronts_ld", "smem_wavefronts_st", "smem_bank_conflicts_ld", "smem_bank_conflicts_st",
+               "smem_wavefronts", "peak_dram_bytes_per_cycle", "dram_clock", "peak_l2_bytes_per_cycle", "l2_clock",
+               "peak_smem_wavefronts_per_cycle", "sm_clock")
+
 #: Columns of traffic_table().
 TRAFFIC_COLUMNS = ("variant", "shape_id", "level", "read_bytes", "write_bytes", "atomic_bytes", "total_bytes",
                    "compulsory_bytes", "reread_factor", "l2_hit_rate_pct", "bandwidth_gbs", "bandwidth_source",
