@@ -108,7 +108,7 @@ def parse(sass: str, index: int = 0, file: str = "", line: int = -1) -> Instr:
         text = text[g.end():]
     opcode, _, rest = text.partition(" ")
     operands = [o.strip() for o in rest.split(",")] if rest.strip() else []
-    ins = Instr(index, sass, file, line, opcode)
+    ins = Instr(index, sass.strip(), file, line, opcode)
     if operands and ins.op not in NO_DEST:
         ins.dests = _regs(operands[0], opcode, True)
         # a predicate written beside the register (SHFL's 'PT, R5, ...', LDS/LDG's '@P' forms write it first)
