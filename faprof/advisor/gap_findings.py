@@ -18,8 +18,9 @@ import math
 from faprof.advisor.differential import Gap, Term
 from faprof.advisor.evidence import Call, ok
 from faprof.advisor.findings import CAUSES, Finding, num, pct
-from faprof.advisor.partition import AHEAD, CLAIMS as PARTITION_CLAIMS, MECHANISMS as PARTITION_MECHANISMS
-from faprof.advisor.partition import Part, Partition, partition
+from faprof.advisor.partition import AHEAD, Part, Partition, partition
+from faprof.advisor.partition import CLAIMS as PARTITION_CLAIMS
+from faprof.advisor.partition import MECHANISMS as PARTITION_MECHANISMS
 from faprof.advisor.thresholds import value as T
 from faprof.nsight.ncu import catalogue
 

@@ -112,10 +112,9 @@ def parse(sass: str, index: int = 0, file: str = "", line: int = -1) -> Instr:
     if operands and ins.op not in NO_DEST:
         ins.dests = _regs(operands[0], opcode, True)
         # a predicate written beside the register (SHFL's 'PT, R5, ...', LDS/LDG's '@P' forms write it first)
-        if _PRED.fullmatch(operands[0]) or operands[0] == "PT":
-            if len(operands) > 1 and _REG.match(operands[1]):
-                ins.dests |= _regs(operands[1], opcode, True)
-                operands = operands[1:]
+        if (_PRED.fullmatch(operands[0]) or operands[0] == "PT") and len(operands) > 1 and _REG.match(operands[1]):
+            ins.dests |= _regs(operands[1], opcode, True)
+            operands = operands[1:]
         # SETP-style instructions write predicates in their first two operands
         if opcode.split(".")[0].endswith("SETP") and len(operands) > 1:
             ins.dests |= _regs(operands[1], opcode, True)
@@ -142,7 +141,7 @@ def producers(code: list[Instr], i: int, reason: str) -> list[Instr]:
     me = code[i]
     n = len(code)
     if me.op in ("DEPBAR", "LDGDEPBAR") and reason == "long_scoreboard":
-        out = []
+        out: list[Instr] = []
         for k in range(1, n):
             p = code[(i - k) % n]
             if p.op == "DEPBAR" and out:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -99,7 +100,7 @@ def problem_of(call: Call):
     from faprof.model.problem import AttentionProblem
 
     row = call.measurement
-    kw = {}
+    kw: dict[str, Any] = {}
     for f in dataclasses.fields(AttentionProblem):
         v = row.get(f.name)
         if v is None or (isinstance(v, float) and math.isnan(v)):
