@@ -94,27 +94,34 @@ class Traffic:
         return lv.total / self.compulsory
 
 
+#: Problem fields that are integers (a parquet row may hold them as floats).
+_INT_FIELDS = ("B", "H", "Sq", "Sk", "D", "Hkv", "page_size", "pool_blocks")
+
+
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
 def problem_of(call: Call):
-    """The call's AttentionProblem, from its measurement row (whatever fields the problem type has);
-    None when the row lacks them."""
+    """The call's AttentionProblem, from its measurement row (whatever fields the problem type has:
+    `AttentionProblem.from_dict` restores sequences); None when the row lacks them or they do not form one."""
     from faprof.model.problem import AttentionProblem
 
     row = call.measurement
-    kw: dict[str, Any] = {}
-    for f in dataclasses.fields(AttentionProblem):
-        v = row.get(f.name)
-        if v is None or (isinstance(v, float) and math.isnan(v)):
-            continue
-        if f.type in ("int", int) or f.name in ("B", "H", "Sq", "Sk", "D"):
-            try:
-                v = int(v)
-            except (TypeError, ValueError):
-                return None
-        elif f.name == "causal":
-            v = bool(v)
-        kw[f.name] = v
+    d: dict[str, Any] = {}
     try:
-        return AttentionProblem(**kw)
+        for f in dataclasses.fields(AttentionProblem):
+            v = row.get(f.name)
+            if _missing(v):
+                continue
+            if f.name in _INT_FIELDS:
+                v = int(v)
+            elif f.name == "causal":
+                v = bool(v)
+            elif hasattr(v, "tolist"):  # numpy arrays and scalars from parquet
+                v = v.tolist()
+            d[f.name] = v
+        return AttentionProblem.from_dict(d)
     except (TypeError, ValueError, FaprofError):
         return None
 
