@@ -178,3 +178,25 @@ def test_the_primary_causes_estimated_gain_against_the_measured_gap_to_its_twin(
     assert (costly["primary"] == costly["expected"]).all(), costly[["variant", "shape_id", "primary", "expected"]]
     s = error_summary(costly)
     assert s["n"] == len(costly) and s["median_abs_error"] < 0.25, s
+
+
+@pytest.mark.parametrize("bundle", _bundles(), ids=lambda b: b.path.name)
+def test_stall_causes_name_the_instruction_that_produced_what_warps_wait_for(bundle):
+    """Bundles whose source pass kept per-instruction rows (faprof after issue 33): a primary cause located by a
+    dependency stall names its producer's SASS (a load for the memory kinds), not the line where warps wait."""
+    lines = bundle.read("source_lines")
+    if "pc" not in lines.columns or lines["pc"].isna().all():
+        pytest.skip(f"{bundle.path.name} was recorded before the source pass kept per-instruction rows")
+    held = set(bundle.measurements()["variant"])
+    producers = []
+    for variant in DEFECTS:
+        if variant not in held:
+            continue
+        d = _diag(bundle, CONTROL_OF[variant])
+        p = d[(d["variant"] == variant) & d["primary"] & d["source"].notna()]
+        producers += [(variant, s) for s in p["source"] if "charged to their producer" in s]
+    assert producers, "no primary cause was located through a producer"
+    memory = {"planted_uncoalesced", "planted_spills", "planted_l2_thrash", "planted_global_rmw"}
+    for variant, s in producers:
+        if variant in memory:
+            assert any(op in s for op in ("`LD", "`ST", "`ATOM", "`RED")), (variant, s)
