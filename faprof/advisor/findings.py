@@ -32,7 +32,7 @@ CAUSES: dict[str, tuple[str, str]] = {
     "transcendentals": ("special functions beyond one exp2 per score", "defect"),
     "wasted_work": ("wasted work", "defect"),
     "slower_math_path": ("the same math on a slower path", "defect"),
-    "excess_dram_bytes": ("DRAM bytes beyond the comparator's (lost L2 reuse)", "defect"),
+    "excess_dram_bytes": ("DRAM bytes beyond the comparator's", "defect"),
     "global_rmw": ("global read-modify-write inside the loop", "defect"),
     "excess_onchip_bytes": ("on-chip bytes per FLOP beyond the comparator's (smaller tiles)", "defect"),
     "too_few_ctas": ("too few CTAs", "defect"),

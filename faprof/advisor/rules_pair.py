@@ -113,12 +113,19 @@ def excess_dram_bytes(call: Call, ref: Call, a: Traffic, b: Traffic) -> list[Fin
     if not (ok(a.l2_hit_rate) and ok(b.l2_hit_rate)) or b.l2_hit_rate - a.l2_hit_rate < T("L2_HIT_DROP_PCT"):
         return []
     extra, sec = excess_seconds(a, b, "dram", "read")
-    ev = (f"DRAM reads {_gb(da.read)} vs {ref.variant}'s {_gb(db.read)} for {_gb(a.compulsory)} of compulsory bytes "
-          f"(re-read {num(da.read / a.compulsory)}x vs {num(db.read / b.compulsory)}x); L2 hit rate "
-          f"{num(a.l2_hit_rate, '.0f')}% vs {num(b.l2_hit_rate, '.0f')}%: the reuse the problem allows (every K/V "
-          f"tile serves all query tiles of its head) is lost in L2; {_time_text(extra, sec, da.bandwidth, da.bandwidth_source)}")
-    fix = ("move fewer bytes from DRAM: schedule the blocks that share K/V tiles together (heads or batches as the "
-           "slowest grid dimension, query tiles fastest), or keep a K/V tile on chip for more query rows")
+    head = (f"DRAM reads {_gb(da.read)} vs {ref.variant}'s {_gb(db.read)} for {_gb(a.compulsory)} of compulsory bytes "
+            f"(re-read {num(da.read / a.compulsory)}x vs {num(db.read / b.compulsory)}x); L2 hit rate "
+            f"{num(a.l2_hit_rate, '.0f')}% vs {num(b.l2_hit_rate, '.0f')}%")
+    if ok(da.write) and ok(db.write) and db.write > 0 and da.write >= T("EXCESS_BYTES_RATIO") * db.write:
+        why = (f"; DRAM writes {_gb(da.write)} vs {_gb(db.write)} too: intermediates (scores, partial outputs) "
+               "make a round trip through DRAM")
+        fix = "keep intermediates on chip: fuse the kernels or the passes that write and read them back"
+    else:
+        why = "; the same bytes fetched from DRAM again: the reuse the problem allows (every K/V tile serves all " \
+              "query tiles of its head) is lost in L2"
+        fix = ("move fewer bytes from DRAM: schedule the blocks that share K/V tiles together (heads or batches as "
+               "the slowest grid dimension, query tiles fastest), or keep a K/V tile on chip for more query rows")
+    ev = f"{head}{why}; {_time_text(extra, sec, da.bandwidth, da.bandwidth_source)}"
     return [Finding(call.variant, call.shape_id, "excess_dram_bytes", _gain(call, sec), ev, fix, "excess_dram_bytes")]
 
 
