@@ -112,7 +112,7 @@ def problem_of(call: Call):
     try:
         for f in dataclasses.fields(AttentionProblem):
             v = row.get(f.name)
-            if _missing(v):
+            if v is None or _missing(v):
                 continue
             if f.name in _INT_FIELDS:
                 v = int(v)
