@@ -12,9 +12,14 @@
 #                        .nsys-rep/.sqlite left out, its tables are in the bundle)
 #   explain.txt          `faprof explain` on it, per shape
 #   profile.log          faprof's output
+#   estimates.md         the estimated-vs-measured table of docs/explain/accounting.md for this bundle
+#                        (scripts/accounting_table.py: each planted kernel's primary cause against its twin,
+#                        its estimated gain against the measured gap)
 # and prints last a table: variant, shape, time over its control twin's (CONTROL_OF), primary cause,
 # expected cause, OK/MISMATCH (rows of a dtype the variant does not take are left out).
-# To commit: mkdir -p tests/data/planted && tar xzf planted_bundle.tgz -C tests/data/planted
+# To commit: mkdir -p tests/data/planted && tar xzf planted_bundle.tgz -C tests/data/planted (and remove the
+# older bundle there once the new one holds every planted kind: tests/test_advise_planted.py reads the newest
+# bundle holding each kernel), then paste estimates.md into docs/explain/accounting.md.
 set -u
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
@@ -42,6 +47,7 @@ if [ -d "$bundle/raw" ]; then
 fi
 tar czf "$OUT/planted_bundle.tgz" -C "$WORK" "$(basename "$bundle")"
 $FP explain "$bundle" --per-shape --format text > "$OUT/explain.txt" 2>&1
+python3 scripts/accounting_table.py "$bundle" > "$OUT/estimates.md" 2>&1 || true
 echo "wall: $(( $(date +%s) - t0 )) s; ncu set: $NCU_SET; bundle: $(du -sh "$OUT/planted_bundle.tgz" | cut -f1)"
 python3 - "$bundle" <<'PY'
 import importlib.util, sys

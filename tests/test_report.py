@@ -356,10 +356,10 @@ def test_why_uses_the_advisors_own_gap_terms_and_shape_notes_when_it_gives_them(
          "share_of_gap_pct": float("nan"), "evidence": "too few CTAs: true of the fastest call here", "primary": False}])
     w = why.from_diagnosis(diag, df, ["sdpa_cudnn", "fa2_mma"], ["Nsight Compute"])
     text = "\n".join(w.lines)
-    assert "- **fa2_mma** (fp16): warp-level MMA pipe on 1 of 1 shapes; 62% of the gap to sdpa_cudnn:" in text
+    assert "- **fa2_mma** (fp16): warp-level MMA pipe on 1 of 1 shapes; 62% of the slowdown to sdpa_cudnn:" in text
     assert "- **too few CTAs** at B=16 H=8 S=512 D=64 causal (fp16): too few CTAs: true of the fastest call here." in text
     assert "(all)" not in text
-    assert w.brief(["s1"]) == ("**Why**: fa2_mma: warp-level MMA pipe (62% of the gap to sdpa_cudnn); "
+    assert w.brief(["s1"]) == ("**Why**: fa2_mma: warp-level MMA pipe (62% of the slowdown to sdpa_cudnn); "
                                "for every kernel at some shapes: too few CTAs (details below).")
 
 
@@ -372,7 +372,7 @@ def test_a_term_larger_than_its_gap_is_said_in_time_and_level_variants_get_no_ca
 
     r = {"unit": "gap", "estimated_gain_pct": 580.0, "gap_ms": 0.0029, "against": "triton_attn"}
     assert share_text(r) == "+2.9 µs, more than the whole 0.5 µs gap to triton_attn (other terms give time back)"
-    assert share_text({**r, "estimated_gain_pct": 80.0, "gap_ms": 0.0004}) == "80% of the gap to triton_attn (+0.4 µs)"
+    assert share_text({**r, "estimated_gain_pct": 80.0, "gap_ms": 0.0004}) == "80% of the slowdown to triton_attn (+0.4 µs)"
 
     df = pd.DataFrame([
         {"variant": v, "variant_kind": k, "shape_id": "s1", "status": "ok", "median_ms": ms, "dtype": "fp16",
@@ -387,7 +387,7 @@ def test_a_term_larger_than_its_gap_is_said_in_time_and_level_variants_get_no_ca
          "share_of_gap_pct": 60.0, "gap_ms": 0.0026}])
     w = why.from_diagnosis(diag, df, ["triton_attn", "fa3_wgmma_e", "fa2_mma"], ["Nsight Compute"])
     brief = w.brief(["s1"], level=["fa3_wgmma_e"])
-    assert "fa2_mma: warp-level MMA pipe (60% of the gap to triton_attn (+2.6 µs))" in brief
+    assert "fa2_mma: warp-level MMA pipe (60% of the slowdown to triton_attn (+2.6 µs))" in brief
     assert "idle SMs" not in brief and "level with the fastest (within 2% over these shapes): fa3_wgmma_e" in brief
     assert "+2.9 µs, more than the whole 0.5 µs gap" in w.brief(["s1"])  # not level: its term, said in time
 

@@ -36,13 +36,16 @@ summ_d, diag = advisor_views.diagnosis(ctx.runs, run_id)
 if summ_d.empty:
     st.caption("No finding for this run (the advisor needs the run's folder; `faprof explain RUN` prints the same).")
 else:
-    st.caption("One row per (variant, cause), causes that are primary on most shapes first; the estimated gain is the "
-               "share of the call's time the cause explains. The same ranking as `faprof explain` and the report's Why section.")
-    st.dataframe(summ_d[["variant", "dtype", "title", "kind", "primary_on", "n_shapes", "max_gain_pct", "evidence", "fix"]]
+    st.caption("One row per (variant, cause), causes that are primary on most shapes first; the share is of the "
+               "slowdown to the comparator (causes of a gap: never above 100%) or of the call's time. The same ranking "
+               "as `faprof explain` and the report's Why section.")
+    cols = [c for c in ("variant", "dtype", "title", "kind", "primary_on", "n_shapes", "max_gain_pct", "evidence",
+                        "source", "fix") if c in summ_d.columns]
+    st.dataframe(summ_d[cols]
                  .rename(columns={"title": "cause", "primary_on": "primary on (shapes)", "n_shapes": "seen on (shapes)",
-                                  "max_gain_pct": "est. gain, max (%)"}),
+                                  "max_gain_pct": "share, max (%)", "source": "where"}),
                  hide_index=True, use_container_width=True,
-                 column_config={"est. gain, max (%)": st.column_config.NumberColumn(format="%.0f")})
+                 column_config={"share, max (%)": st.column_config.NumberColumn(format="%.0f")})
 
 raw = {"ncu_summary": of_run(summary), "stalls": of_run(stalls), "roofline": of_run(roof_t), "ncu_metrics": of_run(metrics)}
 summary, stalls, roof_t = (ctx.label_shapes(raw[n]) for n in ("ncu_summary", "stalls", "roofline"))
@@ -67,11 +70,14 @@ if problem != ALL and not diag.empty:
     d1 = diag[diag["shape_id"] == problem]
     if not d1.empty:
         st.markdown("**Ranked findings for this problem** (rank 1: the primary cause)")
-        st.dataframe(d1[[c for c in ("variant", "rank", "title", "kind", "estimated_gain_pct", "unit", "against",
-                                     "evidence", "source", "fix") if c in d1.columns]]
-                     .rename(columns={"title": "cause", "estimated_gain_pct": "est. gain (%)"}),
+        d1 = d1.assign(gain_us=1e3 * d1["gap_ms"]) if "gap_ms" in d1.columns else d1
+        st.dataframe(d1[[c for c in ("variant", "rank", "title", "kind", "parent", "estimated_gain_pct", "gain_us",
+                                     "unit", "against", "evidence", "source", "fix") if c in d1.columns]]
+                     .rename(columns={"title": "cause", "parent": "symptom of", "estimated_gain_pct": "share (%)",
+                                      "gain_us": "est. gain (µs)"}),
                      hide_index=True, use_container_width=True,
-                     column_config={"est. gain (%)": st.column_config.NumberColumn(format="%.0f")})
+                     column_config={"share (%)": st.column_config.NumberColumn(format="%.0f"),
+                                    "est. gain (µs)": st.column_config.NumberColumn(format="%.1f")})
 
 st.subheader("Occupancy and its limiter")
 occ = fd.occupancy(summary)

@@ -25,25 +25,26 @@ from typing import Any
 import pandas as pd
 
 from faprof.advisor.accounting import missing_counters
-from faprof.advisor.differential import decompose, fold_aliases, reference_for
+from faprof.advisor.differential import decompose, fold_aliases, level_with, reference_for
 from faprof.advisor.evidence import Call, calls_from, ok, tables_from
 from faprof.advisor.evidence import _num as number
 from faprof.advisor.findings import CAUSES, KINDS, Finding
 from faprof.advisor.gap_findings import CLAIMS, gap_findings
 from faprof.advisor.rules_call import CALL_RULES, CALL_RULES_FIRST, merge_ncu_rules
 from faprof.advisor.rules_kernel import KERNEL_RULES, KERNEL_TERM_RULES, Context
+from faprof.advisor.rules_pair import pair_findings
 from faprof.advisor.sources import attach
 from faprof.advisor.thresholds import value as T
 from faprof.model import schema
 
 #: Columns of diagnose()'s table, in order.
 DIAG_COLUMNS = ("variant", "shape_id", "dtype", "group", "rank", "primary", "cause", "title", "kind", "kernel",
-                "estimated_gain_pct", "unit", "against", "share_of_gap_pct", "gap_ms", "evidence", "fix", "source",
-                "rule", "aliases")
+                "estimated_gain_pct", "unit", "against", "share_of_gap_pct", "gap_ms", "parent", "evidence", "fix",
+                "source", "rule", "aliases")
 
 #: Columns of summarize()'s table, in order.
 SUMMARY_COLUMNS = ("variant", "dtype", "group", "cause", "title", "kind", "unit", "against", "primary_shapes", "shapes",
-                   "n_shapes", "max_gain_pct", "median_gain_pct", "evidence", "fix", "aliases")
+                   "n_shapes", "max_gain_pct", "median_gain_pct", "evidence", "fix", "source", "aliases")
 
 #: Causes summarize() keeps per (dtype, variant) besides those primary on some shape (None: all);
 #: `faprof explain --per-shape` lists every finding.
@@ -91,11 +92,15 @@ def _gain(f: Finding) -> float:
     return f.gain if ok(f.gain) else -1.0
 
 
-def _rank(found: list[Finding]) -> list[tuple[Finding, bool]]:
-    """The primary finding first, then the rest: gap causes by share, then absolute causes by gain,
-    positions, ncu rules, notes."""
+def _rank(found: list[Finding], level: bool = False) -> list[tuple[Finding, bool]]:
+    """The primary finding first, then the rest: gap causes by share (each followed by its symptoms),
+    then absolute causes by gain, positions, ncu rules, notes. A call level with its comparator (`level`)
+    gets no primary cause (wrong results still come first)."""
     primary: Finding | None = next((f for f in found if f.kind == "correctness"), None)
     gap = [f for f in found if f.unit == "gap" and f.kind not in ("note", "ncu") and ok(f.gap_share)]
+    if level:
+        rest = sorted((f for f in found if f is not primary), key=lambda f: (f.cause != "level", -_gain(f)))
+        return ([(primary, True)] if primary is not None else []) + [(f, False) for f in rest]
     if primary is None:
         eligible = [f for f in gap if f.gap_share >= T("PRIMARY_MIN_GAP_SHARE")]
         if eligible:
@@ -110,9 +115,12 @@ def _rank(found: list[Finding]) -> list[tuple[Finding, bool]]:
     order = {k: i for i, k in enumerate(KINDS)}
     tier = {"correctness": 0, "defect": 2, "limit": 2, "term": 2, "position": 3, "ncu": 4, "note": 5}
 
+    parent_share = {f.cause: f.gap_share for f in gap}
+
     def key(f: Finding) -> tuple:
-        if f.unit == "gap" and f.kind not in ("note", "ncu"):
-            return (1, -(f.gap_share if ok(f.gap_share) else 0.0), 0)
+        if f.unit == "gap" and f.kind not in ("note", "ncu"):  # a symptom right after its parent
+            share = parent_share.get(f.parent, 0.0) if f.parent else f.gap_share
+            return (1, -(share if ok(share) else 0.0), 1 if f.parent else 0)
         return (tier.get(f.kind, 6), -_gain(f), order.get(f.kind, 9))
 
     rest = sorted((f for f in found if f is not primary), key=key)
@@ -165,9 +173,40 @@ def _row(f: Finding, call: Call | None, rank: int, primary: bool) -> dict[str, A
                                else 100 * f.gain if ok(f.gain) else math.nan),
         "unit": f.unit, "against": f.against or None,
         "share_of_gap_pct": 100 * f.gap_share if ok(f.gap_share) else math.nan,
-        "gap_ms": f.gap_ms if ok(f.gap_ms) else math.nan, "evidence": f.evidence, "fix": f.fix,
+        "gap_ms": f.gap_ms if ok(f.gap_ms) else math.nan, "parent": f.parent or None, "evidence": f.evidence,
+        "fix": f.fix,
         "source": f.source or None, "rule": f.rule,
     }
+
+
+def _call_findings(call: Call, calls: list[Call], absolute: dict[int, list[Finding]],
+                   against: str | None) -> tuple[list[Finding], bool]:
+    """A call's findings: its own, and the causes of its gap to the reference (its bytes and math paths
+    compared, then the partition); True as the second value when it is level with its comparator."""
+    found = list(absolute[id(call)])
+    level = level_with(call, calls, against) if call.launches else None
+    if level is not None:
+        found.append(Finding(call.variant, call.shape_id, "level", math.nan,
+                             f"within {100 * (T('LEVEL_RATIO') - 1):.0f}% of {level} (noise between two runs of one "
+                             "kernel): no gap to explain", "none needed", "gap:level", unit="gap", against=level))
+        return found, True
+    ref = reference_for(call, calls, against) if call.launches else None
+    if ref is None:
+        return found, False
+    gap = decompose(call, ref)
+    if gap is not None:
+        pair = pair_findings(call, ref, absolute[id(call)])
+        causes = gap_findings(gap, call, ref, absolute[id(call)] + pair, absolute.get(id(ref), []))
+        children = {f.cause for f in causes if f.parent}
+        found = [f for f in found if f.cause not in children] + causes
+    elif missing_counters(call) or missing_counters(ref):
+        lacking = sorted(set(missing_counters(call)) | set(missing_counters(ref)))
+        found.append(Finding(call.variant, call.shape_id, "missing_counters", math.nan,
+                             f"the gap to {ref.variant} cannot be split: the bundle lacks the accounting's "
+                             f"counters ({', '.join(lacking)})",
+                             "profile again with this faprof's `--ncu` (the faprof set requests them)",
+                             "gap:missing", unit="gap", against=ref.variant))
+    return found, False
 
 
 def diagnose(source: Any, against: str | None = None) -> pd.DataFrame:
@@ -199,21 +238,12 @@ def diagnose(source: Any, against: str | None = None) -> pd.DataFrame:
     notes = _shape_notes(calls, absolute)
     rows: list[dict[str, Any]] = []
     for call in calls:
-        found = list(absolute[id(call)])
         ag = canon.get((against, call.shape_id), against) if against else None
-        ref = reference_for(call, calls, ag) if call.launches and ag != call.variant else None
-        if ref is not None:
-            gap = decompose(call, ref)
-            if gap is not None:
-                found += gap_findings(gap, call, ref, absolute[id(call)], absolute.get(id(ref), []))
-            elif missing_counters(call) or missing_counters(ref):
-                lacking = sorted(set(missing_counters(call)) | set(missing_counters(ref)))
-                found.append(Finding(call.variant, call.shape_id, "missing_counters", math.nan,
-                                     f"the gap to {ref.variant} cannot be split: the bundle lacks the accounting's "
-                                     f"counters ({', '.join(lacking)})",
-                                     "profile again with this faprof's `--ncu` (the faprof set requests them)",
-                                     "gap:missing", unit="gap", against=ref.variant))
-        ranked = _rank(found)
+        if ag == call.variant:  # the comparator is this call's own kernel under another name: nothing to explain
+            found, level = list(absolute[id(call)]), False
+        else:
+            found, level = _call_findings(call, calls, absolute, ag)
+        ranked = _rank(found, level)
         attach([f for f, _ in ranked], lines, call.variant, call.shape_id)
         named = also.get((call.variant, call.shape_id))
         for rank, (f, is_primary) in enumerate(ranked, start=1):
@@ -248,6 +278,11 @@ def summarize(diag: pd.DataFrame, top: int | None = SUMMARY_TOP) -> pd.DataFrame
         best = g.iloc[0]
         shapes = list(dict.fromkeys(g["shape_id"]))
         prim = list(dict.fromkeys(g[g["primary"]]["shape_id"]))
+        # where in the source: the line of the cause where it is primary (at its largest share), else its largest
+        located = g[g["source"].notna() & (g["source"].astype(str) != "")] if "source" in g else g.iloc[0:0]
+        lead = located[located["primary"]] if located["primary"].any() else located
+        source = (f"{lead.iloc[0]['shape_id']}: " if len(shapes) > 1 else "") + str(lead.iloc[0]["source"]) \
+            if not lead.empty else None
         rows.append({
             "variant": variant, "dtype": ", ".join(sorted({str(d) for d in g["dtype"].dropna()})) or None,
             "group": ", ".join(sorted({str(d) for d in g["group"].dropna()})) or None,
@@ -255,7 +290,8 @@ def summarize(diag: pd.DataFrame, top: int | None = SUMMARY_TOP) -> pd.DataFrame
             "primary_shapes": ", ".join(prim), "shapes": ", ".join(shapes), "n_shapes": len(shapes),
             "max_gain_pct": g["estimated_gain_pct"].max(), "median_gain_pct": g["estimated_gain_pct"].median(),
             "evidence": (f"{best['shape_id']}: " if len(shapes) > 1 else "") + str(best["evidence"]),
-            "fix": best["fix"], "aliases": _aliases_of(g), "_n_primary": len(prim), "_tier": 1 if best["kind"] == "note" else 0,
+            "fix": best["fix"], "source": source, "aliases": _aliases_of(g), "_n_primary": len(prim),
+            "_tier": 1 if best["kind"] == "note" else 0,
         })
     out = pd.DataFrame(rows)
     dorder = list(dict.fromkeys(d["_dtype"]))

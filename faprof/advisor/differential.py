@@ -248,3 +248,30 @@ def same_kernels_as(call: Call, other: Call) -> bool:
         return tuple((str(lz.row.get("kernel_demangled") or lz.kernel), str(lz.row.get("grid")), str(lz.row.get("block")))
                      for lz in c.launches)
     return bool(call.launches) and sig(call) == sig(other)
+
+
+def level_with(call: Call, calls: list[Call], against: str | None = None) -> str | None:
+    """The comparator `call` is level with (timed within LEVEL_RATIO of each other: noise between two
+    runs of one kernel), or None. The comparator is `against` when named, else the fastest other
+    profiled call at the shape on the same GPU model; the fastest call itself has no comparator."""
+    gpu = call.measurement.get("gpu_name")
+
+    def timed(c: Call) -> float:
+        v = number(c.measurement.get("median_ms"))
+        return v if c.measurement.get("status") == "ok" and ok(v) and v > 0 else math.nan
+
+    mine = timed(call)
+    peers = [c for c in calls if c.shape_id == call.shape_id and c is not call and ok(timed(c))
+             and c.measurement.get("gpu_name") == gpu and (c.launches or against) and not same_kernels_as(call, c)]
+    if not ok(mine) or not peers:
+        return None
+    if against:
+        ref = next((c for c in peers if c.variant == against), None)
+    else:
+        ref = min(peers, key=timed)
+        if timed(ref) >= mine:
+            return None
+    if ref is None:
+        return None
+    lo, hi = sorted((mine, timed(ref)))
+    return ref.variant if hi < lo * T("LEVEL_RATIO") else None

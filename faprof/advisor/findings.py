@@ -31,6 +31,10 @@ CAUSES: dict[str, tuple[str, str]] = {
     "fp64_arithmetic": ("fp64 arithmetic", "defect"),
     "transcendentals": ("special functions beyond one exp2 per score", "defect"),
     "wasted_work": ("wasted work", "defect"),
+    "slower_math_path": ("the same math on a slower path", "defect"),
+    "excess_dram_bytes": ("DRAM bytes beyond the comparator's", "defect"),
+    "global_rmw": ("global read-modify-write inside the loop", "defect"),
+    "excess_onchip_bytes": ("on-chip bytes per FLOP beyond the comparator's (smaller tiles)", "defect"),
     "too_few_ctas": ("too few CTAs", "defect"),
     "launch_split": ("one launch per slice", "defect"),
     "kernels_per_call": ("kernels per call (fusion)", "defect"),
@@ -46,6 +50,7 @@ CAUSES: dict[str, tuple[str, str]] = {
     "shape_note": ("the shape, not the kernel", "note"),
     "missing_counters": ("accounting not possible", "note"),
     "ahead": ("where it is ahead of the reference", "note"),
+    "level": ("level with the comparator (within noise)", "note"),
     # ---- accounting terms (faprof.advisor.differential / accounting), one per warp state and pipe
     **{f"stall:{r}": (f"warps stalled: {r.replace('_', ' ')}", "term") for r in catalogue.STALL_ADVICE
        if r != "selected"},
@@ -100,6 +105,8 @@ class Finding:
     """Share of the gap (unit 'gap'; not clamped: terms that offset others can exceed 1)."""
     gap_ms: float = math.nan
     """The milliseconds of the gap the cause accounts for."""
+    parent: str = ""
+    """The cause this finding is a symptom of (a child in the gap's partition), or ''."""
     source: str = ""
     """Where in the source it happens ('file.cu:48 (52% of barrier samples)'), when line info was collected."""
 

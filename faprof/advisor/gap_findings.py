@@ -2,12 +2,13 @@
 
 `faprof.advisor.differential` splits the gap between a call and its reference into terms (a pipe's
 instructions, a stall reason's cycles per instruction, lanes, warps resident, idle SMs, the clock).
-A mechanism the advisor's rules found on the slower call from its own counters (spills, bank conflicts,
-uncoalesced loads, math on CUDA cores, fp64, mma.sync on Hopper, too few CTAs, ...) and that the
-reference does not share claims the terms it produces (CLAIMS); its share of the gap is the sum of the
-positive terms it claims. A term no mechanism claims is a cause of its own, with the catalogue's
-meaning and fix: this is how a defect nobody wrote a rule for still comes out by name ("warps stalled:
-membar, 41% of the gap, 0.64 vs 0.01 cycles per instruction").
+A mechanism the advisor's rules found on the slower call (from its own counters, or from its bytes and
+math paths against the reference's: `rules_pair`) and that the reference does not share claims the
+terms it produces; `faprof.advisor.partition` puts every term under one parent, so the parents' time
+adds up to the measured gap, and a parent's share is of the slowdown (never above 100%). A mechanism
+whose terms a root cause took is listed under it as a symptom. A term no mechanism claims is a cause of
+its own, with the catalogue's meaning and fix: this is how a defect nobody wrote a rule for still comes
+out by name ("warps stalled: membar, 41% of the slowdown, 0.64 vs 0.01 cycles per instruction").
 """
 
 from __future__ import annotations
@@ -16,48 +17,16 @@ import math
 
 from faprof.advisor.differential import Gap, Term
 from faprof.advisor.evidence import Call, ok
-from faprof.advisor.findings import CAUSES, Finding, num, over_gap, pct
+from faprof.advisor.findings import CAUSES, Finding, num, pct
+from faprof.advisor.partition import AHEAD, Part, Partition, partition
+from faprof.advisor.partition import CLAIMS as PARTITION_CLAIMS
+from faprof.advisor.partition import MECHANISMS as PARTITION_MECHANISMS
 from faprof.advisor.thresholds import value as T
 from faprof.nsight.ncu import catalogue
 
-#: Mechanism cause -> the gap terms it explains when its rule fired on the slower call (and not as
-#: much on the reference). Order matters where two claim one term: the first listed in MECHANISMS wins.
-CLAIMS: dict[str, tuple[str, ...]] = {
-    "register_spills": ("stall:long_scoreboard", "stall:lg_throttle", "pipe:lsu"),
-    "uncoalesced_global": ("stall:long_scoreboard", "stall:lg_throttle", "stall:tex_throttle"),
-    "smem_bank_conflicts": ("stall:mio_throttle", "stall:short_scoreboard"),
-    "tensor_cores_unused": ("pipe:fma", "pipe:fp16", "stall:math_pipe_throttle"),
-    "fp64_arithmetic": ("pipe:fp64", "stall:math_pipe_throttle"),
-    # accurate expf/powf and IEEE division: MUFU work plus FMA-pipe range reduction and Newton steps
-    "transcendentals": ("pipe:xu", "pipe:fma", "stall:math_pipe_throttle", "stall:branch_resolving"),
-    "mma_sync_on_hopper": ("pipe:tensor_hmma", "pipe:lsu"),
-    # work that cannot contribute (tiles above the causal diagonal, padding) is more of every instruction
-    "wasted_work": ("pipe:*", "lanes:predicated_off"),
-    "launch_split": ("idle", "occupancy"),
-    # a grid too small to fill the SMs leaves schedulers idle and also caps the warps the busy ones hold
-    "too_few_ctas": ("idle", "occupancy"),
-    "wave_tail": ("idle", "occupancy"),
-}
-
-#: The order in which mechanisms claim terms (specific evidence first).
-MECHANISMS = ("register_spills", "smem_bank_conflicts", "uncoalesced_global", "fp64_arithmetic",
-              "transcendentals", "tensor_cores_unused", "mma_sync_on_hopper", "wasted_work", "launch_split", "too_few_ctas",
-              "wave_tail")
-
-
-def _claims(cause: str, term: str) -> bool:
-    """Whether a mechanism claims a term ('pipe:*' claims every pipe)."""
-    return any(term == c or (c.endswith(":*") and term.startswith(c[:-1])) for c in CLAIMS[cause])
-
-
-def _shared_by(f: Finding, ref: list[Finding]) -> bool:
-    """Whether the reference has the same cause about as much (then it does not explain a gap)."""
-    same = [g for g in ref if g.cause == f.cause]
-    if not same:
-        return False
-    mine = f.gain if ok(f.gain) else 0.0
-    theirs = max((g.gain for g in same if ok(g.gain)), default=0.0)
-    return theirs >= T("SHARED_GAIN_RATIO") * mine
+#: Re-exported from faprof.advisor.partition (the claims live with the partition that applies them).
+CLAIMS = PARTITION_CLAIMS
+MECHANISMS = PARTITION_MECHANISMS
 
 
 def _term_values(t: Term) -> str:
@@ -86,19 +55,6 @@ def _count(x: float) -> str:
         if abs(x) >= div:
             return f"{x / div:.3g}{suffix}"
     return f"{x:.0f}"
-
-
-def _of_gap(share: float, gap: Gap) -> str:
-    """'57% of the gap to X', or for a term larger than the whole gap (other terms give time back) its
-    time against the gap's: a share above 100% reads as an error."""
-    if ok(share) and share > 1.0:
-        return over_gap(share * gap.gap_ms, gap.gap_ms, gap.against)
-    return f"{pct(share)} of the gap to {gap.against}"
-
-
-def _part(share: float, gap: Gap) -> str:
-    """One term's part of a cause's share, in µs where it exceeds the whole gap."""
-    return f"{share * gap.gap_ms * 1e3:+.1f} µs" if ok(share) and share > 1.0 else pct(share)
 
 
 def _term_title(t: Term) -> str:
@@ -149,57 +105,73 @@ def _occupancy_evidence(call: Call, ref: Call) -> str:
     return f"{call.variant}: {side(call)}; {ref.variant}: {side(ref)}"
 
 
+def _share_words(p: Part, part: Partition) -> str:
+    """'57% of the slowdown to X (+12.0 µs of a 21.0 µs gap)': a share of the positive parts, never above 100%."""
+    gap = part.gap
+    given = part.slowdown_ms - gap.gap_ms
+    back = f"; {1e3 * given:.1f} µs given back elsewhere" if given > 1e-3 * abs(gap.gap_ms) else ""
+    net = f", {1e3 * p.ms:+.1f} µs net of the dilution it causes" if abs(p.ms - p.gross_ms) > 1e-3 * abs(p.gross_ms) else ""
+    return (f"{pct(p.share)} of the slowdown to {gap.against} ({1e3 * p.gross_ms:+.1f} µs{net}; the gap is "
+            f"{1e3 * gap.gap_ms:.1f} µs{back})")
+
+
+def _children_text(p: Part) -> str:
+    if not p.children:
+        return ""
+    return " Symptoms under it: " + "; ".join(f"{c.title} ({c.evidence})" for c in p.children) + "."
+
+
+def _mechanism_finding(p: Part, part: Partition, call: Call, base: str) -> Finding:
+    f = p.finding
+    assert f is not None
+    gap = part.gap
+    parts = "; ".join(f"{_term_title(t)} {1e3 * t.ms:+.1f} µs ({_term_values(t)})" for t in p.terms)
+    return Finding(call.variant, call.shape_id, f.cause, p.share,
+                   f"{base}; {_share_words(p, part)}: {parts}. Evidence: {f.evidence}.{_children_text(p)}",
+                   f.fix, f"gap+{f.rule}", kernel=f.kernel, unit="gap", against=gap.against, gap_share=p.share,
+                   gap_ms=p.ms, title=f.title)
+
+
+def _term_finding(p: Part, part: Partition, call: Call, ref: Call, base: str) -> Finding | None:
+    t = p.terms[0]
+    if t.key not in CAUSES or t.key == "clock" and p.share < T("MIN_GAP_SHARE"):
+        return None
+    meaning = _meaning(t)
+    ev = f"{base}; {_share_words(p, part)} ({_term_values(t)})" + (f": {meaning}" if meaning else "")
+    key_cause = t.key
+    if t.key == "occupancy":
+        key_cause = "occupancy_limit"
+        ev += f"; {_occupancy_evidence(call, ref)}"
+    return Finding(call.variant, call.shape_id, key_cause, p.share, ev, _term_fix(t, call), f"gap:{t.key}",
+                   unit="gap", against=part.gap.against, gap_share=p.share, gap_ms=p.ms)
+
+
+def _child(c: Finding, parent: Finding) -> Finding:
+    """A symptom under its parent cause: its own figures, no share of its own (its terms are the parent's)."""
+    return Finding(c.variant, c.shape_id, c.cause, math.nan, f"a symptom of {parent.title}: {c.evidence}", c.fix,
+                   f"gap-child+{c.rule}", kernel=c.kernel, unit="gap", against=parent.against, parent=parent.cause)
+
+
 def gap_findings(gap: Gap, call: Call, ref: Call, own: list[Finding], ref_own: list[Finding]) -> list[Finding]:
-    """The causes of `gap` (call slower than ref), each a Finding with unit 'gap'."""
-    positive = {t.key: t for t in gap.positive()}
-    claimed: dict[str, str] = {}
-    mech: dict[str, Finding] = {}
-    for cause in MECHANISMS:
-        found = [f for f in own if f.cause == cause and not _shared_by(f, ref_own)]
-        if not found:
-            continue
-        best = max(found, key=lambda f: f.gain if ok(f.gain) else -1.0)
-        mine = [k for k in positive if k not in claimed and _claims(cause, k)]
-        if not mine:
-            continue
-        for k in mine:
-            claimed[k] = cause
-        mech[cause] = best
-    out: list[Finding] = []
+    """The causes of `gap` (call slower than ref), each a Finding with unit 'gap': the parents of the gap's
+    partition (`faprof.advisor.partition`), gap_share their share of the slowdown (0..1), gap_ms their time."""
+    part = partition(gap, own, ref_own)
     base = f"{gap.variant} {gap.ms_a * 1e3:.1f} µs vs {gap.against} {gap.ms_b * 1e3:.1f} µs (gap {gap.gap_ms * 1e3:.1f} µs)"
-    for cause, f in mech.items():
-        terms = [positive[k] for k, c in claimed.items() if c == cause]
-        share = math.fsum(t.share for t in terms)
-        parts = "; ".join(f"{_term_title(t)} {_part(t.share, gap)} ({_term_values(t)})" for t in terms)
-        out.append(Finding(call.variant, call.shape_id, cause, min(1.0, share),
-                           f"{_of_gap(share, gap)}: {parts}. Evidence: {f.evidence}",
-                           f.fix, f"gap+{f.rule}", kernel=f.kernel, unit="gap", against=gap.against,
-                           gap_share=share, gap_ms=share * gap.gap_ms))
-    for key, t in positive.items():
-        if key in claimed or key == "clock" and t.share < T("MIN_GAP_SHARE"):
-            continue
-        if key not in CAUSES:
-            continue
-        meaning = _meaning(t)
-        ev = f"{_of_gap(t.share, gap)} ({_term_values(t)})" + (f": {meaning}" if meaning else "")
-        if key == "occupancy":
-            key_cause = "occupancy_limit"
-            ev += f"; {_occupancy_evidence(call, ref)}"
-        else:
-            key_cause = key
-        out.append(Finding(call.variant, call.shape_id, key_cause, min(1.0, t.share), ev, _term_fix(t, call),
-                           f"gap:{key}", unit="gap", against=gap.against, gap_share=t.share,
-                           gap_ms=t.ms))
-    out = [f for f in out if f.gap_share >= T("MIN_GAP_SHARE")]
-    for f in out:
-        f.evidence = f"{base}; {f.evidence}"
-    ahead = sorted((t for t in gap.terms if t.key != "residual" and ok(t.share) and t.share < -T("MIN_GAP_SHARE")),
-                   key=lambda t: t.share)[:3]
+    out: list[Finding] = []
+    for p in part.causes():
+        f = _mechanism_finding(p, part, call, base) if p.finding is not None else _term_finding(p, part, call, ref, base)
+        if f is not None and ok(f.gap_share) and f.gap_share >= T("MIN_GAP_SHARE"):
+            out.append(f)
+            out += [_child(c, f) for c in p.children]
+    ahead_part = part.part(AHEAD)
+    ahead = sorted((t for t in (ahead_part.terms if ahead_part else []) if ok(t.ms) and t.ms < 0),
+                   key=lambda t: t.ms)
+    ahead = [t for t in ahead if -t.ms >= T("MIN_GAP_SHARE") * part.slowdown_ms][:3]
     if ahead:
         out.append(Finding(call.variant, call.shape_id, "ahead", math.nan,
                            f"{gap.variant} does better than {gap.against} on "
-                           + "; ".join(f"{_term_title(t)} ({_term_values(t)}: {pct(-t.share)} of the gap "
-                                       "the other way)" for t in ahead),
+                           + "; ".join(f"{_term_title(t)} ({_term_values(t)}: {1e3 * -t.ms:.1f} µs given back)"
+                                       for t in ahead),
                            "keep these when fixing the causes above", "gap:ahead", unit="gap", against=gap.against))
     res = gap.term("residual")
     if res is not None and ok(res.share) and abs(res.share) > T("MAX_UNEXPLAINED_GAP"):

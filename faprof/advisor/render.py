@@ -30,7 +30,7 @@ def _gain(x: Any) -> str:
 
 
 def share_text(r: Any, prefix: str = "") -> str:
-    """What a row's share is of, in words: '83% of the gap to sdpa_cudnn (+6.9 µs)' or '~12% of the call'."""
+    """What a row's share is of, in words: '83% of the slowdown to sdpa_cudnn (+6.9 µs)' or '~12% of the call'."""
     gain = _gain(r.get("estimated_gain_pct") if hasattr(r, "get") else r["estimated_gain_pct"])
     if not gain:
         return ""
@@ -43,10 +43,11 @@ def share_text(r: Any, prefix: str = "") -> str:
             term = math.nan
         share = float(r.get("estimated_gain_pct"))
         if share > 100 and not math.isnan(term):
-            # terms that offset others exceed the gap: say the time, not a share above 100%
+            # a table from elsewhere (an older faprof's shares of the net gap): say the time, never a share above 100%
             return prefix + over_gap(term, term * 100 / share, r.get("against"))
+        # a share of the slowdown (the gap's positive parts: 0..100%), with the part's own time
         us = f" ({1e3 * term:+.1f} µs)" if not math.isnan(term) else ""
-        return f"{prefix}{gain} of the gap to {r.get('against')}{us}"
+        return f"{prefix}{gain} of the slowdown to {r.get('against')}{us}"
     if unit == "kernel":
         return f"{prefix}~{gain} of the kernel"
     return f"{prefix}~{gain} of the call"
@@ -88,14 +89,14 @@ def render_markdown(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per
     for dtype, g in s.groupby(s["dtype"].fillna(""), sort=False):
         if dtype:
             parts.append(f"#### {dtype}\n")
-        parts.append("| variant | cause | primary on | also on | max gain | evidence (largest) | fix |\n"
-                     "|---|---|---|---|---|---|---|")
+        parts.append("| variant | cause | primary on | also on | max gain | evidence (largest) | where | fix |\n"
+                     "|---|---|---|---|---|---|---|---|")
         for _, r in g.iterrows():
             prim = set(filter(None, str(r["primary_shapes"]).split(", ")))
             also = [x for x in str(r["shapes"]).split(", ") if x and x not in prim]
             parts.append(f"| {_md(who(r))} | {_md(r['title'])} | {_md(r['primary_shapes']) or '—'} | "
                          f"{_md(', '.join(also)) or '—'} | {_gain(r['max_gain_pct'])} | {_md(r['evidence'])} | "
-                         f"{_md(r['fix'])} |")
+                         f"{_md(r.get('source') or '—')} | {_md(r['fix'])} |")
         parts.append("")
     return "\n".join(parts) + "\n"
 
@@ -136,6 +137,8 @@ def render_text(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per_sha
             out.append(f"  {r['title']}" + (f"  up to ~{gain}" if gain else "")
                        + (f"  primary on {prim}" if prim else f"  on {r['shapes']}"))
             para("evidence", r["evidence"])
+            if isinstance(r.get("source"), str) and r.get("source"):
+                para("where", r["source"])
             para("fix", r["fix"])
         out.append("")
     return "\n".join(out) + "\n"
@@ -156,10 +159,10 @@ def rich_table(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per_shap
         return t
 
     s = summary if summary is not None else summarize(diag)
-    for c in ("variant", "cause", "primary on", "max gain", "evidence (largest)", "fix"):
+    for c in ("variant", "cause", "primary on", "max gain", "evidence (largest)", "where", "fix"):
         t.add_column(c, overflow="fold")
     for _, r in s.iterrows():
         cause = f"[bold]{r['title']}[/]" if r["primary_shapes"] else str(r["title"])
         t.add_row(f"{who(r)}\n({r['dtype'] or ''})", cause, str(r["primary_shapes"]) or "—",
-                  _gain(r["max_gain_pct"]), str(r["evidence"]), str(r["fix"]))
+                  _gain(r["max_gain_pct"]), str(r["evidence"]), str(r.get("source") or "—"), str(r["fix"]))
     return t

@@ -1,5 +1,9 @@
 """Where in the source a cause happens: the source-line pass's lines attached to findings.
 
+A dependency stall (long or short scoreboard, wait) points at the instruction that produced what the
+stalled ones wait for (`faprof.advisor.producers`) when the source pass kept per-instruction rows; at the
+line the warps wait on otherwise (bundles recorded before those rows).
+
 Each cause points at the lines that carry its samples or instructions: a stall reason at the lines
 whose warps were sampled stalled for it, a pipe at the lines issuing that pipe's instructions, a
 mechanism at the lines of the stalls or pipe it produces. Causes with no line of their own (warps
@@ -13,6 +17,7 @@ from __future__ import annotations
 import pandas as pd
 
 from faprof.advisor.findings import Finding
+from faprof.advisor.producers import PRODUCER_REASONS, top_producer
 from faprof.nsight.ncu.source import describe_line, top_lines
 
 #: Mechanism causes -> the source metrics that locate them, in order of preference.
@@ -24,6 +29,10 @@ CAUSE_METRICS: dict[str, tuple[str, ...]] = {
     "fp64_arithmetic": ("pipe:fp64",),
     "transcendentals": ("pipe:xu", "pipe:fma"),
     "mma_sync_on_hopper": ("pipe:tensor_hmma",),
+    "slower_math_path": ("pipe:tensor_hmma", "pipe:tensor_gmma", "pipe:fma", "pipe:fp64", "pipe:fp16"),
+    "excess_dram_bytes": ("stall:long_scoreboard", "stall:lg_throttle", "pipe:lsu"),
+    "global_rmw": ("stall:long_scoreboard", "stall:lg_throttle", "stall:drain", "pipe:lsu"),
+    "excess_onchip_bytes": ("stall:mio_throttle", "stall:short_scoreboard", "stall:long_scoreboard", "pipe:lsu"),
     "lanes:inactive": ("stall:branch_resolving", "samples"),
     "lanes:predicated_off": ("samples",),
 }
@@ -52,11 +61,16 @@ def locate(f: Finding, lines: pd.DataFrame, variant: str, shape_id: str) -> str:
     if mine.empty:
         return ""
     shape = shape_id if (mine["shape_id"] == shape_id).any() else str(mine["shape_id"].iloc[0])
+    note = "" if shape == shape_id else f" (source lines of {shape})"
     for metric in _metrics_for(f.cause):
+        kind, _, reason = metric.partition(":")
+        if kind == "stall" and reason in PRODUCER_REASONS:
+            hit = top_producer(mine, variant, shape, reason)
+            if hit is not None:  # the instruction the stalled ones wait for, not where they wait
+                return describe_line(hit, f"{reason.replace('_', ' ')} stall samples charged to their producer,") + note
         hits = top_lines(mine, variant, shape, metric, n=1)
         if hits:
-            where = describe_line(hits[0], _what(metric))
-            return where + ("" if shape == shape_id else f" (source lines of {shape})")
+            return describe_line(hits[0], _what(metric)) + note
     return ""
 
 

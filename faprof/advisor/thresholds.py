@@ -58,6 +58,11 @@ THRESHOLDS: dict[str, Threshold] = {
     "MAX_UNEXPLAINED_GAP": Threshold(0.15, "of the gap", "a residual (ncu replay vs timing) above this is said with the causes"),
     "SHARED_GAIN_RATIO": Threshold(0.5, "x", "a cause the reference (faster) call has with at least this share of the slower call's gain does not explain the gap; when the fastest call has it, it is a note about the shape"),
     "SHAPE_NOTE_MIN_SHARE": Threshold(0.5, "of the variants", "a cause the fastest call and at least this share of the other profiled calls at a shape have is said once, as a note about the shape"),
+    # ---- bytes by memory level and math by path (faprof.advisor.rules_pair: the slower call against its reference)
+    "EXCESS_BYTES_RATIO": Threshold(1.5, "x", "a level's bytes at least this multiple of the reference's are excess traffic (two same-code runs differ by a few % in DRAM bytes, 2026-11-25 H100 planted bundle)"),
+    "L2_HIT_DROP_PCT": Threshold(10.0, "percentage points", "excess DRAM reads count as lost L2 reuse when the L2 hit rate is at least this much lower than the reference's (spilled or uncoalesced kernels move more bytes at an equal or higher hit rate)"),
+    "RMW_READBACK_SHARE": Threshold(0.5, "of the extra writes", "extra global writes are a read-modify-write when at least this share of their bytes is also read back"),
+    "MATH_PATH_MIN_SHARE": Threshold(0.5, "of the model FLOPs", "a math path is a call's main path, and a move of FLOPs between paths a cause, from this share of the problem's FLOPs"),
     # ---- calls
     "LAUNCH_IDLE_MIN_SHARE": Threshold(0.20, "of the call's GPU span", "GPU idle between the kernels of one call (nsys) above this share: the GPU waits for the host"),
     "NCU_RULE_MIN_SPEEDUP_PCT": Threshold(5.0, "%", "ncu rule results with a smaller estimated speedup are left out"),

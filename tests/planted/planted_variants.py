@@ -40,7 +40,17 @@ planted_index_math         64-bit signed / and % per V float4 address           
 planted_divergence         QKᵀ once per owner (if part == 0 ... else if ...)    threads:inactive
 planted_predicated_off     PV walks every chunk of V, acts on its own only      threads:predicated_off
 planted_scalar_loads       K/V rows at a runtime stride: unaligned, split LDS   pipe:lsu
+planted_l2_thrash          grid (H, B, query tiles): K/V working set > L2       excess_dram_bytes
+planted_global_rmw         O accumulators stored to global and reloaded per     global_rmw
+                           key tile (fp32 scratch, through L2)
+planted_small_tile         64 query rows x 32 keys per block (fa2_mma's D=256   excess_onchip_bytes
+                           tile) at D=64 and D=128
 =========================  ===================================================  ======================
+
+The last three (issue 33: evidence classes read from bytes by memory level) are not in the bundle
+recorded on 2026-11-25; scripts/record_planted.sh records them with the others. Their expected
+costs are not estimated here: they depend on the L2's replacement and the memory system's queues,
+which only the recording measures.
 
 The new kinds' evidence: what each adds to the instruction stream (SASS of sm_90, nvcc 13.0, the
 extension's flags; `python3 tests/planted/sass_census.py` prints it, tests/test_planted_sass.py keeps
@@ -137,7 +147,8 @@ EXTENSION_NAME = "faprof_planted_ext"
 
 #: Fault codes of torch.ops.faprof_planted.mma_fwd (kernels/planted_kernels.h).
 MMA_FAULTS = {"clean": 0, "bank_conflicts": 1, "spills": 2, "uncoalesced": 3, "no_causal_skip": 4, "few_ctas": 5,
-              "barrier": 6, "fence": 7, "transcendental": 8, "fp64": 9}
+              "barrier": 6, "fence": 7, "transcendental": 8, "fp64": 9, "l2_thrash": 10, "global_rmw": 11,
+              "small_tile": 12}
 #: Fault codes of torch.ops.faprof_planted.rowthread_fwd (kernels/planted_kernels.h).
 ROWTHREAD_FAULTS = {"clean": 0, "dependency": 1, "index_math": 2, "divergence": 3, "predicated_off": 4,
                     "scalar_loads": 5}
@@ -163,6 +174,10 @@ EXPECTED_CAUSE: dict[str, str | None] = {
     "planted_fence": "stall:membar",
     "planted_transcendental": "transcendentals",
     "planted_fp64": "fp64_arithmetic",
+    # bytes by memory level (issue 33), fa2_mma family
+    "planted_l2_thrash": "excess_dram_bytes",
+    "planted_global_rmw": "global_rmw",
+    "planted_small_tile": "excess_onchip_bytes",
     # row-thread family (fp32, CUDA cores); control planted_rowthread_clean
     "planted_rowthread_clean": None,
     "planted_dependency": "stall:wait",
@@ -180,7 +195,8 @@ CONTROL_OF: dict[str, str] = {
     **{name: "planted_clean" for name in (
         "planted_clean", "planted_bank_conflicts", "planted_spills", "planted_uncoalesced",
         "planted_no_tensor_cores", "planted_no_causal_skip", "planted_few_ctas", "planted_launch_per_head",
-        "planted_barrier", "planted_fence", "planted_transcendental", "planted_fp64")},
+        "planted_barrier", "planted_fence", "planted_transcendental", "planted_fp64", "planted_l2_thrash",
+        "planted_global_rmw", "planted_small_tile")},
     **{name: "planted_rowthread_clean" for name in (
         "planted_rowthread_clean", "planted_dependency", "planted_index_math", "planted_divergence",
         "planted_predicated_off", "planted_scalar_loads")},
@@ -275,6 +291,9 @@ def _register() -> None:
         "fence": "TEST ONLY: fa2_mma with a __threadfence() after every k16 MMA step",
         "transcendental": "TEST ONLY: fa2_mma computing softmax weights with an IEEE division and expf",
         "fp64": "TEST ONLY: fa2_mma computing softmax weights and row sums in double precision",
+        "l2_thrash": "TEST ONLY: fa2_mma with the query tile as the slowest grid dimension (K/V working set > L2)",
+        "global_rmw": "TEST ONLY: fa2_mma storing and reloading its O accumulators through global memory per key tile",
+        "small_tile": "TEST ONLY: fa2_mma with 64x32 tiles at D=64 and D=128 (more on-chip bytes per FLOP)",
     }
     for fault, text in descriptions.items():
         register(Variant(f"planted_{fault}", "user", text, _mma(fault), dtypes=("fp16",), compute="tensor",

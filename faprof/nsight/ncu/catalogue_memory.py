@@ -221,4 +221,22 @@ CONCEPTS: list[Concept] = [
              "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"),
         )
     ),
+    # Bytes by memory level (faprof.advisor.traffic): L2 sectors the SMs' L1/TEX asked for, by
+    # operation (reads, writes, atomics, reductions), and the peaks and clocks that turn bytes into time.
+    *(
+        Concept(key, text, _same(name), request=True)
+        for key, text, name in (
+            ("l2_sectors_read", "L2 sectors read by the SMs (L1/TEX requests)", "lts__t_sectors_srcunit_tex_op_read.sum"),
+            ("l2_sectors_write", "L2 sectors written by the SMs", "lts__t_sectors_srcunit_tex_op_write.sum"),
+            ("l2_sectors_atom", "L2 sectors of global atomics", "lts__t_sectors_srcunit_tex_op_atom.sum"),
+            ("l2_sectors_red", "L2 sectors of global reductions", "lts__t_sectors_srcunit_tex_op_red.sum"),
+            ("l2_bytes", "bytes through L2 (every source)", "lts__t_bytes.sum"),
+            ("peak_l2_bytes_per_cycle", "L2 bytes per L2 cycle at peak", "lts__t_bytes.sum.peak_sustained"),
+            ("l2_clock", "L2 clock during the kernel (cycles per second)", "lts__cycles_elapsed.avg.per_second"),
+            ("peak_smem_wavefronts_per_cycle", "shared-memory wavefronts per SM cycle at peak, whole GPU",
+             "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.peak_sustained"),
+            ("global_red_inst", "global reduction instructions (RED, warp level)", "smsp__sass_inst_executed_op_global_red.sum"),
+            ("global_atom_inst", "global atomic instructions (ATOM, warp level)", "smsp__sass_inst_executed_op_global_atom.sum"),
+        )
+    ),
 ]

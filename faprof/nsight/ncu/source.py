@@ -14,6 +14,11 @@ kernel, file, line, metric) with metric 'samples' (all warp-state samples on the
 the SourceCounters section collected them) and 'pipe:<pipe>' (the line's instructions whose SASS opcode
 runs on that pipe: executed instructions when counted, else issuing samples, for pointing a pipe's cause
 at a line); `code` holds the line's text when ncu imported the source.
+
+Per instruction too (`pc` set, NaN on line rows): metric 'sass' (one row per sampled instruction: its
+SASS in `code`, its file and line, its samples in `value`) and 'sass:stall:<reason>' (its samples of one
+reason), from which `faprof.advisor.producers` charges each dependency stall to the instruction that
+produced what the stalled one waits for. Instructions never sampled have no row.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ SOURCE_METRICS = ("group:smsp__pcsamp_warp_stall_reasons",)
 SOURCE_SECTIONS = ("SourceCounters",)
 
 #: Columns of the source_lines table.
-SOURCE_COLUMNS = ("variant", "shape_id", "kernel", "file", "line", "code", "metric", "value")
+SOURCE_COLUMNS = ("variant", "shape_id", "kernel", "file", "line", "code", "metric", "value", "pc")
 
 #: Most lines kept per (kernel, metric): the ranking only ever quotes the top few.
 MAX_LINES_PER_METRIC = 40
@@ -234,13 +239,15 @@ def _action_rows(action: Any, key: tuple[str, str, str]) -> list[tuple]:
     pcs = {pc for d in per_metric.values() for pc in d}
     where: dict[int, tuple[str, int]] = {}
     pipe: dict[int, str | None] = {}
+    sass: dict[int, str] = {}
     for pc in sorted(pcs):
         info = action.source_info(pc)
         if info is None:
             continue
         where[pc] = (str(info.file_name()), int(info.line()))
         try:
-            pipe[pc] = opcode_pipe(action.sass_by_pc(pc))
+            sass[pc] = str(action.sass_by_pc(pc))
+            pipe[pc] = opcode_pipe(sass[pc])
         except Exception:
             pipe[pc] = None
     agg: dict[tuple[str, int, str], float] = defaultdict(float)
@@ -262,7 +269,24 @@ def _action_rows(action: Any, key: tuple[str, str, str]) -> list[tuple]:
     out = []
     for metric, items in by_metric.items():
         for f, line, v in sorted(items, key=lambda x: (-x[2], x[0], x[1]))[:MAX_LINES_PER_METRIC]:
-            out.append((*key[:2], key[2], f, line, _line_code(action, files, f, line), metric, v))
+            out.append((*key[:2], key[2], f, line, _line_code(action, files, f, line), metric, v, math.nan))
+    return out + _instruction_rows(key, per_metric, where, sass)
+
+
+def _instruction_rows(key: tuple[str, str, str], per_metric: dict[str, dict[int, float]],
+                      where: dict[int, tuple[str, int]], sass: dict[int, str]) -> list[tuple]:
+    """Per sampled instruction: a 'sass' row (its SASS, its samples) and its 'sass:stall:<reason>' rows."""
+    out = []
+    for pc in sorted(where):
+        if pc not in sass:
+            continue
+        f, line = where[pc]
+        total = sum(v.get(pc, 0.0) for m, v in per_metric.items() if m.startswith("stall:"))
+        out.append((*key, f, line, sass[pc], "sass", total, float(pc)))
+        for metric, values in per_metric.items():
+            v = values.get(pc, 0.0)
+            if metric.startswith("stall:") and v:
+                out.append((*key, f, line, sass[pc], f"sass:{metric}", v, float(pc)))
     return out
 
 

@@ -1,6 +1,7 @@
 // TEST ONLY: torch ops for the planted-fault kernels (torch.ops.faprof_planted.*), built as their
 // own small extension by tests/planted/planted_variants.py, never as part of faprof's extension.
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
@@ -52,13 +53,17 @@ void mma_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::
     constexpr const char* op = "faprof_planted::mma_fwd";
     check(op, q, k, v, out, lse, Dtypes::kFp16);
     c10::cuda::CUDAGuard guard(q.device());
+    // kPlantedGlobalRmw keeps O in a global fp32 scratch buffer between key tiles
+    at::Tensor scratch;
+    if (fault == kPlantedGlobalRmw) scratch = at::empty(q.sizes(), q.options().dtype(at::kFloat));
     check_launch(op, faprof_planted_mma_fwd(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
                                             lse.data_ptr<float>(), static_cast<int>(q.size(0)),
                                             static_cast<int>(q.size(1)), static_cast<int>(q.size(2)),
                                             static_cast<int>(k.size(2)), static_cast<int>(q.size(3)),
                                             static_cast<float>(scale), causal, q.scalar_type() == at::kBFloat16,
                                             static_cast<int>(fault), per_head,
-                                            c10::cuda::getCurrentCUDAStream(q.get_device()).stream()));
+                                            c10::cuda::getCurrentCUDAStream(q.get_device()).stream(),
+                                            scratch.defined() ? scratch.data_ptr<float>() : nullptr));
 }
 
 void cuda_core_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out, at::Tensor& lse,

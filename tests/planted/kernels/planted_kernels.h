@@ -18,6 +18,9 @@ inline constexpr int kPlantedBarrier = 6;
 inline constexpr int kPlantedFence = 7;
 inline constexpr int kPlantedTranscendental = 8;
 inline constexpr int kPlantedFp64 = 9;
+inline constexpr int kPlantedL2Thrash = 10;
+inline constexpr int kPlantedGlobalRmw = 11;
+inline constexpr int kPlantedSmallTile = 12;
 
 // Fault codes of faprof_planted_rowthread_fwd (planted_rowthread.cu's Fault enum).
 inline constexpr int kRowThreadClean = 0;
@@ -28,14 +31,15 @@ inline constexpr int kRowThreadPredicatedOff = 4;
 inline constexpr int kRowThreadScalarLoads = 5;
 
 // fa2_mma with one planted fault; per_head launches the kernel once per (b, h) slice.
-// fp16 only (bf16 returns cudaErrorInvalidValue).
+// fp16 only (bf16 returns cudaErrorInvalidValue). scratch: [B, H, Sq, D] fp32 for kPlantedGlobalRmw
+// (which refuses nullptr), else unused (nullptr).
 cudaError_t faprof_planted_mma_fwd(const void* q,  // [B, H, Sq, D] fp16, 16-byte aligned
                                    const void* k,  // [B, H, Sk, D]
                                    const void* v,  // [B, H, Sk, D]
                                    void* o,        // [B, H, Sq, D]
                                    float* lse,     // [B, H, Sq]
                                    int B, int H, int Sq, int Sk, int D, float scale, bool causal, bool bf16,
-                                   int fault, bool per_head, cudaStream_t stream);
+                                   int fault, bool per_head, cudaStream_t stream, float* scratch = nullptr);
 
 // fa2 (the fp32 CUDA-core kernel) reading and writing fp16: FlashAttention-2 without tensor cores.
 cudaError_t faprof_planted_cuda_core_fwd(const void* q,  // [B, H, Sq, D] fp16, 8-byte aligned

@@ -17,6 +17,16 @@
 //                    (masked to -inf, so they add nothing but time).
 //   kFewCtas         one block per (b, h) loops over all query tiles: grid (1, H, B) instead of
 //                    (query tiles, H, B), fewer blocks than SMs at B*H < SMs.
+//   kL2Thrash        the grid is (H, B, query tiles) instead of (query tiles, H, B): the blocks in
+//                    flight together read every (b, h)'s K/V instead of a few heads', a working set
+//                    of B*H*Sk*D*4 bytes (32 MiB at D=64, 64 MiB at D=128 on the planted shapes)
+//                    against the H100's 50 MB L2, so K/V tiles come from DRAM again and again.
+//   kGlobalRmw       after every key tile's PV, each thread stores its O accumulators (fp32) to a
+//                    global scratch buffer and loads them back (st/ld.global.cg, L2): an extra global
+//                    read-modify-write of the whole O tile per key tile; same values, same results.
+//   kSmallTile       the tile of fa2_mma's D=256 config (64 query rows, 32 keys per block) at D=64
+//                    and D=128: the same work with each K/V byte brought on chip feeding half (D=128)
+//                    or a quarter (D=64) of the FLOPs, so twice the L2 and shared traffic per FLOP.
 //   kBarrier         the block's warps take turns at block barriers: in turn t only warp t computes
 //                    its QKᵀ + softmax (then, in a second round of turns, its PV) while the other
 //                    warps wait at the __syncthreads() that ends the turn; 2 + 2 x WARPS = 10 block
@@ -55,7 +65,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 // The planted faults (see the file header). Values match planted_kernels.h's kPlanted* constants.
 enum Fault : int {
   kClean = 0, kBankConflicts = 1, kSpills = 2, kUncoalesced = 3, kNoCausalSkip = 4, kFewCtas = 5,
-  kBarrier = 6, kFence = 7, kTranscendental = 8, kFp64 = 9,
+  kBarrier = 6, kFence = 7, kTranscendental = 8, kFp64 = 9, kL2Thrash = 10, kGlobalRmw = 11, kSmallTile = 12,
 };
 
 // PLANTED FAULT (kSpills): blocks per SM __launch_bounds__ asks for; 65536 / (128 * 4) = 128 registers
@@ -193,6 +203,31 @@ __device__ __forceinline__ void load_rows(uint32_t s_base, const T* __restrict__
 // ------------------------------------------------------------------------------------------------
 // The kernel
 // ------------------------------------------------------------------------------------------------
+// PLANTED FAULT (kGlobalRmw): the warp's O accumulators stored to global memory and loaded back
+// (cache-global: through L2), as a kernel keeping its running output in global memory would.
+__device__ __forceinline__ void st_global_cg(float* p, float a, float b) {
+  asm volatile("st.global.cg.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+__device__ __forceinline__ void ld_global_cg(const float* p, float& a, float& b) {
+  asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];\n" : "=f"(a), "=f"(b) : "l"(p) : "memory");
+}
+template <class C>
+__device__ __forceinline__ void global_round_trip(float (&acc_o)[C::MT][C::DT][4], float* scratch, int bh, int row0,
+                                                  int Sq, int lane) {
+#pragma unroll
+  for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + mt * 16 + (lane >> 2) + h * 8;
+      if (row >= Sq) continue;
+      float* base = scratch + (static_cast<size_t>(bh) * Sq + row) * C::D + 2 * (lane & 3);
+#pragma unroll
+      for (int dt = 0; dt < C::DT; ++dt) st_global_cg(base + dt * 8, acc_o[mt][dt][2 * h], acc_o[mt][dt][2 * h + 1]);
+#pragma unroll
+      for (int dt = 0; dt < C::DT; ++dt) ld_global_cg(base + dt * 8, acc_o[mt][dt][2 * h], acc_o[mt][dt][2 * h + 1]);
+    }
+}
+
 template <typename T, class C, bool CAUSAL, int FAULT>
 __global__ void __launch_bounds__(C::THREADS, FAULT == kSpills ? kSpillMinBlocks : C::MIN_BLOCKS)
 planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
@@ -200,7 +235,8 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
                    const T* __restrict__ v,  // [B, H, Sk, D]
                    T* __restrict__ o,        // [B, H, Sq, D]
                    float* __restrict__ lse,  // [B, H, Sq]
-                   int Sq, int Sk, float scale, float scale_log2) {
+                   int Sq, int Sk, float scale, float scale_log2,
+                   float* __restrict__ scratch) {  // [B, H, Sq, D] fp32 for kGlobalRmw, else unused
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // cp.async, ldmatrix and bf16 mma need sm_80+; the launcher refuses older GPUs first
 #else
@@ -219,9 +255,13 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
   const int n_qt = (Sq + BR - 1) / BR;
   // PLANTED FAULT (kTranscendental) support: the softmax temperature, 1 / scale (dead code otherwise).
   const float temp = 1.f / scale;
-  for (int tile_i = static_cast<int>(blockIdx.x); tile_i < n_qt; tile_i += static_cast<int>(gridDim.x)) {
+  // PLANTED FAULT (kL2Thrash): the query tile is blockIdx.z and (h, b) are blockIdx.x, y.
+  const int first = FAULT == kL2Thrash ? static_cast<int>(blockIdx.z) : static_cast<int>(blockIdx.x);
+  const int stride = FAULT == kL2Thrash ? static_cast<int>(gridDim.z) : static_cast<int>(gridDim.x);
+  for (int tile_i = first; tile_i < n_qt; tile_i += stride) {
     const int qt = CAUSAL ? n_qt - 1 - tile_i : tile_i;
-    const int bh = blockIdx.z * gridDim.y + blockIdx.y;
+    const int bh = FAULT == kL2Thrash ? static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x)
+                                      : static_cast<int>(blockIdx.z * gridDim.y + blockIdx.y);
     const int q0 = qt * BR;
     const int wrow0 = warp * MT * 16;  // first row of this warp inside the tile
 
@@ -497,6 +537,7 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
             }
             if constexpr (FAULT == kFence) __threadfence();  // PLANTED FAULT (kFence)
           }
+          if constexpr (FAULT == kGlobalRmw) global_round_trip<C>(acc_o, scratch, bh, q0 + wrow0, Sq, lane);
         }
         if constexpr (FAULT == kBarrier) __syncthreads();  // PLANTED FAULT (kBarrier): the turn's end
       }
@@ -555,6 +596,9 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
 // Default configs per head dim (fa2_mma's).
 using CfgD64 = MmaConfig<64, 128, 128, 4, false, 2>;
 using CfgD128 = MmaConfig<128, 128, 64, 4, false, 2>;
+// PLANTED FAULT (kSmallTile): fa2_mma's D=256 tile (64 query rows, 32 keys) at D=64 and D=128.
+template <int D>
+using CfgSmall = MmaConfig<D, 64, 32, 4, false, 2>;
 
 struct Args {
   const void* q;
@@ -565,6 +609,7 @@ struct Args {
   int B, H, Sq, Sk;
   float scale;
   cudaStream_t stream;
+  float* scratch;  // [B, H, Sq, D] fp32: kGlobalRmw only
 };
 
 template <typename T, class C, bool CAUSAL, int FAULT>
@@ -574,11 +619,12 @@ cudaError_t launch(const Args& a, bool per_head) {
   if (err != cudaSuccess) return err;
   const int n_qt = (a.Sq + C::BR - 1) / C::BR;
   // PLANTED FAULT (kFewCtas): one block per (b, h), looping over the query tiles.
-  const dim3 grid(FAULT == kFewCtas ? 1 : n_qt, a.H, a.B);
+  // PLANTED FAULT (kL2Thrash): (H, B, query tiles), the query tile slowest.
+  const dim3 grid = FAULT == kL2Thrash ? dim3(a.H, a.B, n_qt) : dim3(FAULT == kFewCtas ? 1 : n_qt, a.H, a.B);
   if (!per_head) {
     kernel<<<grid, C::THREADS, C::SMEM_BYTES, a.stream>>>(
         static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
-        a.lse, a.Sq, a.Sk, a.scale, a.scale * kLog2e);
+        a.lse, a.Sq, a.Sk, a.scale, a.scale * kLog2e, a.scratch);
     return cudaGetLastError();
   }
   // PLANTED FAULT (one launch per head): B*H launches of grid (query tiles, 1, 1), each on one
@@ -588,7 +634,7 @@ cudaError_t launch(const Args& a, bool per_head) {
     kernel<<<dim3(grid.x, 1, 1), C::THREADS, C::SMEM_BYTES, a.stream>>>(
         static_cast<const T*>(a.q) + q_off, static_cast<const T*>(a.k) + kv_off,
         static_cast<const T*>(a.v) + kv_off, static_cast<T*>(a.o) + q_off, a.lse + static_cast<size_t>(bh) * a.Sq,
-        a.Sq, a.Sk, a.scale, a.scale * kLog2e);
+        a.Sq, a.Sk, a.scale, a.scale * kLog2e, a.scratch ? a.scratch + static_cast<size_t>(bh) * a.Sq * C::D : nullptr);
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
@@ -615,6 +661,9 @@ cudaError_t dispatch_fault(const Args& a, bool causal, bool bf16, int fault, boo
     case kFence: return dispatch<C, kFence>(a, causal, bf16, per_head);
     case kTranscendental: return dispatch<C, kTranscendental>(a, causal, bf16, per_head);
     case kFp64: return dispatch<C, kFp64>(a, causal, bf16, per_head);
+    case kL2Thrash: return per_head ? cudaErrorInvalidValue : dispatch<C, kL2Thrash>(a, causal, bf16, per_head);
+    case kGlobalRmw: return a.scratch ? dispatch<C, kGlobalRmw>(a, causal, bf16, per_head) : cudaErrorInvalidValue;
+    case kSmallTile: return dispatch<CfgSmall<C::D>, kSmallTile>(a, causal, bf16, per_head);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -623,9 +672,9 @@ cudaError_t dispatch_fault(const Args& a, bool causal, bool bf16, int fault, boo
 
 cudaError_t faprof_planted_mma_fwd(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
                                    int Sq, int Sk, int D, float scale, bool causal, bool bf16, int fault,
-                                   bool per_head, cudaStream_t stream) {
+                                   bool per_head, cudaStream_t stream, float* scratch) {
   using namespace faprof_planted_mma;
-  const Args a{q, k, v, o, lse, B, H, Sq, Sk, scale, stream};
+  const Args a{q, k, v, o, lse, B, H, Sq, Sk, scale, stream, scratch};
   if (D != 64 && D != 128) return cudaErrorInvalidValue;
   if (B <= 0 || H <= 0 || Sq <= 0 || Sk <= 0 || B > 65535 || H > 65535) return cudaErrorInvalidValue;
   if (!(scale > 0.f) || scale == INFINITY) return cudaErrorInvalidValue;

@@ -1,0 +1,71 @@
+"""The estimate checked against the fix: for pairs of kernels that differ by one defect (a kernel and its
+clean twin), the primary cause's estimated gain against the measured gap to the twin.
+
+The twin *is* the fix applied, so the measured gap T_kernel - T_twin is what fixing the primary cause
+would save, if the primary cause is the defect. The estimate is the primary cause's part of the gap's
+partition (`faprof.advisor.partition`): the time of the terms it owns. The error is estimate / measured
+- 1 (0 = exact; above 0 the estimate promises more than the fix gives: other parts gave time back).
+This is the estimated-vs-achieved table of GPA (Zhou et al., "GPA: A GPU Performance Advisor Based on
+Instruction Sampling", CGO 2021) for faprof's advisor.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from faprof.advisor.evidence import _num, ok
+
+#: Columns of estimate_table().
+ESTIMATE_COLUMNS = ("variant", "twin", "shape_id", "dtype", "gpu", "ms", "twin_ms", "measured_gap_us", "primary",
+                    "expected", "estimated_gain_us", "error", "level")
+
+
+def estimate_table(bundle: Any, twins: Mapping[str, str], expected: Mapping[str, str | None] | None = None,
+                   diags: Mapping[str, pd.DataFrame] | None = None) -> pd.DataFrame:
+    """One row per (kernel, shape) whose twin was timed at the shape: the measured gap, the primary cause
+    against the twin and its estimated gain (µs), and the error. `twins`: variant -> its twin (a twin
+    mapped to itself is left out); `expected`: variant -> the defect's cause, quoted beside the primary;
+    `diags`: diagnose(bundle, against=twin) per twin, when the caller has them."""
+    from faprof.advisor.diagnose import diagnose
+
+    meas = bundle.measurements()
+    timed = meas[meas["status"] == "ok"].set_index(["variant", "shape_id"])
+    diags = dict(diags or {})
+    gpu = str(meas["gpu_name"].dropna().iloc[0]) if "gpu_name" in meas and meas["gpu_name"].notna().any() else ""
+    rows = []
+    for variant, twin in twins.items():
+        if variant == twin:
+            continue
+        if twin not in diags:
+            diags[twin] = diagnose(bundle, against=twin)
+        d = diags[twin]
+        for (v, sid), r in timed.iterrows():
+            if v != variant or (twin, sid) not in timed.index:
+                continue
+            ms, twin_ms = _num(r["median_ms"]), _num(timed.loc[(twin, sid), "median_ms"])
+            mine = d[(d["variant"] == variant) & (d["shape_id"] == sid)]
+            prim = mine[mine["primary"]]
+            p = prim.iloc[0] if not prim.empty else None
+            est = _num(p["gap_ms"]) if p is not None and p["unit"] == "gap" else math.nan
+            gap = ms - twin_ms
+            rows.append({"variant": variant, "twin": twin, "shape_id": sid, "dtype": r.get("dtype"), "gpu": gpu,
+                         "ms": ms, "twin_ms": twin_ms, "measured_gap_us": 1e3 * gap,
+                         "primary": p["cause"] if p is not None else None,
+                         "expected": (expected or {}).get(variant), "estimated_gain_us": 1e3 * est,
+                         "error": est / gap - 1 if ok(est) and gap > 0 else math.nan,
+                         "level": bool((mine["cause"] == "level").any())})
+    return pd.DataFrame(rows, columns=list(ESTIMATE_COLUMNS))
+
+
+def error_summary(table: pd.DataFrame, within: float = 0.25) -> dict[str, float]:
+    """Median and worst |error|, and the share of rows within `within`, over rows with an estimate."""
+    errs = [abs(e) for e in table["error"] if ok(e)]
+    if not errs:
+        return {"n": 0, "median_abs_error": math.nan, "worst_abs_error": math.nan, "share_within": math.nan}
+    return {"n": len(errs), "median_abs_error": statistics.median(errs), "worst_abs_error": max(errs),
+            "share_within": sum(e <= within for e in errs) / len(errs)}
