@@ -244,7 +244,7 @@ def time_cuda(fn: Callable[[], Any], settings: TimingSettings, flusher: L2Flushe
             smp.timer.close()
     clock = sm_clock_mhz()
     return {"samples": primary, "stats": stats.summarize(primary), "stop": stop_reason, "timer": used,
-            "timer_note": flag["note"] if flag else smp.note, "host_enqueue_ms": enqueue_ms,
+            "timer_note": "; ".join(x for x in (flag["note"] if flag else "", smp.note) if x), "host_enqueue_ms": enqueue_ms,
             "event_ms": statistics.median(smp.event), "span_ms": statistics.median(smp.span) if smp.span else None,
             "kernels_per_call": statistics.median(smp.nkern) if smp.nkern else None,
             "sm_clock_mhz": clock, "last_result": smp.last, "timing_flag": flag["reason"] if flag else None,
@@ -255,6 +255,7 @@ def _drain_check(fn: Callable[[], Any], settings: TimingSettings, flusher: L2Flu
                  used: str, enqueue_ms: float) -> tuple[list[float], dict[str, Any] | None, float]:
     """Drained calls after the timed loop (faprof.measure.integrity): when they show GPU work the loop
     missed, the row is timed again drained. Returns (samples, the flag or None, the drained median)."""
+    primary = smp.primary()
     timer = smp.timer
     if timer is None and settings.timer != "events":
         timer, _ = _open_timer(settings)  # the loop fell back to events: CUPTI may still see the whole device
@@ -262,7 +263,6 @@ def _drain_check(fn: Callable[[], Any], settings: TimingSettings, flusher: L2Flu
             smp.timer = timer  # closed by the caller
     d = (integrity.drain_cupti(fn, timer, flusher, integrity.PROBE_CALLS) if timer is not None
          else integrity.drain_host(fn, flusher, integrity.PROBE_CALLS, cuda=True))
-    primary = smp.primary()
     outside = smp.outside_ns / 1e6 / smp.calls if smp.calls else 0.0
     reason = integrity.missed_work(d, statistics.median(primary), used, outside, enqueue_ms)
     if reason is None:
