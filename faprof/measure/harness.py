@@ -476,7 +476,13 @@ def measure(variant, problem: AttentionProblem, inputs: Inputs, ref: Reference |
     written, randn_ok = row.pop("_written", []), row.pop("_randn_ok", False)
     if not do_timing:
         return row
-    res, st, (ts, out) = _time(row, variant, problem, inputs, device, settings, l2_bytes, flusher, monitor)
+    with correctness.NewThreads() as th:
+        res, st, (ts, out) = _time(row, variant, problem, inputs, device, settings, l2_bytes, flusher, monitor)
+    th.join()  # a thread of the last calls' must not write `out` under the checks below
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
     written = sorted(set(written) | set(correctness.inputs_written(ts, inputs)))
     flags = [x for x in (res.get("timing_flag"), integrity.written_text(written) if written else None) if x]
     # a call that changed its inputs made its timed outputs from other data: comparing them is no race test

@@ -103,12 +103,9 @@ def stream(q, k, v, causal, scale, out=None):
 
 
 def thread(q, k, v, causal, scale, out=None):
-    """(b) The work in a thread the call starts and does not wait for."""
-    import torch
-
+    """(b) The work in a thread the call starts and does not wait for (on a GPU, on the thread's
+    current stream: the default stream, ordered after the caller's work on it)."""
     out = _out(q, out)
-    if q.is_cuda:
-        torch.cuda.current_stream(q.device).synchronize()  # the inputs are ready for the thread's stream
     threading.Thread(target=work, args=(q, k, v, causal, scale, out), daemon=True).start()
     return out
 
