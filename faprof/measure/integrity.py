@@ -223,6 +223,19 @@ def time_drained(fn: Callable[[], Any], d: Drain, timer: Any, flusher: Callable[
     return samples, reason
 
 
+def retime_if_missed(d: Drain, fn: Callable[[], Any], timer: Any, flusher: Callable[[], None] | None,
+                     samples: list[float], used: str, stop: Callable[[list[float], float], str | None],
+                     max_repeats: int, loop_outside_ms: float = 0.0,
+                     enqueue_ms: float = 0.0) -> tuple[list[float], dict[str, Any] | None]:
+    """The timed loop's `samples` when the drained calls `d` show no missed work (`missed_work`), else
+    drained samples (`time_drained`) and the flag: {'reason', 'timer', 'stop', 'note'}."""
+    reason = missed_work(d, statistics.median(samples), used, loop_outside_ms, enqueue_ms)
+    if reason is None:
+        return samples, None
+    again, why = time_drained(fn, d, timer, flusher, used != "host", stop, max_repeats)
+    return again, {"reason": reason, "timer": f"{d.method}_drained", "stop": why, "note": drained_note(d)}
+
+
 def drained_note(d: Drain) -> str:
     """The timer note of a row timed drained."""
     if d.method == "cupti":
