@@ -75,12 +75,17 @@ def test_work_on_another_stream_is_flagged_under_cuda_events(honest):
     _in_full(row, honest)
 
 
-def test_work_in_another_thread_is_flagged_and_timed_drained(honest):
+def test_work_in_another_thread_is_timed_in_full_and_flagged_when_it_runs_outside_the_call(honest):
     row = measure("gaming_thread")
     assert row["correct"] is True
-    assert row["timing_flagged"] is True and "no call launched" in row["timing_flag_reason"]
-    assert row["timer"] == "cupti_drained"
     _in_full(row, honest)
+    # a thread that launched everything inside the call's host window was counted as the call's (CUPTI's
+    # fallback attribution): timed in full without a flag. One that launched after the call returned
+    # (the usual case: the caller returns at once) is flagged and timed drained.
+    if row["timing_flagged"]:
+        assert "no call launched" in row["timing_flag_reason"] and row["timer"] == "cupti_drained"
+    else:
+        assert row["timer"] == "cupti"
 
 
 def test_work_deferred_to_the_next_call_is_timed_in_full(honest):
