@@ -235,8 +235,14 @@ def time_cuda(fn: Callable[[], Any], settings: TimingSettings, flusher: L2Flushe
                 stop_reason = reason
                 break
             batch = min(MAX_BATCH, batch * 2)
-        used = "cupti" if smp.timer is not None else "cuda_event"
-        primary, flag, drained = _drain_check(fn, settings, flusher, smp, used, enqueue_ms)
+        used, primary = ("cupti" if smp.timer is not None else "cuda_event"), smp.primary()
+        if smp.timer is None and settings.timer != "events":
+            smp.timer, _ = _open_timer(settings)  # the loop fell back to events: CUPTI may still see the whole device
+        # drained calls (faprof.measure.integrity): GPU work the loop missed makes the row timed again drained
+        d = integrity.drain(fn, smp.timer, flusher)
+        primary, flag = integrity.retime_if_missed(d, fn, smp.timer, flusher, primary, used,
+                                                   lambda xs, t0: _stop_reason(xs, settings, t0), settings.max_repeats,
+                                                   smp.outside_ns / 1e6 / max(1, smp.calls), enqueue_ms)
         if flag is not None:
             used, stop_reason = flag["timer"], flag["stop"]
     finally:
@@ -248,26 +254,7 @@ def time_cuda(fn: Callable[[], Any], settings: TimingSettings, flusher: L2Flushe
             "event_ms": statistics.median(smp.event), "span_ms": statistics.median(smp.span) if smp.span else None,
             "kernels_per_call": statistics.median(smp.nkern) if smp.nkern else None,
             "sm_clock_mhz": clock, "last_result": smp.last, "timing_flag": flag["reason"] if flag else None,
-            "drained_ms": drained}
-
-
-def _drain_check(fn: Callable[[], Any], settings: TimingSettings, flusher: L2Flusher | None, smp: _CudaSamples,
-                 used: str, enqueue_ms: float) -> tuple[list[float], dict[str, Any] | None, float]:
-    """Drained calls after the timed loop (faprof.measure.integrity): when they show GPU work the loop
-    missed, the row is timed again drained. Returns (samples, the flag or None, the drained median)."""
-    primary = smp.primary()
-    timer = smp.timer
-    if timer is None and settings.timer != "events":
-        timer, _ = _open_timer(settings)  # the loop fell back to events: CUPTI may still see the whole device
-        if timer is not None:
-            smp.timer = timer  # closed by the caller
-    d = (integrity.drain_cupti(fn, timer, flusher, integrity.PROBE_CALLS) if timer is not None
-         else integrity.drain_host(fn, flusher, integrity.PROBE_CALLS, cuda=True))
-    outside = smp.outside_ns / 1e6 / smp.calls if smp.calls else 0.0
-    samples, flag = integrity.retime_if_missed(d, fn, timer, flusher, primary, used,
-                                               lambda xs, t0: _stop_reason(xs, settings, t0), settings.max_repeats,
-                                               outside, enqueue_ms)
-    return samples, flag, d.median_ms
+            "drained_ms": d.median_ms}
 
 
 def _warm_up(fn: Callable[[], Any], warmup_ms: float) -> None:

@@ -142,6 +142,13 @@ def drain_cupti(fn: Callable[[], Any], timer: Any, flusher: Callable[[], None] |
     return d
 
 
+def drain(fn: Callable[[], Any], timer: Any, flusher: Callable[[], None] | None) -> Drain:
+    """PROBE_CALLS drained calls of a GPU row: by CUPTI where `timer` is one, else by the host clock."""
+    if timer is not None:
+        return drain_cupti(fn, timer, flusher, PROBE_CALLS)
+    return drain_host(fn, flusher, PROBE_CALLS, cuda=True)
+
+
 def drain_host(fn: Callable[[], Any], flusher: Callable[[], None] | None, n: int, cuda: bool) -> Drain:
     """`n` isolated calls timed by the host clock from the call to a drained device (threads joined,
     device synchronized), less the same clock around a call that does nothing (the floor)."""
