@@ -147,6 +147,15 @@ def print_timing_note(df) -> None:
                 say(f"    {r['variant']} {_shape_label(r)}: {r.get('unstable_reason')}", style="yellow")
             if len(shaky) > 5:
                 say(f"    ... and {len(shaky) - 5} more (the bundle's unstable_reason column)", style="yellow")
+    if "timing_flagged" in df:
+        gamed = df[df["timing_flagged"].fillna(False).astype(bool)]
+        if not gamed.empty:
+            say(f"  {len(gamed)} row(s) have flagged timings (the call's work is not all where the timer looks):",
+                style="yellow")
+            for _, r in gamed.head(5).iterrows():
+                say(f"    {r['variant']} {_shape_label(r)}: {r.get('timing_flag_reason')}", style="yellow")
+            if len(gamed) > 5:
+                say(f"    ... and {len(gamed) - 5} more (the bundle's timing_flag_reason column)", style="yellow")
     if "throttled" in df:
         thr = df[df["throttled"].fillna(False).astype(bool)]
         if not thr.empty:

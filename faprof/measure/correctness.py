@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -396,7 +397,7 @@ def check_correctness(variant, problem, inputs, ref: Reference, device: str, tol
     else:
         poison_allocator(4 * problem.B * problem.H * max(problem.Sq, problem.Sk) * problem.D * 4, device)
     checked, _ = make_call(variant, problem, ts, dout, out)
-    result = checked()
+    result, _ = call_drained(checked)
     if device == "cuda":
         torch.cuda.synchronize()
     tile_for = getattr(variant, "tile_for", None)
@@ -419,7 +420,50 @@ def check_correctness(variant, problem, inputs, ref: Reference, device: str, tol
     res["out_sample"] = outs[0].reshape(-1)[:SAMPLE_ELEMENTS].to("cpu", torch.float64).tolist()
     res["ref_sample"] = ref.out.detach().reshape(-1)[:SAMPLE_ELEMENTS].to("cpu", torch.float64).tolist()
     res["checked_outputs"] = outs
+    res["inputs_written"] = inputs_written(ts, inputs)
     return res
+
+
+#: A Python thread a call left running is joined for at most this long (a hung one stays a hang for
+#: the worker's task timeout to catch, not a reason to wait forever here).
+THREAD_JOIN_S = 60.0
+
+
+class NewThreads:
+    """The Python threads started inside the `with` block that are still alive when it ends."""
+
+    def __enter__(self) -> NewThreads:
+        self._before = set(threading.enumerate())
+        self.left: list[threading.Thread] = []
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.left = [t for t in threading.enumerate() if t not in self._before and t.is_alive()]
+
+    def join(self) -> None:
+        for t in self.left:
+            t.join(THREAD_JOIN_S)
+
+
+def call_drained(fn: Callable[[], Any]) -> tuple[Any, int]:
+    """(fn(), threads it left running): those threads joined before returning, so output a thread of
+    the call's writes is there to check (faprof.measure.integrity times such calls in full)."""
+    with NewThreads() as th:
+        r = fn()
+    th.join()
+    return r, len(th.left)
+
+
+def inputs_written(ts: list[Any], inputs: Inputs) -> list[str]:
+    """Names of the call's inputs (q, k, v) whose values differ from the originals they were copied from."""
+    import torch
+
+    out = []
+    for name, t, orig in zip("qkv", ts, (inputs.q, inputs.k, inputs.v), strict=True):
+        o = orig.detach().to(device=t.device, dtype=t.dtype)
+        if not torch.equal(t.detach(), o):
+            out.append(name)
+    return out
 
 
 def check_repeat(variant, problem: AttentionProblem, checked: list[Any], timed_result, ref: Reference | None,

@@ -59,6 +59,12 @@ class CuptiUnavailable(RuntimeError):
     """CUPTI kernel timing cannot be used in this process; the message says why."""
 
 
+#: External correlation id of the harness's own work between calls (L2 flush, GPU-side lead): tagged,
+#: so that a kernel linked to no id at all was launched by something else (another thread of the
+#: user's, work left behind by a call) and is counted as work outside the calls (faprof.measure.integrity).
+HARNESS_ID = 1 << 62
+
+
 @dataclass
 class CallTime:
     """GPU time of one call, from its kernels' activity records (nanoseconds)."""
@@ -179,6 +185,9 @@ class KernelTimer:
         self._next = 1
         self._windows: list[tuple[int, int, int]] = []  # (CUPTI timestamp before, after, call id)
         self.last_counts: dict[str, int] = {}
+        self.last_unlinked: list[tuple[int, int]] = []
+        """(start, end) of the kernels the last `collect` linked to no call and not to the harness:
+        launched outside every tagged call (another thread, or after the call returned)."""
 
     @classmethod
     def open(cls) -> KernelTimer:
@@ -218,6 +227,20 @@ class KernelTimer:
             self._cupti.activity_pop_external_correlation_id(self._kind)
             self._windows.append((t0, self._cupti.get_timestamp(), int(call_id)))
 
+    @contextmanager
+    def harness(self) -> Iterator[None]:
+        """Tag the harness's own launches inside (flush, lead) as HARNESS_ID: they are nobody's call,
+        and not work outside the calls either."""
+        self._cupti.activity_push_external_correlation_id(self._kind, HARNESS_ID)
+        try:
+            yield
+        finally:
+            self._cupti.activity_pop_external_correlation_id(self._kind)
+
+    def now(self) -> int:
+        """CUPTI's timestamp now (ns; the clock of the kernel records)."""
+        return int(self._cupti.get_timestamp())
+
     def new_ids(self, n: int) -> list[int]:
         ids = list(range(self._next, self._next + n))
         self._next += n
@@ -255,6 +278,7 @@ class KernelTimer:
         starts = [w[0] for w in windows]
         per: dict[int, list[tuple[int, int]]] = defaultdict(list)
         unlinked = by_window = 0
+        self.last_unlinked = []
         for corr, start, end in kernels:
             ext = links.get(corr)
             if ext is None and corr in api:
@@ -265,7 +289,10 @@ class KernelTimer:
                     ext = windows[i][2]
                     by_window += 1
             if ext is None:
-                unlinked += 1  # launched outside any tagged call (flush, lead, warm-up)
+                unlinked += 1  # launched outside any tagged call and not by the harness
+                self.last_unlinked.append((start, end))
+                continue
+            if ext == HARNESS_ID:
                 continue
             per[ext].append((start, end))
         self.last_counts = {"kernels": len(kernels), "links": len(links), "api": len(api),

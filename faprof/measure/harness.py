@@ -26,6 +26,7 @@ kept as call latency (`event_ms`), and are the fallback timer where CUPTI cannot
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import statistics
@@ -34,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from faprof.measure import adversarial, correctness, signatures, stability, stats, wrong_text
+from faprof.measure import adversarial, correctness, integrity, signatures, stability, stats, wrong_text
 from faprof.measure.correctness import (  # noqa: F401  (re-exported: the Nsight target and tests use these names)
     CPU_REFERENCE_MAX_FLOPS,
     Inputs,
@@ -177,6 +178,10 @@ class _CudaSamples:
     event: list[float] = field(default_factory=list)
     last: Any = None
     """The last timed call's result (checked against the verified output by the caller)."""
+    outside_ns: int = 0
+    """Durations of kernels linked to no call and not to the harness, over the timed loop (CUPTI)."""
+    calls: int = 0
+    """Timed calls while CUPTI recorded (for `outside_ns` per call)."""
 
     def primary(self) -> list[float]:
         """The samples the statistics are of: kernel time with CUPTI, else the events'."""
@@ -218,6 +223,7 @@ def time_cuda(fn: Callable[[], Any], settings: TimingSettings, flusher: L2Flushe
     batch = FIRST_BATCH
     start_wall = time.perf_counter()
     stop_reason = "max_repeats"
+    flag: dict[str, Any] | None = None
     try:
         while len(smp.event) < settings.max_repeats:
             batch = min(batch, settings.max_repeats - len(smp.event))
@@ -229,17 +235,26 @@ def time_cuda(fn: Callable[[], Any], settings: TimingSettings, flusher: L2Flushe
                 stop_reason = reason
                 break
             batch = min(MAX_BATCH, batch * 2)
+        used, primary = ("cupti" if smp.timer is not None else "cuda_event"), smp.primary()
+        if smp.timer is None and settings.timer != "events":
+            smp.timer, _ = _open_timer(settings)  # the loop fell back to events: CUPTI may still see the whole device
+        # drained calls (faprof.measure.integrity): GPU work the loop missed makes the row timed again drained
+        d = integrity.drain(fn, smp.timer, flusher)
+        primary, flag = integrity.retime_if_missed(d, fn, smp.timer, flusher, primary, used,
+                                                   lambda xs, t0: _stop_reason(xs, settings, t0), settings.max_repeats,
+                                                   smp.outside_ns / 1e6 / max(1, smp.calls), enqueue_ms)
+        if flag is not None:
+            used, stop_reason = flag["timer"], flag["stop"]
     finally:
         if smp.timer is not None:
             smp.timer.close()
     clock = sm_clock_mhz()
-    used = "cupti" if smp.timer is not None else "cuda_event"
-    primary = smp.primary()
     return {"samples": primary, "stats": stats.summarize(primary), "stop": stop_reason, "timer": used,
-            "timer_note": smp.note, "host_enqueue_ms": enqueue_ms, "event_ms": statistics.median(smp.event),
-            "span_ms": statistics.median(smp.span) if smp.span else None,
+            "timer_note": "; ".join(x for x in (flag["note"] if flag else "", smp.note) if x), "host_enqueue_ms": enqueue_ms,
+            "event_ms": statistics.median(smp.event), "span_ms": statistics.median(smp.span) if smp.span else None,
             "kernels_per_call": statistics.median(smp.nkern) if smp.nkern else None,
-            "sm_clock_mhz": clock, "last_result": smp.last}
+            "sm_clock_mhz": clock, "last_result": smp.last, "timing_flag": flag["reason"] if flag else None,
+            "drained_ms": d.median_ms}
 
 
 def _warm_up(fn: Callable[[], Any], warmup_ms: float) -> None:
@@ -268,9 +283,10 @@ def _timed_batch(fn: Callable[[], Any], n: int, smp: _CudaSamples, flusher: L2Fl
     evs = []
     ids = smp.timer.new_ids(n) if smp.timer is not None else [0] * n
     for cid in ids:
-        if flusher is not None:
-            flusher()
-        torch.cuda._sleep(lead_cycles)
+        with smp.timer.harness() if smp.timer is not None else contextlib.nullcontext():
+            if flusher is not None:
+                flusher()
+            torch.cuda._sleep(lead_cycles)
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
         if smp.timer is not None:
@@ -293,6 +309,8 @@ def _timed_batch(fn: Callable[[], Any], n: int, smp: _CudaSamples, flusher: L2Fl
         smp.timer = None
         smp.kernel, smp.span, smp.nkern = [], [], []
     else:
+        smp.outside_ns += sum(e - s for s, e in smp.timer.last_unlinked)
+        smp.calls += len(ids)
         smp.kernel.extend(c.sum_ns / 1e6 for c in seen)
         smp.span.extend(c.span_ns / 1e6 for c in seen)
         smp.nkern.extend(c.kernels for c in seen)
@@ -339,8 +357,29 @@ def time_host(fn: Callable[[], Any], settings: TimingSettings, sync: Callable[[]
             if time.perf_counter() - start > settings.budget_s:
                 stop = "budget"
                 break
-    return {"samples": samples, "stats": stats.summarize(samples), "stop": stop, "timer": "host", "timer_note": "",
-            "last_result": last}
+    # calls that hand their work to a thread and return: drained calls (threads joined) show it. Only
+    # a call that leaves a thread running is judged on the CPU (integrity.missed_work): one drained
+    # call tells, the probe's others follow only then
+    d = integrity.drain_host(fn, None, 1, cuda=False)
+    if d.threads and first / 1e3 < SLOW_CPU_CALL_S:
+        d = integrity.drain_host(fn, None, integrity.PROBE_CALLS, cuda=False)
+    samples, flag = integrity.retime_if_missed(d, fn, None, None, samples, "host",
+                                               lambda xs, t0: _host_stop(xs, settings, t0), settings.max_repeats)
+    out = {"timer": "host", "timer_note": "", "timing_flag": None, "drained_ms": d.median_ms}
+    if flag is not None:
+        stop = flag["stop"]
+        out.update(timer=flag["timer"], timer_note=flag["note"], timing_flag=flag["reason"])
+    return {"samples": samples, "stats": stats.summarize(samples), "stop": stop, "last_result": last, **out}
+
+
+def _host_stop(samples: list[float], settings: TimingSettings, start: float) -> str | None:
+    """The CPU rows' stop rule on `samples` (for drained re-timing)."""
+    st = stats.summarize(samples)
+    if len(samples) >= 3 and st["rel_ci"] <= settings.target_rel_ci_host:
+        return "converged"
+    if time.perf_counter() - start > settings.budget_s and len(samples) >= 3:
+        return "budget"
+    return None
 
 
 def time_e2e(fn: Callable[[], Any], repeats: int) -> float:
@@ -422,11 +461,30 @@ def measure(variant, problem: AttentionProblem, inputs: Inputs, ref: Reference |
     checked_outputs = None
     if ref is not None:
         checked_outputs = _check(row, variant, problem, inputs, ref, device, tol, probes)
+    written, randn_ok = row.pop("_written", []), row.pop("_randn_ok", False)
     if not do_timing:
         return row
-    res, st = _time(row, variant, problem, inputs, device, settings, l2_bytes, flusher, monitor)
-    if checked_outputs is not None and res.get("last_result") is not None:
+    with correctness.NewThreads() as th:
+        res, st, (ts, out) = _time(row, variant, problem, inputs, device, settings, l2_bytes, flusher, monitor)
+    th.join()  # a thread of the last calls' must not write `out` under the checks below
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+    written = sorted(set(written) | set(correctness.inputs_written(ts, inputs)))
+    flags = [x for x in (res.get("timing_flag"), integrity.written_text(written) if written else None) if x]
+    # a call that changed its inputs made its timed outputs from other data: comparing them is no race test
+    if checked_outputs is not None and res.get("last_result") is not None and not written:
         _check_repeat(row, variant, problem, checked_outputs, res["last_result"], ref, tol)
+    # after a passing randn check (a stale cache may already have failed an adversarial probe: this names
+    # why); dense problems with 2022's mask only, the ones integrity's sampled reference computes
+    if checked_outputs is not None and randn_ok and problem.direction == "fwd" and not written and not problem.features():
+        stale = integrity.fresh_check(variant, problem, ts, out, device, tol, checked_outputs[0], inputs.seed)
+        if stale is not None:
+            flags.append(stale)
+            row["correct"] = False
+            row["check_reason"] = "; ".join(x for x in (row.get("check_reason"), stale) if x)
+    row.update(timing_flagged=bool(flags), timing_flag_reason="; ".join(flags) or None, drained_ms=res.get("drained_ms"))
     row.update(
         timer=res["timer"], timer_note=res["timer_note"], stop=res["stop"], samples_ms=res["samples"], n=st["n"],
         median_ms=st["median"], ci95_low_ms=st["ci95_low"], ci95_high_ms=st["ci95_high"], rel_ci=st["rel_ci"],
@@ -445,6 +503,7 @@ def _check(row: dict[str, Any], variant, problem: AttentionProblem, inputs: Inpu
     """The correctness fields of `row` (randn inputs, then the probes); returns the checked outputs."""
     chk = correctness.check_correctness(variant, problem, inputs, ref, device, tol)
     checked_outputs = chk.pop("checked_outputs")
+    row["_written"], row["_randn_ok"] = chk.pop("inputs_written"), chk["correct"]
     row.update(
         correct=chk["correct"], max_abs_err=chk["max_abs_err"], rel_err=chk["rel_err"],
         errors=chk["errors"], out_sample=chk["out_sample"], ref_sample=chk["ref_sample"],
@@ -475,9 +534,9 @@ def _check(row: dict[str, Any], variant, problem: AttentionProblem, inputs: Inpu
 
 def _time(row: dict[str, Any], variant, problem: AttentionProblem, inputs: Inputs, device: str,
           settings: TimingSettings, l2_bytes: int, flusher: L2Flusher | None,
-          monitor: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+          monitor: Any) -> tuple[dict[str, Any], dict[str, Any], tuple[list[Any], Any]]:
     """Time the call (GPU: CUPTI/events, e2e, graph, memory, monitor; CPU: the host clock) into `row`;
-    returns the timer's result and its statistics."""
+    returns the timer's result, its statistics and the timed call's (inputs, output buffer)."""
     import torch
 
     ts, dout = correctness.prepare(problem, inputs, device, variant.name)
@@ -488,7 +547,7 @@ def _time(row: dict[str, Any], variant, problem: AttentionProblem, inputs: Input
     if device != "cuda":
         res = time_host(timed, settings)
         row["e2e_ms"] = res["stats"]["median"]
-        return res, res["stats"]
+        return res, res["stats"], (ts, out)
     if flusher is None and settings.flush_l2 and l2_bytes:
         flusher = L2Flusher(l2_bytes)
     if monitor is not None:
@@ -504,7 +563,7 @@ def _time(row: dict[str, Any], variant, problem: AttentionProblem, inputs: Input
     if monitor is not None:
         monitor.read()
         row.update(monitor.summary())
-    return res, st
+    return res, st, (ts, out)
 
 
 def _check_repeat(row: dict[str, Any], variant, problem: AttentionProblem, checked_outputs: Any, last: Any,

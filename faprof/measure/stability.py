@@ -63,7 +63,7 @@ DRIFT_ALPHA = 0.001
 DRIFT_MIN_SAMPLES = 24
 
 #: Timers whose rows are CPU rows (host clock): only they are held to their stop rule.
-HOST_TIMERS = ("host",)
+HOST_TIMERS = ("host", "host_drained")
 
 
 @dataclass(frozen=True)

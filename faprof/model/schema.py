@@ -26,6 +26,7 @@ ROW_COLUMNS = (
     "check_input", "bug_signature", "signatures", "probes", "error_map",
     "timer", "timer_note", "stop", "n", "median_ms", "ci95_low_ms", "ci95_high_ms", "rel_ci", "q1_ms", "q3_ms",
     "iqr_ms", "outliers", "mean_ms", "std_ms", "min_ms", "rel_sem", "unstable", "unstable_reason",
+    "timing_flagged", "timing_flag_reason", "drained_ms",
     "samples_ms", "event_ms", "span_ms", "kernels_per_call", "e2e_ms", "graph_ms", "host_enqueue_ms",
     "peak_mem_bytes", "extra_mem_bytes",
     "sm_clock_mhz", "nvml", "nvml_sm_clock_mhz_min", "nvml_sm_clock_mhz_max", "temp_c_before", "temp_c_after",

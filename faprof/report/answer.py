@@ -152,7 +152,16 @@ def _status_cell(block: Block, x: pd.Series) -> str:
         parts.append(f"{x['shapes']} of {x['total']} shapes" + (f" ({not_run.iloc[0]} on the rest)" if not not_run.empty else ""))
     if x["unstable"]:
         parts.append(f"{UNSTABLE_MARK} {x['unstable']} unstable")
+    gamed = int(sum(rt.flagged(r) for _, r in rows.iterrows()))
+    if gamed:
+        parts.append(f"{rt.TIMING_FLAG_MARK} timing flagged on {gamed}")
     return "; ".join(parts) or "ok"
+
+
+def _marks(r: Any) -> str:
+    """The marks after a row's time: ≈ unstable, ⚑ timing flagged."""
+    return ((f" {UNSTABLE_MARK}" if _is(r.get("unstable")) else "")
+            + (f" {rt.TIMING_FLAG_MARK}" if rt.flagged(r) else ""))
 
 
 def summary_table(block: Block) -> str:
@@ -169,7 +178,7 @@ def summary_table(block: Block) -> str:
     for _, x in r.iterrows():
         at = t[(t["variant"] == x["variant"]) & (t["shape_id"] == big)]
         a = at.iloc[0] if not at.empty else None
-        mark = f" {UNSTABLE_MARK}" if a is not None and _is(a.get("unstable")) else ""
+        mark = _marks(a) if a is not None else ""
         rng = f" ({f.ratio(x['low'])}–{f.ratio(x['high'])})" if x["shapes"] > 1 else ""
         label = aliases.label(str(x["variant"]), block.rows)  # names the aliases its kernel stands for
         name = f"{label} (baseline)" if x["variant"] == block.baseline else label
@@ -196,7 +205,7 @@ def focus_table(block: Block, focus: str) -> str:
         rivals = here[(here["variant"] != focus) & (here["status"] == "ok")].sort_values("median_ms")
         is_timed = r["status"] in ("ok", "wrong")
         row = {"shape": shape_label(r),
-               f"{focus} ms (95% CI)": (_with_ci(r) + (f" {UNSTABLE_MARK}" if _is(r.get("unstable")) else ""))
+               f"{focus} ms (95% CI)": (_with_ci(r) + _marks(r))
                if is_timed else f.MISSING}
         if block.baseline_ran and focus != block.baseline:
             b = base.iloc[0] if not base.empty else None

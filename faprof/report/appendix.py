@@ -31,7 +31,8 @@ def _results(df: pd.DataFrame) -> list[Section]:
     for g in dict.fromkeys(groups):
         title = f"Results: {g}" if g else "Results"
         intro = ("Times in ms (median; ± the half-width of the median's 95% CI); TFLOP/s with faprof's FLOP count; "
-                 "speed vs baseline = the baseline's median / the row's; ≈: unstable timings.\n\n")
+                 "speed vs baseline = the baseline's median / the row's; ≈: unstable timings; "
+                 f"{rt.TIMING_FLAG_MARK}: flagged timing (why: Flagged timings).\n\n")
         out.append((title, intro + rt.md_table(rt.results_frame(df[groups == g]))))
     for b in dict.fromkeys(df["baseline"].dropna()) if "baseline" in df else []:
         cmp = rt.baseline_comparison(df[df["baseline"] == b], b)
@@ -68,6 +69,8 @@ def sections(bundle: Bundle, df: pd.DataFrame, m: dict[str, Any], diag: pd.DataF
               ("Scaling over batch size", rt.scaling_frame(df)),
               ("Bandwidth utilization", rt.bandwidth_frame(df)),
               ("Unstable timings", rt.unstable_frame(df)),
+              ("Flagged timings (work outside the call, stale or deferred output, inputs written)",
+               rt.timing_flag_frame(df)),
               ("Rows not run", rt.not_run_frame(df)))
     out += [(title, rt.md_table(frame)) for title, frame in frames if not frame.empty]
     tr = trends(df)

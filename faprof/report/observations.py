@@ -93,6 +93,12 @@ def notes(df: pd.DataFrame) -> list[str]:
         by = ", ".join(f"{v} ({n})" for v, n in shaky["variant"].value_counts().items())
         out.append(f"{len(shaky)} row(s) have unstable timings, marked ≈ (bimodal, drifting, or a CPU row past its stop "
                    f"rule; their medians may not repeat, and compare does not test them): {by}. Reasons: appendix.")
+    gamed = ok_all[ok_all["timing_flagged"].fillna(False).astype(bool)] if "timing_flagged" in ok_all else ok_all.iloc[0:0]
+    if not gamed.empty:
+        by = ", ".join(f"{v} ({n})" for v, n in gamed["variant"].value_counts().items())
+        out.append(f"{len(gamed)} row(s) have flagged timings, marked ⚑ (GPU work outside the call's own launches, "
+                   f"an output cached from or deferred past its inputs, or inputs overwritten; rows that missed work "
+                   f"were timed again drained): {by}. Reasons: appendix.")
     nr = _not_run(df)
     if nr:
         out.append(nr)

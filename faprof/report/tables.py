@@ -72,6 +72,7 @@ def results_frame(df: pd.DataFrame) -> pd.DataFrame:
         flag = {"wrong": " ⚠ wrong", "failed": " ✗ failed"}.get(r["status"], "")
         u = _get(r, "unstable")
         flag += " ≈ unstable" if u is not None and not pd.isna(u) and bool(u) else ""
+        flag += f" {TIMING_FLAG_MARK} timing flagged" if flagged(r) else ""
         row = {
             "variant": vname(r) + flag, "shape": shape(r), "status": r["status"],
             "median ms": f.ms(_get(r, "median_ms")), "median 95% CI ms": _ci_half(r),
@@ -237,6 +238,26 @@ def _duration_us(r: Any) -> float:
     """A launch's duration in µs: faprof's ncu_summary has `duration_ms`; tables of other versions `duration_ns`."""
     ms = f.num(r.get("duration_ms"))
     return ms * 1e3 if ms == ms else f.num(r.get("duration_ns")) / 1e3
+
+
+#: The mark of a row whose timing integrity check flagged it (faprof.measure.integrity).
+TIMING_FLAG_MARK = "⚑"
+
+
+def flagged(r: Any) -> bool:
+    """Whether a row's timing was flagged (work outside the call, stale or deferred output, inputs written)."""
+    x = _get(r, "timing_flagged")
+    return x is not None and not pd.isna(x) and bool(x)
+
+
+def timing_flag_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows whose timing was flagged, with the drained time and why (faprof.measure.integrity)."""
+    if "timing_flagged" not in df:
+        return pd.DataFrame()
+    t = df[df["status"].isin(schema.TIMED) & df["timing_flagged"].fillna(False).astype(bool)]
+    return pd.DataFrame([{"variant": r["variant"], "shape": shape(r), "median ms": f.ms(r.get("median_ms")),
+                          "drained ms": f.ms(_get(r, "drained_ms")), "timer": f.text(r.get("timer")),
+                          "why": f.text(r.get("timing_flag_reason"))} for _, r in t.iterrows()])
 
 
 def unstable_frame(df: pd.DataFrame) -> pd.DataFrame:

@@ -196,7 +196,7 @@ def _measurements(b: Bundle) -> pd.DataFrame:
     df = aliases.as_planned(b)  # an older side's declared aliases fold as a run of this faprof times them
     env = b.manifest().get("env") or {}
     for c in ("gpu_name", "timer", "sm_clock_mhz", "throttled", "throttle_reasons", "samples_ms", "median_ms",
-              "status", "reason", "check_reason", "dtype", "device"):
+              "status", "reason", "check_reason", "dtype", "device", "timing_flagged", "timing_flag_reason"):
         if c not in df.columns:
             df[c] = None
     df["gpu_name"] = df["gpu_name"].where(df["gpu_name"].notna(), env.get("gpu_name") or "CPU only")

@@ -179,6 +179,9 @@ def judge_row(r: Any, samples_b: Any, threshold: float, options: GateOptions) ->
     if thr_a != thr_b:
         side, reasons = ("candidate", cell(r, "throttle_reasons_b")) if thr_b else ("baseline", cell(r, "throttle_reasons_a"))
         notes.append(f"throttled in the {side} only ({reasons or 'reason not recorded'})")
+    for side, sfx in (("baseline", "a"), ("candidate", "b")):
+        if bool(cell(r, f"timing_flagged_{sfx}")):  # faprof.measure.integrity: work outside the call, stale output...
+            notes.append(f"timing flagged in the {side}: {cell(r, f'timing_flag_reason_{sfx}')}")
     # an interval that stays under +threshold cannot hide a regression; one that reaches past it, or none, can
     may_regress = not s.has_interval or s.high > 1.0 + threshold or bool(ta and tb and ta != tb)
     return {**out, "verdict": v, "reason": reason, "regression": gated and v == SLOWER,

@@ -1,0 +1,179 @@
+"""Timing that cannot be gamed, on the CPU: each planted trick is flagged with its reason or timed in full.
+
+Method: tests/gaming/gaming_variants.py registers test-only variants that compute correct attention
+plus a 10 ms sleep (a floor no honest timer can miss, and no loaded machine can shrink) and game
+the timer one way each: the work in a thread the call does not wait for (b), each call's work
+deferred to the next (c, timed in full) or dropped when the inputs repeat (c), the output cached by
+the inputs' data pointers (d), the output written into q (e); work on another stream (a) needs a
+GPU (tests/test_timing_gaming_gpu.py). Each runs through `harness.measure` on one small problem;
+the checks are on the row: the flag and its reason, the status, and the reported median against
+the sleep floor (a lower bound, never a wall-clock ceiling). The runner test carries the flags
+into a bundle, the report's appendix and its first-screen notes. The decision rules and the CUPTI
+attribution of kernels no call launched are tested on synthetic records.
+"""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+import pytest
+
+from faprof import variants
+from faprof.measure import correctness, cupti_timer, harness, integrity
+from faprof.model.problem import AttentionProblem
+from faprof.model.scenarios import DEFAULT_TOLERANCE, TimingSettings
+
+GAMING = Path(__file__).parent / "gaming"
+
+QUICK = TimingSettings(warmup_ms=0, budget_s=0.05, min_repeats=3, max_repeats=5, e2e_repeats=1)
+PROBLEM = AttentionProblem(B=2, H=2, Sq=64, Sk=64, D=32, dtype="fp32", causal=True)
+
+
+def _measure(name: str, problem: AttentionProblem = PROBLEM) -> dict:
+    variants.load_user_variants(str(GAMING / "gaming_variants.py"))  # a fresh module: no pending work, no cache
+    inputs = correctness.make_inputs(problem, "cpu", seed=11)
+    ref = correctness.compute_reference(problem, inputs, cuda_ok=False)
+    return harness.measure(variants.get(name), problem, inputs, ref, "cpu", QUICK, DEFAULT_TOLERANCE[problem.dtype])
+
+
+def _floor_ms() -> float:
+    import sys
+
+    sys.path.insert(0, str(GAMING))
+    import gaming_variants
+
+    return gaming_variants.CPU_WORK_S * 1e3
+
+
+def test_the_honest_twin_is_not_flagged_and_is_timed_above_its_floor():
+    row = _measure("gaming_control")
+    assert row["correct"] is True and row["timer"] == "host"
+    assert row["timing_flagged"] is False and row["timing_flag_reason"] is None
+    assert row["median_ms"] >= _floor_ms()
+
+
+def test_work_in_a_thread_the_call_leaves_running_is_flagged_and_timed_drained():
+    row = _measure("gaming_thread")
+    assert row["correct"] is True  # the check joins the call's threads before it reads the output
+    assert row["timing_flagged"] is True
+    assert "returned with a thread of theirs still running" in row["timing_flag_reason"]
+    assert row["timer"] == "host_drained" and "timed drained" in row["timer_note"]
+    assert row["median_ms"] >= _floor_ms()  # every sample waited for the thread's work
+
+
+def test_work_deferred_to_the_next_call_is_timed_in_full():
+    row = _measure("gaming_deferred")
+    assert row["correct"] is True and row["timing_flagged"] is False
+    assert row["median_ms"] >= _floor_ms()  # each call does the previous call's work
+
+
+def test_work_dropped_when_the_inputs_repeat_is_flagged_wrong():
+    row = _measure("gaming_deferred_skip")
+    assert row["median_ms"] < _floor_ms()  # what the trick buys: timed calls do nothing ...
+    assert row["timing_flagged"] is True and row["correct"] is False  # ... and the row says so
+    assert "not written when the call and all the work it started have finished" in row["timing_flag_reason"]
+    assert "never written" in row["check_reason"]
+
+
+def test_a_result_cached_by_pointer_is_flagged_wrong():
+    row = _measure("gaming_cache")
+    assert row["median_ms"] < _floor_ms()
+    assert row["timing_flagged"] is True and row["correct"] is False
+    assert "returns a result of earlier inputs" in row["timing_flag_reason"]
+    assert "cache keyed by pointer" in row["check_reason"]
+
+
+def test_output_written_into_an_input_is_flagged():
+    row = _measure("gaming_inplace")
+    assert row["timing_flagged"] is True
+    assert row["timing_flag_reason"].startswith("writes into its input q:")
+    assert "repeatable" not in row and row["correct"] is True  # timed outputs of changed inputs are not compared as a race test
+
+
+def test_a_torch_variant_is_not_flagged():
+    variants.load_user_variants(str(GAMING / "gaming_variants.py"))
+    inputs = correctness.make_inputs(PROBLEM, "cpu", seed=3)
+    ref = correctness.compute_reference(PROBLEM, inputs, cuda_ok=False)
+    row = harness.measure(variants.get("torch_standard"), PROBLEM, inputs, ref, "cpu", QUICK, DEFAULT_TOLERANCE["fp32"])
+    assert row["correct"] is True and row["timing_flagged"] is False
+
+
+# ------------------------------------------------------------------ rules on synthetic records
+def _drain(method: str, drained, own=(), outside=0, stray=0.0, threads=0) -> integrity.Drain:
+    return integrity.Drain(method, list(drained), list(own), outside, stray, threads)
+
+
+def test_cupti_rule_flags_kernels_no_call_launched_and_only_those():
+    assert integrity.missed_work(_drain("cupti", [1.0] * 5, [1.0] * 5), 1.0, "cupti") is None
+    why = integrity.missed_work(_drain("cupti", [1.5] * 5, [1.0] * 5, outside=5, threads=5), 1.0, "cupti")
+    assert why and "5 kernel(s) that no call launched" in why and "0.5 ms per call" in why
+    assert "5 of 5 drained calls returned with a thread" in why
+    # kernels between the drained calls, or during the timed loop, count too
+    assert integrity.missed_work(_drain("cupti", [1.0] * 5, [1.0] * 5, outside=5, stray=2.5), 1.0, "cupti")
+    assert integrity.missed_work(_drain("cupti", [1.0] * 5, [1.0] * 5), 1.0, "cupti", loop_outside_ms=0.3)
+    # below OUTSIDE_REL of the call and OUTSIDE_ABS_MS: noise (a library's one-off tiny kernel)
+    assert integrity.missed_work(_drain("cupti", [1.001] * 5, [1.0] * 5, outside=1), 1.0, "cupti") is None
+
+
+def test_events_rows_are_checked_against_the_whole_device():
+    # CUPTI sees the side stream's kernels that the current stream's events never waited for
+    why = integrity.missed_work(_drain("cupti", [2.0] * 5, [2.0] * 5), 0.01, "cuda_event")
+    assert why and "another stream" in why
+    assert integrity.missed_work(_drain("cupti", [2.0] * 5, [2.0] * 5), 2.0, "cuda_event") is None
+    # without CUPTI: the host clock to a drained device, less the enqueue cost
+    assert integrity.missed_work(_drain("host", [2.0] * 5), 0.01, "cuda_event", enqueue_ms=0.02)
+    assert integrity.missed_work(_drain("host", [0.06] * 5), 0.01, "cuda_event", enqueue_ms=0.05) is None
+
+
+def test_cpu_rows_need_a_thread_left_running():
+    # a loaded CPU's clock moves by more than HOST_GAP_FACTOR: a gap alone never flags a CPU row
+    assert integrity.missed_work(_drain("host", [50.0] * 5), 10.0, "host") is None
+    why = integrity.missed_work(_drain("host", [50.0] * 5, threads=5), 0.2, "host")
+    assert why and "goes on 50 ms" in why
+
+
+def test_cupti_collect_separates_the_harness_the_calls_and_kernels_no_call_launched():
+    """collect() on records as CUPTI delivers them: the flush and lead (tagged HARNESS_ID) belong to
+    nobody, a kernel launched inside call 1 is its, and one with no link and no launch in a call's
+    host window is work outside the calls."""
+    c = cupti_timer._COLLECTOR
+    c.take()
+    timer = object.__new__(cupti_timer.KernelTimer)
+    timer._cupti = types.SimpleNamespace(activity_flush_all=lambda _: None)
+    timer._windows = [(100, 200, 1)]
+    c.kernels = [(10, 150, 160), (11, 90, 99), (12, 300, 340), (13, 170, 180)]
+    c.links = {10: 1, 11: cupti_timer.HARNESS_ID}
+    c.api = {13: 120}  # launched from another thread inside call 1's host window: call 1's
+    got = timer.collect()
+    assert set(got) == {1} and got[1].kernels == 2 and got[1].sum_ns == 20
+    assert timer.last_unlinked == [(300, 340)]
+    assert timer.last_counts["unlinked"] == 1
+
+
+# ------------------------------------------------------------------ through the runner and the report
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    from faprof.run import ProfileOptions, profile
+
+    out = tmp_path_factory.mktemp("runs")
+    options = ProfileOptions(out_dir=out, isolate=False, ceilings=False,
+                             user_variants=[str(GAMING / "gaming_variants.py")])
+    return profile(GAMING / "gaming_cpu.toml", options)
+
+
+def test_the_bundle_and_the_report_show_every_flag(bundle):
+    from faprof.report import appendix as _  # noqa: F401  (the report package loads its sections)
+    from faprof.report import observations, tables
+    from faprof.report.writer import render_appendix
+
+    df = bundle.measurements()
+    flagged = set(df[df["timing_flagged"].fillna(False).astype(bool)]["variant"])
+    assert flagged == {"gaming_thread", "gaming_deferred_skip", "gaming_cache", "gaming_inplace"}
+    assert not df[~df["variant"].isin(flagged)]["timing_flagged"].fillna(False).astype(bool).any()
+    assert set(df[df["status"] == "wrong"]["variant"]) == {"gaming_deferred_skip", "gaming_cache"}
+    text = render_appendix(bundle)
+    assert "Flagged timings" in text and "returns a result of earlier inputs" in text
+    assert "gaming_thread ⚑ timing flagged" in tables.md_table(tables.results_frame(df))
+    note = [n for n in observations.notes(df) if "flagged timings" in n]
+    assert note and "gaming_cache (1)" in note[0]

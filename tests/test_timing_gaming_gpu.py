@@ -1,0 +1,111 @@
+"""Timing that cannot be gamed, on a GPU: each planted trick is flagged with its reason or timed in full.
+
+Method: the variants of tests/gaming/gaming_variants.py on CUDA tensors: correct attention plus a
+spin kernel of GPU_SPIN_CYCLES, moved or skipped one way each: a side stream the caller's never waits
+on (a), a thread the call starts (b), work deferred to the next call (c; timed in full) or dropped
+when the inputs repeat (c), an output cached by data pointer (d), the output written into q (e).
+Each is measured by `harness.measure` with CUPTI (and the stream trick with CUDA events too, the
+fallback timer that only sees the current stream) next to the honest twin `gaming_control` in the
+same process. "Timed in full" is: the reported median at least HONEST_SHARE of the twin's (the
+twin's CUPTI median moves by a few percent run to run); "flagged" is the flag with its reason.
+scripts/gpu_timing_gaming.sh runs this file and prints the table of the same measurements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from faprof import variants
+from faprof.measure import correctness, cupti_timer, harness
+from faprof.model.problem import AttentionProblem
+from faprof.model.scenarios import DEFAULT_TOLERANCE, TimingSettings
+
+pytestmark = pytest.mark.gpu
+
+GAMING = Path(__file__).parent / "gaming" / "gaming_variants.py"
+
+QUICK = TimingSettings(warmup_ms=5, budget_s=0.3, min_repeats=10, max_repeats=200, e2e_repeats=3)
+PROBLEM = AttentionProblem(B=2, H=8, Sq=512, Sk=512, D=64, dtype="fp16", causal=True)
+
+#: A row is timed in full when its median is at least this share of the honest twin's (run-to-run
+#: noise of a CUPTI median on an idle GPU is a few percent; a gamed timer reads far less).
+HONEST_SHARE = 0.9
+
+
+def measure(name: str, settings: TimingSettings = QUICK) -> dict:
+    import torch
+
+    variants.load_user_variants(str(GAMING))
+    variants.get(name).fn.__globals__["reset"]()  # no pending work or cached output of an earlier test
+    inputs = correctness.make_inputs(PROBLEM, "cuda", seed=23)
+    ref = correctness.compute_reference(PROBLEM, inputs, cuda_ok=True)
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    return harness.measure(variants.get(name), PROBLEM, inputs, ref, "cuda", settings,
+                           DEFAULT_TOLERANCE[PROBLEM.dtype], l2_bytes=l2)
+
+
+@pytest.fixture(scope="module")
+def honest():
+    ok, why = cupti_timer.probe()
+    if not ok:
+        pytest.fail(f"CUPTI timing unavailable on the GPU machine: {why}")
+    row = measure("gaming_control")
+    assert row["correct"] is True and row["timer"] == "cupti", row.get("timer_note")
+    assert row["timing_flagged"] is False, row["timing_flag_reason"]
+    return row
+
+
+def _in_full(row: dict, honest: dict) -> None:
+    assert row["median_ms"] >= HONEST_SHARE * honest["median_ms"], (row["median_ms"], honest["median_ms"], row["timer"])
+
+
+def test_work_on_another_stream_is_counted_by_cupti(honest):
+    row = measure("gaming_stream")
+    assert row["correct"] is True and row["timer"] == "cupti"
+    _in_full(row, honest)
+
+
+def test_work_on_another_stream_is_flagged_under_cuda_events(honest):
+    row = measure("gaming_stream", dataclasses.replace(QUICK, timer="events"))
+    assert row["timing_flagged"] is True and "another stream" in row["timing_flag_reason"]
+    assert row["timer"] == "host_drained"
+    _in_full(row, honest)
+
+
+def test_work_in_another_thread_is_timed_in_full_and_flagged_when_it_runs_outside_the_call(honest):
+    row = measure("gaming_thread")
+    assert row["correct"] is True
+    _in_full(row, honest)
+    # a thread that launched everything inside the call's host window was counted as the call's (CUPTI's
+    # fallback attribution): timed in full without a flag. One that launched after the call returned
+    # (the usual case: the caller returns at once) is flagged and timed drained.
+    if row["timing_flagged"]:
+        assert "no call launched" in row["timing_flag_reason"] and row["timer"] == "cupti_drained"
+    else:
+        assert row["timer"] == "cupti"
+
+
+def test_work_deferred_to_the_next_call_is_timed_in_full(honest):
+    row = measure("gaming_deferred")
+    assert row["correct"] is True
+    _in_full(row, honest)
+
+
+def test_work_dropped_when_the_inputs_repeat_is_flagged_wrong(honest):
+    row = measure("gaming_deferred_skip")
+    assert row["timing_flagged"] is True and row["correct"] is False
+    assert "not written when the call and all the work it started have finished" in row["timing_flag_reason"]
+
+
+def test_a_result_cached_by_pointer_is_flagged_wrong(honest):
+    row = measure("gaming_cache")
+    assert row["timing_flagged"] is True and row["correct"] is False
+    assert "returns a result of earlier inputs" in row["timing_flag_reason"]
+
+
+def test_output_written_into_an_input_is_flagged(honest):
+    row = measure("gaming_inplace")
+    assert row["timing_flagged"] is True and row["timing_flag_reason"].startswith("writes into its input q:")
