@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from faprof.measure import correctness, harness
+from faprof.measure import correctness, harness, reference
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import DEFAULT_TOLERANCE, TimingSettings
 from faprof.variants import Variant
@@ -199,19 +199,21 @@ def test_flashattention_rule_slack_grows_with_the_outputs_magnitude():
     assert "+ 1e-06" in r["reason"]
 
 
-def test_reference_forces_full_fp32_precision(monkeypatch):
+@pytest.mark.parametrize("extra", [{}, {"Hkv": 1, "mask_align": "bottom_right", "causal": True, "Sk": 12}])
+def test_reference_forces_full_fp32_precision(monkeypatch, extra):
     seen = []
-    real = correctness._attention_pass
+    name = "layout_attention" if extra else "_attention_pass"
+    real = getattr(reference, name)
 
     def spy(*a, **kw):
         seen.append((torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32))
         return real(*a, **kw)
 
-    monkeypatch.setattr(correctness, "_attention_pass", spy)
+    monkeypatch.setattr(reference, name, spy)
     old = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("high")  # what a user module might do
     try:
-        p = AttentionProblem(B=1, H=1, Sq=8, Sk=8, D=8, dtype="fp16")
+        p = AttentionProblem(B=1, H=2, Sq=8, Sk=8, D=8, dtype="fp16").with_(**extra)
         correctness.compute_reference(p, correctness.make_inputs(p, "cpu", seed=1), cuda_ok=False)
         assert seen and all(prec == "highest" and not tf32 for prec, tf32 in seen)
         assert torch.get_float32_matmul_precision() == "high"  # restored for the user

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from faprof.model.mask import allowed
 from faprof.model.problem import AttentionProblem, torch_dtype
 
 #: Probes run on at most 2 batches and 2 heads: the fewest that still show an offset that ignores
@@ -81,6 +82,8 @@ class ProbeInputs:
     v: Any
     dout: Any
     seed: int
+    args: Any = None
+    """The problem's index tensors (faprof.measure.layouts.AttnArgs), on the inputs' device."""
 
 
 #: fp32's unit roundoff: kernels compute scores and the softmax's exponent arguments in fp32.
@@ -117,19 +120,45 @@ def rounding_slack(problem: AttentionProblem, inputs: ProbeInputs) -> dict[str, 
       dv_j <= (delta Pᵀ |dO| + gamma_Sq Pᵀ |dO|)_j,
     each output's slack the largest element. A bound, not an estimate: on randn-like probes it allows
     ~1e-5 relative in fp32 gradients, far below any masking or tiling bug's error."""
+    out: dict[str, float] = {}
+    for q, k, v, do, ok in _sequences(problem, inputs):
+        for name, val in _slack_one(problem, q, k, v, do, ok).items():
+            out[name] = max(out.get(name, 0.0), val)
+    return out
+
+
+def _sequences(problem: AttentionProblem, inputs: Any) -> Iterator[tuple[Any, Any, Any, Any, Any]]:
+    """Each sequence's (q [H, sq, D], k and v [H, sk, D] with each query head's KV head, dO, the mask
+    [sq, sk]) in fp32, whatever the layout. 2022's problems: the whole batch at once, as it always was."""
+    from faprof.measure import layouts
+
+    if not problem.features():
+        ok = allowed(problem.mask, problem.Sq, problem.Sk).to(inputs.q.device)
+        yield tuple(t.detach().float() for t in (inputs.q, inputs.k, inputs.v, inputs.dout)) + (ok,)  # type: ignore[misc]
+        return
+    for sv in layouts.sequence_views(problem, inputs.q, inputs.k, inputs.v, getattr(inputs, "args", None)):
+        g = problem.group
+        k, v = (t.detach().float().repeat_interleave(g, dim=0) for t in (sv.k, sv.v))
+        do = layouts.sequence_q(problem, inputs.dout, sv.b).detach().float()
+        yield sv.q.detach().float(), k, v, do, allowed(problem.mask, sv.q.shape[1], k.shape[1]).to(k.device)
+
+
+def _slack_one(problem: AttentionProblem, q: Any, k: Any, v: Any, do: Any, ok: Any) -> dict[str, float]:
+    """rounding_slack of one sequence (or of a whole 2022 batch)."""
     import torch
 
-    q, k, v, do = (t.detach().float() for t in (inputs.q, inputs.k, inputs.v, inputs.dout))
     s = torch.matmul(q, k.transpose(-2, -1)) * problem.softmax_scale
+    if problem.softcap:
+        s = problem.softcap * torch.tanh(s / problem.softcap)
     delta = EXP_ARGUMENT_ROUNDINGS * FP32_UNIT_ROUNDOFF * float(s.abs().amax()) * math.log2(math.e)
     out = {"out": delta * float(v.abs().amax()), "lse": delta}
     if problem.direction == "fwd":
         return out
-    if problem.causal:  # top-left, as the reference (row i sees keys 0..i)
-        i = torch.arange(problem.Sq, device=s.device)[:, None]
-        s = s.masked_fill(torch.arange(problem.Sk, device=s.device)[None, :] > i, -math.inf)
+    if problem.causal or problem.window is not None:  # the problem's mask (top-left causal: row i sees keys 0..i)
+        s = s.masked_fill(~ok, -math.inf)
     p = torch.nan_to_num(torch.softmax(s, dim=-1), nan=0.0)
     o = torch.matmul(p, v)
+    sq, sk = q.shape[-2], k.shape[-2]
 
     def gamma(n: int) -> float:
         return n * FP32_UNIT_ROUNDOFF
@@ -137,17 +166,20 @@ def rounding_slack(problem: AttentionProblem, inputs: ProbeInputs) -> dict[str, 
     dp = torch.matmul(do, v.transpose(-2, -1))
     d_row = (do * o).sum(dim=-1, keepdim=True)
     err_dp = gamma(problem.D) * torch.matmul(do.abs(), v.abs().transpose(-2, -1))
-    err_o = (delta + gamma(problem.Sk)) * torch.matmul(p, v.abs())
+    err_o = (delta + gamma(sk)) * torch.matmul(p, v.abs())
     err_d = gamma(problem.D) * (do.abs() * o.abs()).sum(dim=-1, keepdim=True) + (do.abs() * err_o).sum(dim=-1, keepdim=True)
     w = p * (delta * (dp - d_row).abs() + err_dp + err_d + delta * (p * dp.abs()).sum(dim=-1, keepdim=True))
     ds = (p * (dp - d_row)).abs()
     scale = abs(problem.softmax_scale)
     ka, qa = k.abs(), q.abs()
     out.update(
-        dq=scale * float((torch.matmul(w, ka) + gamma(problem.Sk) * torch.matmul(ds, ka)).amax()),
-        dk=scale * float((torch.matmul(w.transpose(-2, -1), qa) + gamma(problem.Sq) * torch.matmul(ds.transpose(-2, -1), qa)).amax()),
-        dv=float(((delta + gamma(problem.Sq)) * torch.matmul(p.transpose(-2, -1), do.abs())).amax()),
+        dq=scale * float((torch.matmul(w, ka) + gamma(sk) * torch.matmul(ds, ka)).amax()),
+        dk=scale * float((torch.matmul(w.transpose(-2, -1), qa) + gamma(sq) * torch.matmul(ds.transpose(-2, -1), qa)).amax()),
+        dv=float(((delta + gamma(sq)) * torch.matmul(p.transpose(-2, -1), do.abs())).amax()),
     )
+    if problem.group > 1:  # a KV head's gradient sums its group's query heads: their bounds add up
+        out["dk"] *= problem.group
+        out["dv"] *= problem.group
     return out
 
 
@@ -177,12 +209,18 @@ def probes(problem: AttentionProblem) -> list[Probe]:
 
 
 def make_inputs(probe: Probe, device: str, seed: int) -> ProbeInputs:
-    """The probe's Q, K, V, dO on `device` in its dtype, drawn from `seed`."""
+    """The probe's Q, K, V, dO on `device` in its dtype and layout, drawn from `seed`.
+
+    Each probe's values are made on the per-sequence grid (q [B, H, Sq, D], k and v [B, Hkv, Sk, D]:
+    query head h's pattern is built on its KV head h // (H // Hkv)), then laid out as the problem
+    says (`to_layout`: a packed batch keeps each sequence's first tokens, a paged cache scatters
+    them into a shuffled pool)."""
     import torch
 
     p = probe.problem
     g = torch.Generator(device="cpu").manual_seed(seed)
-    B, H, Sq, Sk, D = p.B, p.H, p.Sq, p.Sk, p.D
+    B, H, Hkv, Sq, Sk, D = p.B, p.H, p.kv_heads, p.Sq, p.Sk, p.D
+    G = p.group
     scale = p.softmax_scale
 
     def randn(*shape: int) -> Any:
@@ -191,18 +229,19 @@ def make_inputs(probe: Probe, device: str, seed: int) -> ProbeInputs:
     def signs(*shape: int) -> Any:
         return torch.randint(0, 2, shape, generator=g).float() * 2 - 1
 
-    q, k, v = randn(B, H, Sq, D), randn(B, H, Sk, D), randn(B, H, Sk, D)
+    q, k, v = randn(B, H, Sq, D), randn(B, Hkv, Sk, D), randn(B, Hkv, Sk, D)
     if probe.name == "large_scores":
         # query row i points along its winning key (key i where it exists, else a random one) with the
         # length that makes that score the row's level; other keys score ~level/sqrt(D) at most
-        x = signs(B, H, Sk, D)
+        x = signs(B, Hkv, Sk, D)
         k = LARGE_KEY * x
         win = torch.arange(Sq) % Sk if not p.causal else torch.clamp(torch.arange(Sq), max=Sk - 1)
         if Sq > Sk:
             win[Sk:] = torch.randint(0, Sk, (Sq - Sk,), generator=g)
         level = torch.tensor(LARGE_SCORES)[torch.randint(0, len(LARGE_SCORES), (Sq,), generator=g)]
         alpha = level / (abs(scale) * LARGE_KEY * D)
-        q = x[:, :, win, :] * alpha[None, None, :, None] * math.copysign(1.0, scale)
+        xq = x.repeat_interleave(G, dim=1) if G > 1 else x
+        q = xq[:, :, win, :] * alpha[None, None, :, None] * math.copysign(1.0, scale)
     elif probe.name == "dominant_key":
         j = 0 if p.causal else Sk - 1
         u = signs(D)
@@ -212,11 +251,42 @@ def make_inputs(probe: Probe, device: str, seed: int) -> ProbeInputs:
     elif probe.name == "constant":
         c = math.sqrt(CONSTANT_SCORE / (abs(scale) * D))
         q = torch.full((B, H, Sq, D), c * math.copysign(1.0, scale))
-        k = torch.full((B, H, Sk, D), c)
-    dt = torch_dtype(p.dtype)
+        k = torch.full((B, Hkv, Sk, D), c)
     dout = randn(B, H, Sq, D)
+    q, k, v, dout, args = to_layout(p, q, k, v, dout, g)
+    dt = torch_dtype(p.dtype)
     q, k, v, dout = (t.to(device=device, dtype=dt) for t in (q, k, v, dout))
-    return ProbeInputs(q, k, v, dout, seed)
+    return ProbeInputs(q, k, v, dout, seed, args.to(device))
+
+
+def to_layout(problem: AttentionProblem, q: Any, k: Any, v: Any, dout: Any, generator: Any) -> tuple[Any, ...]:
+    """(q, k, v, dout, AttnArgs) in the problem's layout from per-sequence grids (q and dout [B, H, Sq, D],
+    k and v [B, Hkv, Sk, D], on the CPU): dense as given; packed: each sequence's first seqlens tokens
+    concatenated; paged: each sequence's keys written block by block into a pool whose blocks the
+    block table shuffles (spare blocks keep random values). Draws the block order from `generator`."""
+    import torch
+
+    from faprof.measure import layouts
+
+    args = layouts.index_tensors(problem, generator, "cpu")
+    if problem.layout == "varlen":
+        def pack(t: Any, lens: tuple[int, ...]) -> Any:
+            return torch.cat([t[b, :, :n].transpose(0, 1) for b, n in enumerate(lens)], dim=0).contiguous()
+        ql, kl = problem.q_lens(), problem.k_lens()
+        return pack(q, ql), pack(k, kl), pack(v, kl), pack(dout, ql), args
+    if problem.layout == "paged":
+        shape = layouts.shapes(problem)["k"]
+        pools = []
+        for t in (k, v):
+            pool = torch.randn(shape, generator=generator, dtype=torch.float32)
+            P = problem.page_size
+            for b, n in enumerate(problem.blocks_per_seq()):
+                for j in range(n):
+                    keys = t[b, :, j * P:min((j + 1) * P, problem.k_lens()[b])].transpose(0, 1)
+                    pool[int(args.block_table[b, j]), :keys.shape[0]] = keys
+            pools.append(pool)
+        return q, pools[0], pools[1], dout, args
+    return q, k, v, dout, args
 
 
 @dataclass

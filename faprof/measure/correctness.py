@@ -1,13 +1,16 @@
 """Correctness before timing: inputs, the reference, and the rules a variant's output must meet.
 
 - Inputs are fresh `torch.randn` draws for every (problem, run), seeded from the OS and the seed
-  recorded; never zeros, which hide unwritten outputs and run faster than real data.
+  recorded; never zeros, which hide unwritten outputs and run faster than real data. They come in
+  the problem's layout (dense, packed varlen, paged: faprof.measure.layouts) with its index tensors
+  (`Inputs.args`), which variants declaring features get as `attn=` on their device.
 - Outputs are poisoned with NaN before the checked call (kernels get a NaN-filled `out`; torch
   baselines get NaN-filled memory recycled through the caching allocator), so an element the
   variant forgot to write fails the check.
-- The reference is float64 attention on the CPU when that takes seconds, otherwise fp32 attention
-  on the GPU computed one (b, h) slice at a time, always at full fp32 precision (TF32 off, matmul
-  precision 'highest'), whatever the user's code set.
+- The reference (faprof.measure.reference) is float64 attention on the CPU when that takes seconds,
+  otherwise fp32 attention on the GPU computed one (b, h) slice at a time (for GQA, masks, varlen
+  and paged problems: one sequence, KV head group and block of query rows at a time), always at
+  full fp32 precision (TF32 off, matmul precision 'highest'), whatever the user's code set.
 - Two rules, both must hold, for every output (O; dQ, dK, dV for backward problems; LSE where a
   variant returns it):
   1. per element: |out - ref| <= atol + rtol * |ref| (the dtype's `Tolerance`);
@@ -27,20 +30,21 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from faprof.measure import errormap, signatures
+from faprof.measure import errormap, layouts, positions, signatures
+from faprof.measure.reference import (  # noqa: F401  (re-exported: callers import them from here)
+    CPU_REFERENCE_MAX_FLOPS,
+    Reference,
+    compute_reference,
+    full_fp32_precision,
+    needs_grads,
+)
 from faprof.model.problem import AttentionProblem, torch_dtype
 from faprof.model.scenarios import Tolerance
-from faprof.variants.torch_variants import masked_scores as _scores
-from faprof.variants.torch_variants import standard_attention as _standard_attention
-
-#: Problems whose float64 forward (+ backward) costs more than this are checked against an fp32
-#: GPU reference instead of the CPU: 2e10 FLOP is a few seconds on a small host in float64.
-CPU_REFERENCE_MAX_FLOPS = 2.0e10
+from faprof.variants.torch_variants import masked_scores as _scores  # noqa: F401  (tests build scores with it)
 
 #: Number of output elements kept per row, as in report 000's "first 10 elements" table.
 SAMPLE_ELEMENTS = 10
@@ -54,163 +58,24 @@ class Inputs:
     v: Any
     dout: Any
     seed: int
+    args: layouts.AttnArgs | None = None
+    """The problem's index tensors (cu_seqlens, cache lengths, block table), on the inputs' device;
+    every tensor None for a dense problem. Variants that declare features get it as `attn=`."""
 
 
 def make_inputs(problem: AttentionProblem, device: str, seed: int | None = None) -> Inputs:
-    """Fresh random Q, K, V (and an upstream gradient dO) for `problem`, on `device`."""
+    """Fresh random Q, K, V (and an upstream gradient dO) for `problem` in its layout, on `device`.
+
+    Drawn in fp32 on the CPU from a generator seeded with `seed` (reproducible on any device), then
+    cast: q, k, v, dO in that order, then the index tensors (faprof.measure.layouts.make_layout_inputs).
+    A dense problem with as many KV heads as query heads draws exactly the tensors it always did."""
     import torch
 
     if seed is None:
         seed = int.from_bytes(os.urandom(4), "little")
     g = torch.Generator(device="cpu").manual_seed(seed)
-    dt = torch_dtype(problem.dtype)
-    shape_q = (problem.B, problem.H, problem.Sq, problem.D)
-    shape_k = (problem.B, problem.H, problem.Sk, problem.D)
-
-    def draw(shape):
-        # Drawn in fp32 on the CPU (reproducible from the seed on any device), then cast.
-        return torch.randn(shape, generator=g, dtype=torch.float32).to(device=device, dtype=dt)
-
-    return Inputs(q=draw(shape_q), k=draw(shape_k), v=draw(shape_k), dout=draw(shape_q), seed=seed)
-
-
-# ------------------------------------------------------------------------- reference
-@contextmanager
-def full_fp32_precision() -> Iterator[None]:
-    """fp32 matmuls at full precision inside (TF32 off), restored afterwards: a user module that
-    set `torch.set_float32_matmul_precision('high')` must not degrade the reference."""
-    import torch
-
-    old_prec = torch.get_float32_matmul_precision()
-    old_mm = torch.backends.cuda.matmul.allow_tf32
-    old_cudnn = torch.backends.cudnn.allow_tf32
-    try:
-        torch.set_float32_matmul_precision("highest")
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-        yield
-    finally:
-        torch.set_float32_matmul_precision(old_prec)
-        torch.backends.cuda.matmul.allow_tf32 = old_mm
-        torch.backends.cudnn.allow_tf32 = old_cudnn
-
-
-@dataclass
-class Reference:
-    out: Any
-    grads: tuple | None
-    kind: str
-    """'cpu_ref fp64' or 'gpu fp32'."""
-    baseline_err: dict[str, float] = field(default_factory=dict)
-    """max |base - ref| per output ('out', 'dq', 'dk', 'dv', 'lse') of PyTorch in the problem's dtype."""
-    lse_fn: Callable[[], tuple[Any, float | None]] | None = None
-    """Computes (reference LSE [B, H, Sq], PyTorch's LSE error in the dtype) on demand: only
-    variants that return an LSE need it, and it costs another pass over the scores."""
-    _lse: Any = None
-
-    @property
-    def lse(self) -> Any:
-        if self._lse is None and self.lse_fn is not None:
-            self._lse, err = self.lse_fn()
-            if err is not None:
-                self.baseline_err["lse"] = err
-        return self._lse
-
-
-def needs_grads(problem: AttentionProblem) -> bool:
-    return problem.direction in ("bwd", "fwd_bwd")
-
-
-def _lse_pass(problem: AttentionProblem, inputs: Inputs, dev, dt):
-    """Natural-log LSE of the scaled, masked scores per query row, [B, H, Sq], in fp32 or fp64."""
-    import torch
-
-    acc = torch.float64 if dt == torch.float64 else torch.float32
-    on_cpu = str(dev) == "cpu"
-    slices = [(slice(None), slice(None))] if on_cpu else [(b, h) for b in range(problem.B) for h in range(problem.H)]
-    parts = []
-    with torch.no_grad():
-        for sl in slices:
-            q, k = (t[sl].detach().to(dev, dt) for t in (inputs.q, inputs.k))
-            parts.append(torch.logsumexp(_scores(q, k, problem.causal, problem.softmax_scale).to(acc), dim=-1))
-    return parts[0] if on_cpu else torch.stack(parts).reshape(problem.B, problem.H, problem.Sq)
-
-
-def _attention_pass(problem: AttentionProblem, inputs: Inputs, dev, dt) -> tuple[Any, tuple | None]:
-    """(out, grads) of explicit attention on `dev` in `dt`, one (b, h) slice at a time off the CPU."""
-    import torch
-
-
-    scale = problem.softmax_scale
-    B, H = problem.B, problem.H
-    on_cpu = str(dev) == "cpu"
-    slices = [(slice(None), slice(None))] if on_cpu else [(b, h) for b in range(B) for h in range(H)]
-    outs, gq, gk, gv = [], [], [], []
-    for sl in slices:
-        q, k, v = (t[sl].detach().to(dev, dt) for t in (inputs.q, inputs.k, inputs.v))
-        if needs_grads(problem):
-            for t in (q, k, v):
-                t.requires_grad_(True)
-            with torch.enable_grad():
-                o = _standard_attention(q, k, v, problem.causal, scale)
-                dq, dk, dv = torch.autograd.grad(o, (q, k, v), inputs.dout[sl].to(dev, dt))
-            gq.append(dq)
-            gk.append(dk)
-            gv.append(dv)
-            o = o.detach()
-        else:
-            with torch.no_grad():
-                o = _standard_attention(q, k, v, problem.causal, scale)
-        outs.append(o)
-    if on_cpu:
-        return outs[0], ((gq[0], gk[0], gv[0]) if gq else None)
-
-    def stack(parts):
-        return torch.stack(parts).reshape(B, H, *parts[0].shape)
-
-    grads = (stack(gq), stack(gk), stack(gv)) if gq else None
-    return stack(outs), grads
-
-
-def compute_reference(problem: AttentionProblem, inputs: Inputs, cuda_ok: bool, baseline: bool = True) -> Reference:
-    """The oracle for `problem` on `inputs`: float64 on the CPU when affordable, else fp32 on the GPU,
-    plus the error PyTorch makes in the problem's dtype (rule 2's baseline)."""
-    import torch
-
-    factor = 3.5 if needs_grads(problem) else 1.0
-    use_cpu = problem.fwd_flops() * factor <= CPU_REFERENCE_MAX_FLOPS or not cuda_ok
-    if use_cpu:
-        dev, dt, kind = "cpu", torch.float64, "cpu_ref fp64"
-    else:
-        dev, dt, kind = inputs.q.device, torch.float32, "gpu fp32"
-    pdt = torch_dtype(problem.dtype)
-    with_baseline = baseline and pdt != dt
-    bdev = inputs.q.device if cuda_ok else "cpu"
-
-    def lse_fn() -> tuple[Any, float | None]:
-        with full_fp32_precision():
-            lse = _lse_pass(problem, inputs, dev, dt)
-            err = _max_abs(_lse_pass(problem, inputs, bdev, pdt), lse) if with_baseline else None
-        return lse, err
-
-    with full_fp32_precision():
-        out, grads = _attention_pass(problem, inputs, dev, dt)
-        ref = Reference(out=out, grads=grads, kind=kind, lse_fn=lse_fn)
-        if with_baseline:
-            bout, bgrads = _attention_pass(problem, inputs, bdev, pdt)
-            ref.baseline_err["out"] = _max_abs(bout, out)
-            if grads is not None and bgrads is not None:
-                for name, b, r in zip(("dq", "dk", "dv"), bgrads, grads, strict=True):
-                    ref.baseline_err[name] = _max_abs(b, r)
-    return ref
-
-
-def _max_abs(a, ref) -> float:
-    import torch
-
-    d = a.detach().to(ref.device, ref.dtype) - ref
-    d = torch.nan_to_num(d, nan=float("inf"))
-    return float(d.abs().max()) if d.numel() else 0.0
+    q, k, v, dout, args = layouts.make_layout_inputs(problem, device, g)
+    return Inputs(q=q, k=k, v=v, dout=dout, seed=seed, args=args)
 
 
 # ---------------------------------------------------------------------------- rules
@@ -219,7 +84,7 @@ def compare(result, ref, tol: Tolerance, baseline_err: float | None,
     """Check one output against its reference under both rules.
 
     `position` turns a flat index into the text the reason gives for the worst element (the
-    output's (b, h, i, d) and tile: faprof.measure.errormap.describe_position).
+    output's (sequence b, head h, row i, d) and tile: faprof.measure.positions.describe).
 
     Returns max_abs, rel (norm-wise), ref_max, bad_elems (elements over atol + rtol|ref|),
     worst_elem (its flat index, or -1), baseline_err, bound (rule 2's bound or nan), ok.
@@ -279,16 +144,18 @@ def _outputs(problem: AttentionProblem, result) -> tuple[list[str], list[Any]]:
     return ["out"], [result]
 
 
-def _position_text(name: str, shape: tuple[int, ...], tile: tuple[int, int] | None) -> Callable[[int], str]:
+def _position_text(problem: AttentionProblem, name: str, shape: tuple[int, ...],
+                   tile: tuple[int, int] | None) -> Callable[[int], str]:
     def text(flat: int) -> str:
-        return errormap.describe_position(name, shape, flat, tile)
+        return positions.describe(problem, name, shape, flat, tile)
     return text
 
 
 def check_outputs(problem: AttentionProblem, result, ref: Reference, tol: Tolerance,
                   tile: Callable[[str], tuple[int, int] | None] | None = None) -> dict[str, Any]:
-    """Both rules on every output of one call; the summary fields of a row (positions in reasons as
-    (b, h, i, d) with the tile of `tile(output)` when known)."""
+    """Both rules on every output of one call, each in the problem's layout; the summary fields of a
+    row (positions in reasons as (sequence b, head h, row i, d) with the tile of `tile(output)`
+    when known)."""
     names, results = _outputs(problem, result)
     refs = {"out": ref.out}
     if "lse" in names:
@@ -304,7 +171,7 @@ def check_outputs(problem: AttentionProblem, result, ref: Reference, tol: Tolera
         if name == "lse":
             r = r.reshape(rf.shape) if r.numel() == rf.numel() else r
         c = compare(r, rf, tol.for_output(name), ref.baseline_err.get(name),
-                    _position_text(name, tuple(rf.shape), tile(name) if tile else None))
+                    _position_text(problem, name, tuple(rf.shape), tile(name) if tile else None))
         per[name] = {k: v for k, v in c.items() if k != "worst_elem"}
         ok = ok and c["ok"]
         if not c["ok"]:
@@ -336,6 +203,14 @@ def prepare(problem: AttentionProblem, inputs: Inputs, device: str, variant_name
     return ts, dout
 
 
+def poison_bytes(problem: AttentionProblem) -> int:
+    """Bytes of allocator memory to poison before a torch baseline's checked call: four outputs the
+    size of the larger of Q's and K's tensors, in fp32 (the outputs and a baseline's temporaries)."""
+    elems = max(problem.total_q * problem.H, problem.B * problem.H * problem.Sq,
+                problem.total_k * problem.kv_heads, problem.B * problem.H * problem.Sk) * problem.D
+    return 4 * elems * 4
+
+
 def poison_allocator(nbytes: int, device: str) -> None:
     """Fill `nbytes` of freed CUDA caching-allocator memory with the poison NaN, so a torch op that
     allocates its output there and fails to write part of it shows NaN instead of stale valid values."""
@@ -345,24 +220,30 @@ def poison_allocator(nbytes: int, device: str) -> None:
     del junk
 
 
-def make_call(variant, problem: AttentionProblem, ts, dout, out=None) -> tuple[Callable[[], Any], Callable[[], Any]]:
+def make_call(variant, problem: AttentionProblem, ts, dout, out=None,
+              attn: layouts.AttnArgs | None = None) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """(checked_call, timed_call) for the variant and direction.
 
     fwd: the forward. bwd: gradients for `dout` with the forward done once, outside the timing
-    (retain_graph so the backward can be replayed). fwd_bwd: forward then backward.
+    (retain_graph so the backward can be replayed). fwd_bwd: forward then backward. A variant that
+    declares `features` also gets `attn=` (the inputs' AttnArgs, moved to q's device once, here,
+    outside the timing); no other variant does, so 2022's callables keep their signature.
     """
     import torch
 
     q, k, v = ts
     causal, scale = problem.causal, problem.softmax_scale
+    kw: dict[str, Any] = {}
+    if getattr(variant, "features", None):
+        kw["attn"] = (attn if attn is not None else layouts.AttnArgs(problem)).to(q.device)
     if problem.direction == "fwd":
         def fwd():
             with torch.no_grad():
-                return variant.fn(q, k, v, causal, scale, out)
+                return variant.fn(q, k, v, causal, scale, out, **kw)
         return fwd, fwd
     if problem.direction == "bwd":
         with torch.enable_grad():
-            o = variant.fn(q, k, v, causal, scale)
+            o = variant.fn(q, k, v, causal, scale, **kw)
 
         def bwd():
             with torch.enable_grad():
@@ -371,7 +252,7 @@ def make_call(variant, problem: AttentionProblem, ts, dout, out=None) -> tuple[C
 
     def fwd_bwd():
         with torch.enable_grad():
-            o = variant.fn(q, k, v, causal, scale)
+            o = variant.fn(q, k, v, causal, scale, **kw)
             return (o.detach(), *torch.autograd.grad(o, (q, k, v), dout))
     return fwd_bwd, fwd_bwd
 
@@ -395,8 +276,8 @@ def check_correctness(variant, problem, inputs, ref: Reference, device: str, tol
     if variant.kind in ("cuda", "user") and problem.direction == "fwd":
         out = errormap.poison_like(ts[0])  # a NaN no arithmetic makes: unwritten elements are told apart
     else:
-        poison_allocator(4 * problem.B * problem.H * max(problem.Sq, problem.Sk) * problem.D * 4, device)
-    checked, _ = make_call(variant, problem, ts, dout, out)
+        poison_allocator(poison_bytes(problem), device)
+    checked, _ = make_call(variant, problem, ts, dout, out, getattr(inputs, "args", None))
     result, _ = call_drained(checked)
     if device == "cuda":
         torch.cuda.synchronize()

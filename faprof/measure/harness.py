@@ -541,7 +541,7 @@ def _time(row: dict[str, Any], variant, problem: AttentionProblem, inputs: Input
 
     ts, dout = correctness.prepare(problem, inputs, device, variant.name)
     out = torch.empty_like(ts[0]) if variant.kind in ("cuda", "user") and problem.direction == "fwd" else None
-    _, timed = make_call(variant, problem, ts, dout, out)
+    _, timed = make_call(variant, problem, ts, dout, out, inputs.args)
     if variant.path_of is not None:  # after the checked call: lazy libraries (flex) have built their kernel
         row["path"] = variant.path_of(problem, *ts[:3], getattr(inputs, "args", None))
     if device != "cuda":

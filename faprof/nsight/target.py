@@ -117,7 +117,7 @@ def run(scenario_spec: str, tool: str, variant_names: list[str] | None, iters: i
                 current_shape = problem.shape_id
             ts, dout = harness._prepare(problem, inputs, "cuda", variant.name)
             out = torch.empty_like(ts[0]) if variant.kind in ("cuda", "user") and problem.direction == "fwd" else None
-            _, call = harness.make_call(variant, problem, ts, dout, out)
+            _, call = harness.make_call(variant, problem, ts, dout, out, inputs.args)
             with nvtx_range(WARMUP_RANGE):
                 for _ in range(WARMUP_CALLS):
                     call()
