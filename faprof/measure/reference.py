@@ -182,6 +182,17 @@ def _block(problem: AttentionProblem, q, k, v, ok):
     return torch.matmul(p, v), lse
 
 
+def _block_grads(problem: AttentionProblem, q, k, v, ok, dout):
+    """(o, lse, dq, dk, dv) of one block for the upstream gradient `dout` (autograd through `_block`)."""
+    import torch
+
+    q, k, v = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    with torch.enable_grad():
+        o, lse = _block(problem, q, k, v, ok)
+        dq, dk, dv = torch.autograd.grad(o, (q, k, v), dout)
+    return o.detach(), lse.detach(), dq, dk, dv
+
+
 def _row_blocks(problem: AttentionProblem, sq: int, sk: int) -> list[tuple[int, int]]:
     rows = max(1, REF_BLOCK_ELEMENTS // max(1, problem.group * sk))
     return [(r, min(r + rows, sq)) for r in range(0, sq, rows)]
@@ -234,15 +245,11 @@ def layout_attention(problem: AttentionProblem, q, k, v, args: layouts.AttnArgs 
             for r0, r1 in _row_blocks(problem, sq, sk):
                 ok = allowed_rows(problem, torch.arange(r0, r1, device=dev), sq, sk)
                 qb = sv.q[heads, r0:r1].detach().to(dev, dt)
-                if not grads:
+                if do_seq is None or g_seq is None:
                     with torch.no_grad():
                         o, lb = _block(problem, qb, kh, vh, ok)
                 else:
-                    qb.requires_grad_(True)
-                    kl, vl = kh.clone().requires_grad_(True), vh.clone().requires_grad_(True)
-                    with torch.enable_grad():
-                        o, lb = _block(problem, qb, kl, vl, ok)
-                        dq, dk, dv = torch.autograd.grad(o, (qb, kl, vl), do_seq[heads, r0:r1].to(dev, dt))
+                    o, lb, dq, dk, dv = _block_grads(problem, qb, kh, vh, ok, do_seq[heads, r0:r1].to(dev, dt))
                     g_seq[0][heads, r0:r1] = dq
                     g_seq[1][kvh:kvh + 1] += dk
                     g_seq[2][kvh:kvh + 1] += dv
@@ -255,9 +262,8 @@ def layout_attention(problem: AttentionProblem, q, k, v, args: layouts.AttnArgs 
 def _max_abs(a, ref) -> float:
     import torch
 
-    d = a.detach().to(ref.device, ref.dtype) - ref
-    both_inf = torch.isinf(a.detach().to(ref.device, ref.dtype)) & torch.isinf(ref) & (a.detach().to(ref.device, ref.dtype) == ref)
-    d = torch.where(both_inf, torch.zeros_like(d), d)  # an empty row's -inf LSE matches -inf
+    x = a.detach().to(ref.device, ref.dtype)
+    d = torch.where(x == ref, torch.zeros_like(ref), x - ref)  # an empty row's LSE: -inf in both
     d = torch.nan_to_num(d, nan=float("inf"))
     return float(d.abs().max()) if d.numel() else 0.0
 
