@@ -11,6 +11,7 @@ error maps on a packed batch, and `attn=` going to the variants that declare fea
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -360,3 +361,63 @@ def test_paged_and_window_maps_have_their_axes():
     oe = errormap.element_errors("out", out, ref.out, 1e-6, 1e-6, math.inf, pw)
     axes = {r["axis"] for r in errormap.error_map(oe, "randn", False, pw.Sq, pw.Sk, None, pw)}
     assert {"window", "mask", "diag_in_tile"} <= axes
+
+
+# ------------------------------------------------------------------------------- probes and harness
+def test_probe_inputs_follow_the_problems_layout():
+    from faprof.measure import adversarial
+
+    old = AttentionProblem(B=3, H=4, Sq=300, Sk=300, D=8, dtype="fp16", causal=True)
+    assert [pr.problem for pr in adversarial.probes(old)][0] == old.with_(B=2, H=2, Sq=256, Sk=256)
+    for name in ("paged_decode", "varlen_gqa_causal_br"):
+        p = _problem(name)
+        for i, pr in enumerate(adversarial.probes(p)):
+            q = pr.problem
+            assert q.layout == p.layout and q.group == min(p.group, adversarial.PROBE_BH), pr.name
+            inp = adversarial.make_inputs(pr, "cpu", seed=i)
+            sh = layouts.shapes(q)
+            assert tuple(inp.q.shape) == sh["q"] and tuple(inp.k.shape) == sh["k"] and inp.dout.shape == inp.q.shape
+            assert all(math.isfinite(x) for x in adversarial.rounding_slack(q, inp).values())
+    # a paged probe's pool holds each sequence's keys where its block table says
+    pr = adversarial.probes(_problem("paged_decode"))[2]  # constant: every key equal
+    inp = adversarial.make_inputs(pr, "cpu", seed=0)
+    for b in range(pr.problem.B):
+        keys = layouts.sequence_kv(pr.problem, inp.k, b, inp.args.block_table)
+        assert bool((keys == keys[0, 0, 0]).all())
+
+
+def test_the_harness_checks_a_new_problem_with_its_probes():
+    from faprof.measure import adversarial, harness
+    from faprof.model.scenarios import TimingSettings
+
+    p = _problem("varlen_gqa_causal_br")
+    inp = correctness.make_inputs(p, "cpu", seed=31)
+    ref = correctness.compute_reference(p, inp, cuda_ok=False)
+    probes = adversarial.ProbeSet(p, "cpu", lambda q, i: correctness.compute_reference(q, i, False), inp.seed)
+    calls: list = []
+    row = harness.measure(_features_variant(_definition_fn(calls)), p, inp, ref, "cpu", TimingSettings(),
+                          do_timing=False, probes=probes)
+    assert row["correct"], row["check_reason"]
+    assert {r["name"] for r in json.loads(row["probes"]) if r["status"] == "ok"} == set(adversarial.NAMES)
+
+
+def test_an_old_bundles_error_maps_still_read():
+    """The recorded H100 bundle (tests/data/wrong_bundle): its maps are explained as before."""
+    from pathlib import Path
+
+    from faprof.measure.wrong_text import explain_wrong_rows
+    from faprof.store import Bundle
+
+    root = Path(__file__).resolve().parent / "data" / "wrong_bundle" / "20261125T044351Z_nvidia-h100-80gb-hbm3_wrong-gpu"
+    b = Bundle.open(root)
+    lines = explain_wrong_rows(b.measurements(), b.read("error_maps"), variant="wrong_batch_offset")
+    assert lines[0].startswith("wrong_batch_offset on B=2 H=2 S=128 D=64 fp16 causal: wrong: stride/offset bug")
+    assert "    batch 0 correct; batch 1 wrong in every head from row 0; no unwritten elements" in lines
+
+
+def test_a_wrong_rows_shape_names_kv_heads_mask_and_layout():
+    from faprof.measure.wrong_text import explain_wrong
+
+    row = {"variant": "k", "B": 3, "H": 4, "Hkv": 2, "Sq": 6, "Sk": 6, "D": 4, "dtype": "fp16", "causal": True,
+           "mask": "causal_br", "layout": "varlen", "direction": "fwd"}
+    assert explain_wrong(row)[0].startswith("k on B=3 H=4/2kv S=6 D=4 fp16 causal_br varlen: wrong")

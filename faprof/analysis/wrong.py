@@ -18,6 +18,8 @@ from faprof.measure.errormap import AXES
 AXIS_LABELS = {
     "batch": "batch b", "head": "head h", "query_tile": "query rows (tile)", "key_tile": "key rows (tile)",
     "d": "head-dim column d", "mask": "causal mask", "diag_in_tile": "diagonal in tile", "tail": "full vs last tile",
+    "sequence": "sequence b", "kv_head": "KV head", "head_in_group": "head within its KV group", "window": "window edges",
+    "boundary": "packed tile across sequences", "cache_block": "last cache block",
 }
 
 #: The key of one error map: a row's check input and output.

@@ -188,21 +188,39 @@ def _near_tile(s: int, sign: int) -> int:
     return PROBE_TILE * k + sign
 
 
+def reduced(problem: AttentionProblem, B: int, sq: int, sk: int, first: bool = False) -> AttentionProblem:
+    """`problem` cut to B sequences, at most PROBE_BH KV heads (and PROBE_BH query heads per KV head,
+    so GQA stays GQA), lengths sq and sk: every sequence of a packed batch or a paged cache gets them,
+    or with `first` keeps its own, capped at sq and sk (the problem's mix of lengths, made small)."""
+    hkv = min(problem.kv_heads, PROBE_BH)
+    H = hkv * min(problem.group, PROBE_BH)
+    ch: dict[str, Any] = dict(B=B, H=H, Hkv=hkv, Sq=sq, Sk=sk)
+    if problem.layout == "varlen":
+        ql = tuple(min(x, sq) for x in problem.q_lens()[:B]) if first else (sq,) * B
+        kl = tuple(min(x, sk) for x in problem.k_lens()[:B]) if first else (sk,) * B
+        ch.update(seqlens_q=ql, seqlens_k=kl, Sq=max(ql), Sk=max(kl))
+    elif problem.layout == "paged" and problem.seqlens_k is not None:
+        kl = tuple(min(x, sk) for x in problem.k_lens()[:B]) if first else (sk,) * B
+        ch.update(seqlens_k=kl, Sk=max(kl))
+    return problem.with_(**ch)
+
+
 def probes(problem: AttentionProblem) -> list[Probe]:
-    """The probes derived from `problem` (same D, dtype, mask, direction, scale; B, H <= PROBE_BH)."""
-    B, H = min(problem.B, PROBE_BH), min(problem.H, PROBE_BH)
+    """The probes derived from `problem` (same D, dtype, mask, layout, direction, scale; at most
+    PROBE_BH sequences and KV heads, PROBE_BH query heads per KV head)."""
+    B = min(problem.B, PROBE_BH)
     sq, sk = min(problem.Sq, PROBE_MAX_S), min(problem.Sk, PROBE_MAX_S)
-    small = problem.with_(B=B, H=H, Sq=sq, Sk=sk)
+    small = reduced(problem, B, sq, sk, first=True)
     gt_sq = max(sq, 4)
     out = [
         Probe("large_scores", small, "winning scores 128 / 48 / 6: exp overflows without max subtraction"),
         Probe("dominant_key", small, "one key dominates every row by ~30"),
         Probe("constant", small, "Q and K constant: uniform attention"),
-        Probe("sq_gt_sk", problem.with_(B=B, H=H, Sq=gt_sq, Sk=max(1, gt_sq // 2 - 1)),
+        Probe("sq_gt_sk", reduced(problem, B, gt_sq, max(1, gt_sq // 2 - 1)),
               "Sq > Sk: top-left and bottom-right causal masks differ"),
-        Probe("tile_minus", problem.with_(B=B, H=H, Sq=_near_tile(problem.Sq, -1), Sk=_near_tile(problem.Sk, -1)),
+        Probe("tile_minus", reduced(problem, B, _near_tile(problem.Sq, -1), _near_tile(problem.Sk, -1)),
               "lengths 64k - 1: a last partial tile"),
-        Probe("tile_plus", problem.with_(B=B, H=H, Sq=_near_tile(problem.Sq, 1), Sk=_near_tile(problem.Sk, 1)),
+        Probe("tile_plus", reduced(problem, B, _near_tile(problem.Sq, 1), _near_tile(problem.Sk, 1)),
               "lengths 64k + 1: a last tile of one row"),
     ]
     return out

@@ -24,11 +24,23 @@ def _loads(x: Any) -> list[dict[str, Any]]:
     return list(x)
 
 
+def _known(x: Any) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
+
+
 def _shape_text(row: Mapping[str, Any]) -> str:
+    """'B=2 H=2 S=128 D=64 fp16 causal' (with the KV heads, the mask's name and the layout of a row of
+    today's problems: 'H=32/8kv', 'causal_br_w4096-0', 'varlen')."""
     s = f"S={row.get('Sq')}" if row.get("Sq") == row.get("Sk") else f"Sq={row.get('Sq')} Sk={row.get('Sk')}"
     mask = " causal" if bool(row.get("causal")) else ""
+    if isinstance(row.get("mask"), str) and row["mask"] not in ("full", "causal"):
+        mask = f" {row['mask']}"
+    h = f"{row.get('H')}"
+    if _known(row.get("Hkv")) and _known(row.get("H")) and int(row["Hkv"]) != int(row["H"]):
+        h += f"/{int(row['Hkv'])}kv"
+    layout = f" {row['layout']}" if row.get("layout") in ("varlen", "paged") else ""
     d = "" if row.get("direction") in (None, "fwd") else f" {row.get('direction')}"
-    return f"B={row.get('B')} H={row.get('H')} {s} D={row.get('D')} {row.get('dtype')}{mask}{d}"
+    return f"B={row.get('B')} H={h} {s} D={row.get('D')} {row.get('dtype')}{mask}{layout}{d}"
 
 
 def _inputs_text(names: str) -> str:
