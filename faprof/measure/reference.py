@@ -263,9 +263,10 @@ def _max_abs(a, ref) -> float:
     import torch
 
     x = a.detach().to(ref.device, ref.dtype)
-    d = torch.where(x == ref, torch.zeros_like(ref), x - ref)  # an empty row's LSE: -inf in both
-    d = torch.nan_to_num(d, nan=float("inf"))
-    return float(d.abs().max()) if d.numel() else 0.0
+    d = x - ref
+    d.masked_fill_(x == ref, 0.0)  # an empty row's LSE: -inf in both
+    torch.nan_to_num_(d, nan=float("inf"))
+    return float(d.abs_().max()) if d.numel() else 0.0
 
 
 def _where(problem: AttentionProblem, inputs: Any, cuda_ok: bool):
