@@ -41,7 +41,7 @@ PROBLEMS = {
 
 
 def _problem(name: str, **kw) -> AttentionProblem:
-    return AttentionProblem(dtype="fp32", **{**PROBLEMS[name], **kw})
+    return AttentionProblem(**{"dtype": "fp32", **PROBLEMS[name], **kw})
 
 
 def _visible(p: AttentionProblem, i: int, j: int, sq: int, sk: int) -> bool:
@@ -421,3 +421,37 @@ def test_a_wrong_rows_shape_names_kv_heads_mask_and_layout():
     row = {"variant": "k", "B": 3, "H": 4, "Hkv": 2, "Sq": 6, "Sk": 6, "D": 4, "dtype": "fp16", "causal": True,
            "mask": "causal_br", "layout": "varlen", "direction": "fwd"}
     assert explain_wrong(row)[0].startswith("k on B=3 H=4/2kv S=6 D=4 fp16 causal_br varlen: wrong")
+
+
+@pytest.mark.parametrize("name", list(PROBLEMS))
+def test_torch_standard_passes_on_every_layout(name):
+    from faprof import variants
+
+    v = variants.get("torch_standard")
+    p = _problem(name, dtype="fp16")
+    ok, why = v.supports(p, cuda_available=False)
+    assert ok, why
+    inp = correctness.make_inputs(p, "cpu", seed=17)
+    ref = correctness.compute_reference(p, inp, cuda_ok=False)
+    res = correctness.check_correctness(v, p, inp, ref, "cpu", DEFAULT_TOLERANCE["fp16"])
+    assert res["correct"], res["check_reason"]
+
+
+def test_a_kernel_ignoring_the_block_table_fails_with_a_paged_map():
+    p = _problem("paged_decode")
+    inp = correctness.make_inputs(p, "cpu", seed=23)
+    ref = correctness.compute_reference(p, inp, cuda_ok=False)
+
+    def pool_order(q, k, v, causal, scale, out=None, attn=None):
+        table = torch.full_like(attn.block_table, -1)
+        start = 0
+        for b, n in enumerate(attn.problem.blocks_per_seq()):  # blocks read in pool order, not the table's
+            table[b, :n] = torch.arange(start, start + n, dtype=table.dtype)
+            start += n
+        bad = layouts.AttnArgs(attn.problem, seqlens_k=attn.seqlens_k, block_table=table)
+        return layouts.reference_forward(attn.problem, q, k, v, bad, q.device, torch.float32)
+
+    var = _features_variant(pool_order, frozenset({"gqa", "bottom_right", "paged"}))
+    res = correctness.check_correctness(var, p, inp, ref, "cpu", DEFAULT_TOLERANCE["fp32"])
+    assert not res["correct"] and "out[b=" in res["check_reason"]
+    assert "cache_block" in {r["axis"] for r in res["error_map"]}
