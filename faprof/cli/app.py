@@ -13,6 +13,7 @@ from rich.table import Table
 
 from faprof import __version__
 from faprof import variants as _variants  # noqa: F401  (fills the variant registry: scenarios name variants)
+from faprof.analysis.labels import problem_label
 from faprof.errors import FaprofError
 
 # Piped output (CI logs, a GPU machine's captured stdout) gets wide tables instead of rich's 80 columns.
@@ -120,10 +121,8 @@ def _ref_short(ref: Any) -> str:
 
 
 def _shape_label(r) -> str:
-    s = f"S={r['Sq']}" if r["Sq"] == r["Sk"] else f"Sq={r['Sq']},Sk={r['Sk']}"
-    mask = " causal" if r["causal"] else ""
-    d = "" if r["direction"] == "fwd" else f" {r['direction']}"
-    return f"B={r['B']} H={r['H']} {s} D={r['D']} {r['dtype']}{mask}{d}"
+    """The problem in full: KV heads, the mask's corner, window and layout where the problem has them."""
+    return problem_label(r)
 
 
 def print_timing_note(df) -> None:
