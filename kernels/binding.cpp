@@ -11,13 +11,16 @@
 // To add an op: a launcher in faprof_kernels.h, a function below, one m.def and one m.impl line
 // per dispatch key.
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -501,4 +504,110 @@ TORCH_LIBRARY_IMPL(faprof, CPU, m) {
     m.impl("fa3_bwd_b", &fa3_bwd_b);
     m.impl("fa3_bwd_c", &fa3_bwd_c);
     m.impl("fa3_bwd_d", &fa3_bwd_d);
+}
+
+// ------------------------------------------------------------------- decode_splitkv (issue 36)
+// Split-KV decoding (kernels/decode_splitkv.cu). Dense: k and v [B, Hkv, Sk, D], block_table and
+// seqlens_k None. Paged: k and v pools [num_blocks, page_size, Hkv, D], block_table int32
+// [B, max_blocks] (entries past a sequence's last block unused), seqlens_k int32 [B] (at most
+// max_blocks * page_size). num_splits <= 0 lets the kernel's heuristic choose; the op returns the
+// split count it ran with. The fp32 partial buffers are allocated here (torch's caching allocator).
+namespace {
+
+void check_index(const char* op, const char* name, const at::Tensor& t, const at::Tensor& q, int64_t dims) {
+    TORCH_CHECK(t.is_cuda() && t.device() == q.device(), op, ": ", name, " must be a CUDA tensor on q's device, got ",
+                t.device());
+    TORCH_CHECK(t.scalar_type() == at::kInt, op, ": ", name, " must be int32, got ", t.scalar_type(),
+                " (convert with .int())");
+    TORCH_CHECK(t.dim() == dims && t.is_contiguous(), op, ": ", name, " must be a contiguous ", dims,
+                "-D tensor, got shape ", t.sizes(), " with strides ", t.strides());
+}
+
+int64_t decode_splitkv_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
+                           at::Tensor& lse, const std::optional<at::Tensor>& block_table,
+                           const std::optional<at::Tensor>& seqlens_k, bool causal, bool bottom_right, double scale,
+                           int64_t num_splits) {
+    constexpr const char* op = "faprof::decode_splitkv_fwd";
+    for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"q", &q}, {"k", &k}, {"v", &v}})
+        check_tc_tensor(op, name, *t, q);
+    TORCH_CHECK(q.dim() == 4 && k.dim() == 4, op, ": q must be [B, H, Sq, D] and k [B, Hkv, Sk, D] (dense) or ",
+                "[num_blocks, page_size, Hkv, D] (paged), got q ", q.sizes(), " and k ", k.sizes());
+    TORCH_CHECK(k.sizes() == v.sizes(), op, ": k and v must have the same shape, got ", k.sizes(), " and ", v.sizes());
+    TORCH_CHECK(q.numel() > 0 && k.numel() > 0, op, ": empty tensors are not supported, got q ", q.sizes(),
+                " and k ", k.sizes());
+    TORCH_CHECK(block_table.has_value() == seqlens_k.has_value(), op,
+                ": a paged cache needs both block_table and seqlens_k (dense: neither)");
+    const bool paged = block_table.has_value();
+    const int64_t B = q.size(0), H = q.size(1), Sq = q.size(2), D = q.size(3);
+    const int64_t Hkv = paged ? k.size(2) : k.size(1);
+    TORCH_CHECK(k.size(3) == D, op, ": q and k must have the same head dim, got ", D, " and ", k.size(3));
+    check_head_dim("decode_splitkv", static_cast<int>(D), kFaprofDecodeHeadDims);
+    TORCH_CHECK(Hkv >= 1 && H % Hkv == 0, op, ": the query heads H=", H, " must be a multiple of the KV heads Hkv=",
+                Hkv);
+    int64_t Sk = 0, page_size = 0, max_blocks = 0;
+    if (paged) {
+        check_index(op, "block_table", *block_table, q, 2);
+        check_index(op, "seqlens_k", *seqlens_k, q, 1);
+        TORCH_CHECK(block_table->size(0) == B && seqlens_k->size(0) == B, op, ": block_table [B, max_blocks] and ",
+                    "seqlens_k [B] must have q's B=", B, ", got ", block_table->sizes(), " and ", seqlens_k->sizes());
+        page_size = k.size(1);
+        max_blocks = block_table->size(1);
+        Sk = page_size * max_blocks;  // the cache capacity; each sequence's length comes from seqlens_k
+        TORCH_CHECK(max_blocks >= 1 && k.size(0) * page_size <= kIntMax, op,
+                    ": the pool's rows (num_blocks * page_size) must fit in int32 and block_table needs a column");
+    } else {
+        TORCH_CHECK(k.size(0) == B, op, ": k must be [B, Hkv, Sk, D] with q's B=", B, ", got ", k.sizes());
+        Sk = k.size(2);
+    }
+    for (int64_t x : {B, H, Sq, Sk})
+        TORCH_CHECK(x <= kIntMax, op, ": sizes must fit in int32, got q ", q.sizes(), " and k ", k.sizes());
+    TORCH_CHECK(B * H * Sq <= kIntMax, op, ": B*H*Sq must fit in int32, got ", B * H * Sq);
+    check_scale(op, scale);
+    TORCH_CHECK(scale > 0, op, ": scale must be > 0 (the kernel keeps its running max on raw scores), got ", scale);
+    int cc_major = 0;
+    cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, q.get_device());
+    TORCH_CHECK(cc_major >= 8, op, ": needs an sm_80 or newer GPU (cp.async, ldmatrix, bf16 tensor cores); ",
+                "this one is compute capability ", cc_major, ".x");
+    check_output(op, "out", out, q, {B, H, Sq, D}, check_tc_tensor);
+    check_output(op, "lse", lse, q, {B, H, Sq});
+    for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"q", &q}, {"k", &k}, {"v", &v},
+                                  {"out", &out}})
+        check_aligned(op, name, *t);
+    const bool bf16 = q.scalar_type() == at::kBFloat16;
+    c10::cuda::CUDAGuard guard(q.device());
+    int splits = 0, keys_per_split = 0;
+    check_launch(op, faprof_decode_splitkv_plan(static_cast<int>(B), static_cast<int>(H), static_cast<int>(Hkv),
+                                                static_cast<int>(Sq), static_cast<int>(Sk), static_cast<int>(D), paged,
+                                                bf16, static_cast<int>(std::min<int64_t>(num_splits, kIntMax)), &splits,
+                                                &keys_per_split));
+    at::Tensor part_o, part_lse;
+    if (splits > 1) {
+        const auto f32 = q.options().dtype(at::kFloat);
+        part_o = at::empty({splits, B * H * Sq, D}, f32);
+        part_lse = at::empty({splits, B * H * Sq}, f32);
+    }
+    check_launch(op, faprof_decode_splitkv_fwd(
+                         q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr<float>(),
+                         paged ? block_table->data_ptr<int>() : nullptr, paged ? seqlens_k->data_ptr<int>() : nullptr,
+                         static_cast<int>(page_size), static_cast<int>(max_blocks),
+                         splits > 1 ? part_o.data_ptr<float>() : nullptr,
+                         splits > 1 ? part_lse.data_ptr<float>() : nullptr, splits, keys_per_split,
+                         static_cast<int>(B), static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(Sq),
+                         static_cast<int>(Sk), static_cast<int>(D), static_cast<float>(scale), causal, bottom_right,
+                         bf16, stream_of(q)));
+    return splits;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(faprof, m) {
+    m.def("decode_splitkv_fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, Tensor? block_table, Tensor? seqlens_k, bool causal, bool bottom_right, float scale, int num_splits=0) -> int");
+}
+
+TORCH_LIBRARY_IMPL(faprof, CUDA, m) {
+    m.impl("decode_splitkv_fwd", &decode_splitkv_fwd);
+}
+
+TORCH_LIBRARY_IMPL(faprof, CPU, m) {
+    m.impl("decode_splitkv_fwd", &decode_splitkv_fwd);
 }

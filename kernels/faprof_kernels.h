@@ -178,3 +178,26 @@ cudaError_t faprof_fa3_bwd_d(const void* q, const void* k, const void* v, const 
                              const float* lse, void* dq, void* dk, void* dv, float* lse2, float* delta,
                              float* dq_accum, int B, int H, int Sq, int Sk, int D, float scale, bool causal, bool bf16,
                              cudaStream_t stream);
+
+// ------------------------------------------------------------------- decode_splitkv (issue 36)
+// Split-KV decoding (kernels/decode_splitkv.cu): the Sq x (H / Hkv) query rows of one KV head packed
+// into one tile, the keys split over CTAs, the splits merged by log-sum-exp in a second kernel.
+// q and o are [B, H, Sq, D]; K/V are dense [B, Hkv, Sk, D] (page_size = 0, block_table and
+// seqlens_k null) or a paged pool [num_blocks, page_size, Hkv, D] with an int32 block table
+// [B, max_blocks] and int32 cache lengths [B] (Sk must then be max_blocks * page_size, the capacity).
+// fp16 or bf16 (one dtype for q, k, v, o), lse fp32 [B, H, Sq] (natural log); D in
+// kFaprofDecodeHeadDims; scale > 0; q, k, v, o, partial_o 16-byte aligned; sm_80 or newer.
+// causal with bottom_right: query i sees keys <= i + seqlen - Sq; causal alone: keys <= i.
+inline constexpr int kFaprofDecodeHeadDims[] = {64, 128};
+// The split count for a problem (requested_splits > 0: that count, clamped to one 64-key tile per
+// split); keys_per_split is a multiple of 64 and num_splits * keys_per_split >= Sk. The heuristic
+// is described beside its definition. Needs the current device (SM count, occupancy).
+cudaError_t faprof_decode_splitkv_plan(int B, int H, int Hkv, int Sq, int Sk, int D, bool paged, bool bf16,
+                                       int requested_splits, int* num_splits, int* keys_per_split);
+// partial_o: fp32 [num_splits, B * H * Sq, D] and partial_lse: fp32 [num_splits, B * H * Sq]
+// workspaces, unused (may be null) when num_splits == 1.
+cudaError_t faprof_decode_splitkv_fwd(const void* q, const void* k, const void* v, void* o, float* lse,
+                                      const int* block_table, const int* seqlens_k, int page_size, int max_blocks,
+                                      float* partial_o, float* partial_lse, int num_splits, int keys_per_split,
+                                      int B, int H, int Hkv, int Sq, int Sk, int D, float scale, bool causal,
+                                      bool bottom_right, bool bf16, cudaStream_t stream);

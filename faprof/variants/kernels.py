@@ -18,6 +18,7 @@ from faprof.model.problem import AttentionProblem
 from faprof.model.variant import Variant, get, register
 from faprof.variants import backward as kernel_bwd
 from faprof.variants import build
+from faprof.variants import decode as kernel_decode
 from faprof.variants import fa3_backward as kernel_fa3_bwd
 
 #: Head dimensions the fa1 and fa2 CUDA-core kernels are instantiated for (kernels/fa1.cu,
@@ -362,6 +363,8 @@ def register_all() -> None:
     _register_fa3()
     # Hopper backward steps (issue 28; faprof/variants/fa3_backward.py): fa3_bwd_a, fa3_bwd_b, with fa3_wgmma_e's forward
     kernel_fa3_bwd.register_variants(_fa3_check, fa3_wgmma_e_fwd)
+    # Split-KV decoding (issue 36; faprof/variants/decode.py)
+    kernel_decode.register_variant()
     for _name, _kernel, _bwd in (("naive", "naive", None), ("fa1", "fa1", None), ("fa2", "fa2", "fa2"),
                                  ("fa2_det", "fa2", "fa2"), ("fa2_wmma", "fa2_wmma", None),
                                  ("fa2_mma", "fa2_mma", "fa2_mma"), ("fa2_mma_det", "fa2_mma", "fa2_mma"),
