@@ -19,7 +19,7 @@ $PY -m faprof build --load 2>&1 | tee "$OUT/logs/decode_build.log" | tail -5
 build_s=$(( $(date +%s) - t0 ))
 # 2. correctness on the awkward grid (tests/test_decode_gpu.py)
 t=$(date +%s)
-timeout ${TESTS_TIMEOUT:-240} $PY -m pytest -q -p no:cacheprovider -x tests/test_decode_gpu.py 2>&1 \
+timeout ${TESTS_TIMEOUT:-240} $PY -m pytest -q -p no:cacheprovider --maxfail=20 tests/test_decode_gpu.py 2>&1 \
   | tee "$OUT/logs/decode_tests.log" | tail -15
 tests_s=$(( $(date +%s) - t ))
 # 3. the benchmark and the split sweep
