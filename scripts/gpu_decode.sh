@@ -24,7 +24,7 @@ timeout ${TESTS_TIMEOUT:-240} $PY -m pytest -q -p no:cacheprovider --maxfail=20 
 tests_s=$(( $(date +%s) - t ))
 # 3. the benchmark and the split sweep
 t=$(date +%s)
-timeout ${BENCH_TIMEOUT:-420} $PY scripts/gpu_decode_bench.py --out "$OUT/decode_bench.json" "$@" 2>&1 \
+timeout ${BENCH_TIMEOUT:-480} $PY scripts/gpu_decode_bench.py --out "$OUT/decode_bench.json" "$@" 2>&1 \
   | tee "$OUT/logs/decode_bench.log" | grep -v "^  ("
 bench_s=$(( $(date +%s) - t ))
 echo

@@ -1,19 +1,26 @@
 """Benchmark of the split-KV decode kernel (decode_splitkv) against PyTorch's decode paths (issue 36).
 
-Per shape (q [B, Hq, Sq, D], K/V [B, Hkv, Sk, D], D = 128): decode_splitkv on the contiguous cache and
-on a paged copy of it (page size 16 by default; blocks shuffled in the pool), SDPA with each backend
-that runs (cuDNN, flash, efficient, math; enable_gqa=True), FlexAttention (torch.compile'd once per
-shape before timing, compile time excluded) when torch.nn.attention.flex_attention exists, and a
-device-to-device copy of the K/V bytes. The mask is none (at Sq = 1 bottom-right causal is the same
-mask); at Sq > 1 decode_splitkv also runs causal bottom-right (`+causal_br`), which SDPA's is_causal
-(top-left) cannot express without an explicit mask.
+Shapes: every problem of scenarios/llama3_70b_decode.toml (Hq 64, Hkv 8, D 128, bf16, Sq 1 and 4,
+Sk 1k-32k, B 1-64, bottom-right causal; its paged problems with 256-token pages), then the issue's
+headline B16 Hq32 Hkv8 Sq1 Sk8192 in each dtype with 16- and 256-token pages. Per shape:
+
+- decode_splitkv on the contiguous cache with the scenario's mask (and without it at Sq > 1), and on a
+  paged copy of the cache (blocks shuffled in the pool, every sequence full);
+- faprof's own baselines as the harness calls them on the scenario's problem (sdpa_cudnn, sdpa_flash,
+  sdpa_efficient, sdpa_auto: bottom-right causal through CausalBias, enable_gqa; flex: a block mask,
+  and on the pool for the paged problems), torch.compile'd once per shape before timing (compile time
+  excluded);
+- SDPA per backend (cuDNN, flash, efficient, math where it fits) with enable_gqa and no mask: at
+  Sq = 1 the same mask, at Sq > 1 less work than the causal one, so a lower bound for PyTorch;
+- a device-to-device copy of the K/V bytes.
 
 Timing: faprof's harness (faprof.measure.harness.time_cuda) with CUDA events around each call, after
 faprof's L2 flush (write a 2x-L2 buffer, read another) and a GPU-side lead, repeats until the median's
 CI is tight or the per-variant budget is spent; the median is reported. TB/s counts the K/V bytes read
 once per KV head (2 * B * Hkv * Sk * D * elt) over the time; the HBM ceiling is a 1 GiB device copy
-(bytes read + written over its time) in the same run; "% ceil" is a row's TB/s over it. Every kernel
-row is also checked against SDPA's output (max |diff|), so a fast wrong kernel cannot pass.
+(bytes read + written over its time) in the same run; "%ceil" is a row's TB/s over it; "vs best torch"
+is the fastest PyTorch row of the shape (masked or not) over the kernel's time. max|err| compares each
+output with decode_splitkv's (same mask only), so a disagreement shows on the rows.
 
 Then a split-count sweep at three shapes: decode_splitkv with forced split counts around the
 heuristic's choice (marked *).
@@ -32,10 +39,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-#: Decode shapes of llama3_70b_decode (Hq 64, Hkv 8, D 128; Sq 1 and 4; Sk 1k-32k; B 1-64).
-GRID = [(B, 64, 8, Sq, Sk) for Sq in (1, 4) for Sk in (1024, 8192, 32768) for B in (1, 16, 64)]
-#: The issue's headline shape (B16 Hq32 Hkv8 Sq1 Sk8192), run in every dtype and two page sizes.
+#: The scenario whose decode shapes are benchmarked (Hq 64, Hkv 8, D 128; Sq 1 and 4; Sk 1k-32k; B 1-64).
+SCENARIO = "llama3_70b_decode"
+#: The issue's headline shape (B16 Hq32 Hkv8 Sq1 Sk8192), run in every dtype and with HEADLINE_PAGES.
 HEADLINE = (16, 32, 8, 1, 8192)
+HEADLINE_PAGES = (16, 256)
 SWEEP_SHAPES = [(16, 32, 8, 1, 8192), (1, 64, 8, 1, 32768), (16, 64, 8, 4, 8192)]
 SWEEP_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 D = 128
@@ -44,9 +52,12 @@ MATH_MAX_KV_BYTES = 256 * 2**20
 #: The HBM ceiling: a copy of this many bytes (read, and as many written).
 CEILING_BYTES = 2**30
 #: Time budget per (variant, shape) for the repeats, seconds.
-BUDGET_S = 0.2
+BUDGET_S = 0.15
 #: Flex compiles take seconds each; past this much wall time the remaining shapes skip Flex.
-FLEX_WALL_BUDGET_S = 100.0
+FLEX_WALL_BUDGET_S = 180.0
+#: Past this much wall time the remaining shapes are skipped (and said so), so the sweep and the tables
+#: always come out within the shell script's time limit.
+WALL_BUDGET_S = 300.0
 
 
 def timer(l2_bytes: int):
@@ -110,83 +121,132 @@ def kernel_fn(q, k, v, table, lens, causal_br: bool, splits: int = 0):
     return call, out
 
 
-def torch_fns(q, k, v, kv_bytes: int, group: int, flex_ok: bool):
-    """name -> (callable, output holder) of PyTorch's paths; a name -> str entry says why one cannot run."""
-    import torch
+def raw_sdpa(q, k, v, kv_bytes: int, group: int) -> dict:
+    """SDPA per backend with enable_gqa and no mask (at Sq = 1 the same mask as bottom-right causal; at
+    Sq > 1 less work than it, so a lower bound for PyTorch's causal time); name -> callable, or the reason."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     scale = 1.0 / math.sqrt(q.shape[-1])
     res: dict = {}
-    for name, backend in (("sdpa_cudnn", "CUDNN_ATTENTION"), ("sdpa_flash", "FLASH_ATTENTION"),
-                          ("sdpa_efficient", "EFFICIENT_ATTENTION"), ("sdpa_math", "MATH")):
-        if name == "sdpa_math" and kv_bytes * group > MATH_MAX_KV_BYTES:
-            res[name] = f"skipped: K/V repeated per query head would be {kv_bytes * group / 2**30:.1f} GiB"
+    for name, backend in (("cudnn", "CUDNN_ATTENTION"), ("flash", "FLASH_ATTENTION"),
+                          ("efficient", "EFFICIENT_ATTENTION"), ("math", "MATH")):
+        if name == "math" and kv_bytes * group > MATH_MAX_KV_BYTES:
+            res[f"sdpa_{name} nomask"] = f"skipped: K/V repeated per query head: {kv_bytes * group / 2**30:.1f} GiB"
             continue
-
         chosen = getattr(SDPBackend, backend)
 
         def call(b=chosen):
             with sdpa_kernel(b):
                 return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=True)
 
-        res[name] = call
-    if flex_ok:
-        try:
-            from torch.nn.attention.flex_attention import flex_attention
-
-            compiled = torch.compile(flex_attention)
-            res["flex"] = lambda: compiled(q, k, v, scale=scale, enable_gqa=True)
-        except ImportError as e:
-            res["flex"] = f"unavailable: {e}"
+        res[f"sdpa_{name} nomask"] = call
     return res
 
 
+def registered(names, problem, q, k, v, args) -> dict:
+    """faprof's own baselines (faprof/variants), called as the harness calls them on `problem`."""
+    from faprof.variants import get
+
+    res: dict = {}
+    for name in names:
+        var = get(name)
+        ok, why = var.supports(problem)
+        if not ok:
+            res[name] = f"unsupported: {why[:80]}"
+            continue
+        res[name] = (lambda f=var.fn: f(q, k, v, problem.causal, problem.softmax_scale, attn=args))
+    return res
+
+
+class Shape:
+    """One benchmark shape: its rows, timed against one ceiling, with one reference output."""
+
+    def __init__(self, label: str, kv_bytes: int, time_us, ceiling_tbs: float):
+        self.label, self.kv_bytes, self.time_us, self.ceiling_tbs = label, kv_bytes, time_us, ceiling_tbs
+        self.rows: list[dict] = []
+        self.ref = None
+
+    def add(self, variant: str, fn, out=None, note: str = "", traffic: int = 1, check: bool = True):
+        """Run fn once (compiles, checks it runs), time it, and compare its output with the reference."""
+        import torch
+
+        if isinstance(fn, str):
+            self.rows.append(dict(shape=self.label, variant=variant, us=None, note=fn))
+            return
+        try:
+            res = fn()
+            torch.cuda.synchronize()
+            us = self.time_us(fn)
+        except Exception as e:  # noqa: BLE001 (a backend that refuses the shape is a row, not the end of the run)
+            msg = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            self.rows.append(dict(shape=self.label, variant=variant, us=None, note=f"did not run: {msg[:90]}"))
+            return
+        got = out if out is not None else res
+        err = None
+        if check and isinstance(got, torch.Tensor):
+            if self.ref is None:
+                self.ref = got
+            else:
+                err = (got.float() - self.ref.float()).abs().max().item()
+        tbs = traffic * self.kv_bytes / (us * 1e-6) / 1e12
+        self.rows.append(dict(shape=self.label, variant=variant, us=us, tbs=tbs, pct=100 * tbs / self.ceiling_tbs,
+                              err=err, note=note))
+
+
 def run_shape(shape, dt, dtype: str, pages, time_us, ceiling_tbs: float, flex_ok: bool, gen) -> list[dict]:
+    """Every row of one shape. The scenario's mask is bottom-right causal; `nomask` rows drop it."""
     import torch
+
+    from faprof.measure.layouts import AttnArgs
+    from faprof.model.problem import AttentionProblem
 
     B, H, Hkv, Sq, Sk = shape
     q, k, v = make_inputs(B, H, Hkv, Sq, Sk, dt, gen)
     kv_bytes = 2 * k.numel() * k.element_size()
-    label = f"B{B} Hq{H} Hkv{Hkv} Sq{Sq} Sk{Sk} {dtype}"
-    rows: list[dict] = []
-
-    def add(variant, fn, out=None, ref=None, note="", traffic=1):
-        try:
-            res = fn()  # first call: compiles (Flex), checks it runs
-            torch.cuda.synchronize()
-            us = time_us(fn)
-        except Exception as e:  # noqa: BLE001 (a backend that refuses the shape is a row, not the end of the run)
-            rows.append(dict(shape=label, variant=variant, us=None, note=f"did not run: {str(e).splitlines()[0][:90]}"))
-            return None
-        got = out if out is not None else res
-        err = (got.float() - ref.float()).abs().max().item() if ref is not None and got is not None else None
-        tbs = traffic * kv_bytes / (us * 1e-6) / 1e12
-        rows.append(dict(shape=label, variant=variant, us=us, tbs=tbs, pct=100 * tbs / ceiling_tbs, err=err,
-                         note=note))
-        return got
-
-    fns = torch_fns(q, k, v, kv_bytes, H // Hkv, flex_ok)
-    ref = None
-    for name, fn in fns.items():
-        if isinstance(fn, str):
-            rows.append(dict(shape=label, variant=name, us=None, note=fn))
-            continue
-        got = add(name, fn)
-        ref = got if ref is None and got is not None else ref
-    call, out = kernel_fn(q, k, v, None, None, False)
-    add("decode_splitkv", call, out, ref, note=f"{call()} splits")
+    sh = Shape(f"B{B} Hq{H} Hkv{Hkv} Sq{Sq} Sk{Sk} {dtype}", kv_bytes, time_us, ceiling_tbs)
+    problem = AttentionProblem(B=B, H=H, Sq=Sq, Sk=Sk, D=D, dtype=dtype, Hkv=Hkv, causal=True,
+                               mask_align="bottom_right")
+    mask = "causal_br" if Sq > 1 else "causal_br = none at Sq 1"
+    # the kernel first: its output is the reference the others are compared with (the GPU tests check
+    # it against the definition); SDPA's rows then show their own agreement
+    call, out = kernel_fn(q, k, v, None, None, True)
+    sh.add("decode_splitkv", call, out, note=f"{mask}; {call()} splits")
+    if Sq > 1:
+        call, out = kernel_fn(q, k, v, None, None, False)
+        sh.add("decode_splitkv nomask", call, out, note=f"{call()} splits", check=False)
+    names = ["sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "sdpa_auto"] + (["flex"] if flex_ok else [])
+    for name, fn in registered(names, problem, q, k, v, AttnArgs(problem)).items():
+        sh.add(name, fn, note=f"{mask} (faprof's baseline)")
+    for name, fn in raw_sdpa(q, k, v, kv_bytes, H // Hkv).items():
+        sh.add(name, fn, note="no mask" + ("" if Sq == 1 else ": a lower bound for causal"), check=Sq == 1)
     for page in pages:
         pk, pv, table, lens = paged_copy(k, v, page, gen)
-        call, out = kernel_fn(q, pk, pv, table, lens, False)
-        add(f"decode_splitkv paged{page}", call, out, ref, note=f"{call()} splits, blocks shuffled")
-    if Sq > 1:
-        call, out = kernel_fn(q, k, v, None, None, True)
-        add("decode_splitkv +causal_br", call, None, None, note="bottom-right causal (SDPA rows: no mask)")
+        call, out = kernel_fn(q, pk, pv, table, lens, True)
+        sh.add(f"decode_splitkv paged{page}", call, out, note=f"{call()} splits, blocks shuffled")
+        pp = problem.with_(page_size=page)
+        if flex_ok:
+            for name, fn in registered(["flex"], pp, q, pk, pv, AttnArgs(pp, seqlens_k=lens, block_table=table)).items():
+                sh.add(f"{name} paged{page}", fn, note="faprof's flex baseline on the pool")
     src = torch.cat([k.view(-1), v.view(-1)])
     dst = torch.empty_like(src)
-    add("copy of the K/V bytes", lambda: dst.copy_(src), traffic=2, note="TB/s counts read + written")
-    return rows
+    sh.add("copy of the K/V bytes", lambda: dst.copy_(src), traffic=2, note="TB/s counts read + written",
+           check=False)
+    return sh.rows
+
+
+def scenario_shapes() -> dict[tuple, set[int]]:
+    """(B, Hq, Hkv, Sq, Sk) -> page sizes, from scenarios/llama3_70b_decode.toml (its bf16 problems)."""
+    import faprof.variants  # noqa: F401 (registers the variants the scenario names)
+    from faprof.model.scenarios import load_scenario
+
+    shapes: dict[tuple, set[int]] = {}
+    for p in load_scenario(SCENARIO).problems:
+        key = (p.B, p.H, p.kv_heads, p.Sq, p.Sk)
+        shapes.setdefault(key, set())
+        if p.page_size:
+            shapes[key].add(p.page_size)
+    return shapes
 
 
 def ceiling(time_us) -> float:
@@ -249,8 +309,7 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--dtypes", default="bf16,fp16", help="the headline runs in each; the grid in the first")
-    ap.add_argument("--page", type=int, default=16, help="page size of the paged rows (the headline adds 64)")
+    ap.add_argument("--dtypes", default="bf16,fp16", help="the headline runs in each; the scenario in the first")
     ap.add_argument("--quick", action="store_true", help="the headline and the sweep only")
     a = ap.parse_args()
     if not torch.cuda.is_available():
@@ -273,10 +332,15 @@ def main() -> int:
     ceil_tbs = ceiling(time_us)
     t0 = time.perf_counter()
     rows: list[dict] = []
-    plan = [(HEADLINE, d, (a.page, 64)) for d in dtypes]
-    if not a.quick:
-        plan += [(s, dtypes[0], (a.page,)) for s in GRID]
+    plan = [(HEADLINE, d, HEADLINE_PAGES) for d in dtypes]
+    if not a.quick:  # then the scenario's shapes, Sq = 4 first (where Flex, compiled per shape, matters most)
+        shapes = scenario_shapes()
+        plan += [(s, dtypes[0], tuple(sorted(shapes[s]))) for s in sorted(shapes, key=lambda s: -s[3])]
     for shape, dtype, pages in plan:
+        if time.perf_counter() - t0 > WALL_BUDGET_S:
+            rows.append(dict(shape=f"{shape} {dtype}", variant="(all)", us=None,
+                             note=f"skipped: the benchmark's {WALL_BUDGET_S:.0f} s budget was spent"))
+            continue
         flex_ok = time.perf_counter() - t0 < FLEX_WALL_BUDGET_S
         rows += run_shape(shape, dts[dtype], dtype, pages, time_us, ceil_tbs, flex_ok, gen)
         torch.cuda.empty_cache()
