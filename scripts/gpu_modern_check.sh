@@ -9,7 +9,9 @@
 #   tests     pytest -m gpu over $GPU_TESTS (default: the new GPU test files)
 #   gaming    faprof profile --scenario smoke: honest kernels must have no flagged timing (issue 34 item 5)
 #   user      examples/kernels/decode_small.toml with the CUDA decode example under --ncu, then
-#             `faprof explain` (a decode kernel that does not split the KV sequence), and the Triton one
+#             `faprof explain` (a decode kernel that does not split the KV sequence)
+#   triton    the same scenario with the Triton split-KV example
+#   bench     scripts/gpu_decode_bench.py --quick (decode_splitkv against PyTorch's paths and a copy)
 #   decode    llama3_70b_decode --ncu
 #   prefill   llama3_8b_prefill --ncu;  window: mistral_window --ncu;  varlen: varlen_packed --ncu
 # Each stage has its own time limit (a scenario past it keeps the rows it finished).
@@ -63,7 +65,15 @@ if has user; then
     grep -iE "gqa_decode|too few|split" "$OUT/logs/explain_user.log" | head -8
     summary+=("explain gqa_decode: $(grep -ciE 'split the KV|split-KV' "$OUT/logs/explain_user.log") lines name split-KV")
   fi
-  run_scn user_triton ${USER_TIMEOUT:-150} --kernel examples/kernels/triton_decode.py:triton_decode --scenario examples/kernels/decode_small.toml
+fi
+has triton && run_scn user_triton ${USER_TIMEOUT:-150} --kernel examples/kernels/triton_decode.py:triton_decode \
+  --scenario examples/kernels/decode_small.toml
+if has bench; then
+  t=$(stamp)
+  timeout -k 10 ${BENCH_TIMEOUT:-200} $PY scripts/gpu_decode_bench.py --quick --out "$OUT/decode_bench.json" \
+    > "$OUT/logs/decode_bench.log" 2>&1
+  grep -v "^  (" "$OUT/logs/decode_bench.log" | tail -40
+  summary+=("decode bench --quick: $(( $(stamp) - t )) s")
 fi
 has decode && run_scn llama3_70b_decode ${SCN_TIMEOUT:-280} --scenario llama3_70b_decode --ncu
 has prefill && run_scn llama3_8b_prefill ${SCN_TIMEOUT:-200} --scenario llama3_8b_prefill --ncu
