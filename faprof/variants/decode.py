@@ -72,6 +72,7 @@ def register_variant() -> None:
             source="kernels/decode_splitkv.cu",
             tags=("tensor_core", "flash", "mma", "decode", "split_kv"),
             features=DECODE_FEATURES,
+            in_all=False,  # a decode kernel: the decode scenarios name it
             dtypes=("fp16", "bf16"),
             directions=("fwd",),
             device="cuda",

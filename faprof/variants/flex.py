@@ -171,7 +171,11 @@ def _flex(device_type: str):
         return flex_attention
     if "cuda" not in _COMPILED:
         import torch
+        import torch._inductor.config as inductor_config
 
+        # Compile in this process: inductor's pool of compile workers did not come back inside faprof's
+        # worker processes on the H100 (a smoke row sat until its stage's time limit).
+        inductor_config.compile_threads = 1
         _COMPILED["cuda"] = torch.compile(flex_attention, dynamic=False)
     return _COMPILED["cuda"]
 

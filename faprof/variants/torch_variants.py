@@ -253,6 +253,7 @@ def _flex_variants() -> list[Variant]:
         device="auto",
         features=frozenset(FEATURES),
         path_of=flex.flex_path,
+        in_all=False,
         source="torch.nn.attention.flex_attention (torch.compile on the GPU)",
     )]
 
