@@ -6,6 +6,7 @@
 #
 # stages (default: build tests user decode):
 #   build     faprof build --load (cold, then warm)
+#   flexprobe decode_small with flex alone: if its compiled kernel never comes back, later stages drop flex
 #   tests     pytest -m gpu over $GPU_TESTS (default: the new GPU test files)
 #   gaming    faprof profile --scenario smoke: honest kernels must have no flagged timing (issue 34 item 5)
 #   user      examples/kernels/decode_small.toml with the CUDA decode example under --ncu, then
@@ -44,10 +45,25 @@ if has tests; then
   tail -30 "$OUT/logs/gpu_tests.log"
   summary+=("gpu tests: $(tail -1 "$OUT/logs/gpu_tests.log" | cut -c1-120) ($(( $(stamp) - t )) s)")
 fi
-run_scn() {  # label, limit_s, args...
+NOFLEX=""
+if has flexprobe; then  # flex compiled inside a worker: if it does not come back, the scenarios run without it
+  t=$(stamp)
+  timeout -k 10 150 $FP profile --scenario examples/kernels/decode_small.toml --variants flex --timeout 90 \
+    --out "$OUT/flexprobe" > "$OUT/logs/flexprobe.log" 2>&1
+  B=$(bundle_of "$OUT/logs/flexprobe.log")
+  n_ok=$($PY -c "import glob,sys,pandas as pd; fs=glob.glob(sys.argv[1]+'/rows/*.parquet')+glob.glob(sys.argv[1]+'/measurements.parquet'); m=pd.concat([pd.read_parquet(f) for f in fs]) if fs else pd.DataFrame({'status':[]}); print(int((m['status']=='ok').sum()), len(m))" "${B:-/nonexistent}" 2>/dev/null)
+  summary+=("flex probe (decode_small, flex only): ok rows / rows = ${n_ok:-none} in $(( $(stamp) - t )) s")
+  [[ "${n_ok:-0 0}" == 0* ]] && NOFLEX=1
+  rm -rf "$OUT/flexprobe"
+fi
+run_scn() {  # label, limit_s, args... (without flex when the probe failed)
   local label=$1 limit=$2; shift 2
-  local t=$(stamp) L="$OUT/logs/$label.log"
-  timeout -k 10 "$limit" $FP profile "$@" --out "$OUT/runs" > "$L" 2>&1
+  local t=$(stamp) L="$OUT/logs/$label.log" extra=()
+  if [ -n "$NOFLEX" ]; then
+    local scn; scn=$(printf '%s\n' "$@" | grep -A1 -- '--scenario' | tail -1)
+    extra=(--variants "$($PY -c "import sys, faprof.variants; from faprof.model.scenarios import load_scenario; print(','.join(v for v in load_scenario(sys.argv[1]).variants if v != 'flex'))" "$scn")")
+  fi
+  timeout -k 10 "$limit" $FP profile "$@" "${extra[@]}" --timeout ${TASK_TIMEOUT:-120} --out "$OUT/runs" > "$L" 2>&1
   local rc=$?
   tail -25 "$L"
   summary+=("$label: exit $rc in $(( $(stamp) - t )) s; $(status_of "$L")")
