@@ -27,12 +27,13 @@ from faprof.model.scenarios import DEFAULT_TOLERANCE
 def test_probes_are_small_versions_of_the_problem():
     p = AttentionProblem(B=16, H=8, Sq=512, Sk=512, D=64, dtype="fp16", causal=True)
     probes = {pr.name: pr.problem for pr in adversarial.probes(p)}
-    assert list(probes) == list(adversarial.NAMES)
+    assert list(probes) == [*adversarial.NAMES, "sq_lt_sk"]  # causal: Sq < Sk under its corner too
     for q in probes.values():
         assert (q.B, q.H, q.D, q.dtype, q.causal, q.direction) == (2, 2, 64, "fp16", True, "fwd")
         assert q.Sq <= adversarial.PROBE_MAX_S + 1 and q.Sk <= adversarial.PROBE_MAX_S + 1
     assert (probes["tile_minus"].Sq, probes["tile_plus"].Sq) == (255, 257)
     assert probes["sq_gt_sk"].Sq > probes["sq_gt_sk"].Sk == 127
+    assert probes["sq_lt_sk"].Sq < probes["sq_lt_sk"].Sk == 256
     small = {pr.name: pr.problem for pr in adversarial.probes(AttentionProblem(1, 1, 17, 113, 32))}
     assert (small["tile_minus"].Sq, small["tile_minus"].Sk) == (63, 127) and small["large_scores"].B == 1
 
@@ -81,7 +82,7 @@ def test_pytorch_attention_passes_every_probe(dtype, causal, direction):
         res = adversarial.run(ps, lambda q, v=v: v.supports(q, cuda_available=False),
                               lambda pr, inp, rf, v=v: correctness.check_correctness(v, pr.problem, inp, rf, "cpu", tol,
                                                                                      check_input=pr.name))
-        assert [r["status"] for r in res["probes"]] == ["ok"] * len(adversarial.NAMES), (name, res["probes"])
+        assert [r["status"] for r in res["probes"]] == ["ok"] * len(adversarial.probes(p)), (name, res["probes"])
         assert res["signatures"] == [] and res["error_map"] == []
 
 
@@ -184,7 +185,7 @@ def test_an_exact_kernel_passes_every_backward_probe(causal):
     ps = adversarial.ProbeSet(p, "cpu", lambda q, i: correctness.compute_reference(q, i, cuda_ok=False), inputs.seed)
     v = _variant("rounded_exp2", _rounded_exp2_attention)
     res = adversarial.run(ps, lambda q: (True, ""), probe_checker(v, "cpu", DEFAULT_TOLERANCE["fp32"]))
-    assert [r["status"] for r in res["probes"]] == ["ok"] * len(adversarial.NAMES), res["probes"]
+    assert [r["status"] for r in res["probes"]] == ["ok"] * len(adversarial.probes(p)), res["probes"]
 
 
 #: Gradient errors of a correct kernel on probes, recorded on the H100 (2026-11-25, tests/test_wrong_gpu.py,
@@ -218,8 +219,8 @@ def test_a_refused_probe_is_not_a_bug_and_a_cuda_fault_is():
 
     res = adversarial.run(ps, lambda q: (True, ""), refuses)
     status = {r["name"]: r["status"] for r in res["probes"]}
-    assert status["sq_gt_sk"] == "refused" and res["failed"] == []
-    assert {s for n, s in status.items() if n != "sq_gt_sk"} == {"ok"}
+    assert status["sq_gt_sk"] == status["sq_lt_sk"] == "refused" and res["failed"] == []
+    assert {s for n, s in status.items() if n not in ("sq_gt_sk", "sq_lt_sk")} == {"ok"}
 
     def faults(pr, inp, rf):
         if pr.name == "tile_minus":
@@ -230,4 +231,4 @@ def test_a_refused_probe_is_not_a_bug_and_a_cuda_fault_is():
     status = {r["name"]: r["status"] for r in res["probes"]}
     assert res["failed"] == ["tile_minus"] and status["tile_minus"] == "error"
     assert "CUDA fault" in res["reasons"][0]
-    assert status["tile_plus"] == "skipped"  # after a fault the context is gone: nothing more runs
+    assert status["tile_plus"] == status["sq_lt_sk"] == "skipped"  # after a fault the context is gone: nothing more runs

@@ -398,7 +398,9 @@ def test_the_harness_checks_a_new_problem_with_its_probes():
     row = harness.measure(_features_variant(_definition_fn(calls)), p, inp, ref, "cpu", TimingSettings(),
                           do_timing=False, probes=probes)
     assert row["correct"], row["check_reason"]
-    assert {r["name"] for r in json.loads(row["probes"]) if r["status"] == "ok"} == set(adversarial.NAMES)
+    # every probe the problem has a use for ran and passed (2022's, and its corner's, GQA's and the pack's)
+    assert {r["name"] for r in json.loads(row["probes"]) if r["status"] == "ok"} == {pr.name for pr in adversarial.probes(p)}
+    assert set(adversarial.NAMES) | {"sq_lt_sk", "kv_heads"} <= {pr.name for pr in adversarial.probes(p)}
 
 
 def test_an_old_bundles_error_maps_still_read():

@@ -85,8 +85,9 @@ def test_correct_rows_have_no_signature_no_map_and_pass_every_probe(run):
     assert not keys & set(zip(ok["variant"], ok["shape_id"], strict=True))
     for _, r in ok.iterrows():
         probes = json.loads(r["probes"])
+        extra = (["sq_lt_sk"] if "_causal_" in r["shape_id"] else []) + ["slice_b1", "slice_h1"]
         assert [p["name"] for p in probes] == ["large_scores", "dominant_key", "constant", "sq_gt_sk", "tile_minus",
-                                               "tile_plus"]
+                                               "tile_plus", *extra]
         assert {p["status"] for p in probes} == {"ok"}, (r["variant"], r["shape_id"], probes)
 
 
@@ -95,7 +96,7 @@ def test_bugs_that_randn_hides_are_caught_by_the_probe_that_exposes_them(run):
     rows = _timed(df).set_index(["variant", "shape_id"])
     causal_square = "b2_h2_sq128_sk128_d32_fp16_causal_fwd"
     assert rows.loc[("wrong_no_max_sub", causal_square), "check_input"] == "large_scores"
-    assert rows.loc[("wrong_mask_bottom_right", causal_square), "check_input"] == "sq_gt_sk"
+    assert rows.loc[("wrong_mask_bottom_right", causal_square), "check_input"] == "sq_gt_sk, sq_lt_sk"
     assert rows.loc[("wrong_tail_unwritten", causal_square), "check_input"] == "tile_minus, tile_plus"
     # with Sq != Sk the bottom-right mask differs from the top-left one on randn already
     assert rows.loc[("wrong_mask_bottom_right", "b2_h2_sq64_sk96_d32_fp16_causal_fwd"), "check_input"].startswith("randn")

@@ -24,6 +24,30 @@ tile_minus         Sq, Sk = 64k - 1 (not a multiple of any common tile): the las
 tile_plus          Sq, Sk = 64k + 1: a last tile of one row or key
 =================  =====================================================================================
 
+and, where the problem has what they test:
+
+=================  =====================================================================================
+sq_lt_sk           (causal or windowed) Sq < Sk (Sq = Sk/2 - 1), the problem's own corner: with sq_gt_sk,
+                   Sq > Sk and Sq < Sk under whichever alignment the problem has; the signatures test
+                   the other corner
+window_edges       (windowed) one sequence longer than the window; every query's keys exactly at the
+                   window's edges (i + off - left, i + off + right) and the two just outside score
+                   EDGE_SCORE above the rest (keys D apart share a direction: windows longer than D
+                   see more high keys), values random: a window off by one on either side moves a
+                   third of a row's weight (a window of L keys: ~D / (2 L))
+kv_heads           (GQA) every query head of one batch, V of KV head g centred on g + 1: the KV head a
+                   query head reads shows in its output's mean
+slice_b1, slice_h1 (B > 1, H > 1; given the randn check's inputs) those inputs cut to the last batch
+                   (B=1) and to the last query head with its KV head (H=1): a result right alone and
+                   wrong in the whole depends on the batch or head index (faprof.measure.signatures.placement)
+seq_boundary       (packed) the first four sequences, each
+                   sequence's first and last keys dominating every query, V of sequence b centred on
+                   b + 1: a key read across a boundary moves the row towards another sequence's level
+paged_partial      (paged) cache lengths of k·page + 1 (a last
+                   block of one token); the pool rows past each cache length are keys every query would
+                   pick, with V + 10: a kernel reading the last block whole is far off
+=================  =====================================================================================
+
 Values are drawn in fp32 from a generator seeded from the check's seed (recorded in the row) and
 cast to the problem's dtype; every value is representable in fp16 and bf16 without overflow.
 """
@@ -35,6 +59,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from faprof.measure import layouts
 from faprof.model.mask import allowed
 from faprof.model.problem import AttentionProblem, torch_dtype
 
@@ -62,6 +87,24 @@ DOMINANT_SCORE = 30.0
 CONSTANT_SCORE = 2.0
 
 NAMES = ("large_scores", "dominant_key", "constant", "sq_gt_sk", "tile_minus", "tile_plus")
+
+#: Probes run only where the problem has what they test (see the module docstring).
+CONDITIONAL = ("sq_lt_sk", "window_edges", "kv_heads", "slice_b1", "slice_h1", "seq_boundary", "paged_partial")
+
+#: Scores of the window_edges keys (the edges and their outside neighbours) above the others'
+#: (~EDGE_SCORE·4/sqrt(D) of cross-talk): e^-12 leaves the rest ~1e-5 of the weight.
+EDGE_SCORE = 12.0
+
+#: window_edges' sequence is at most this long (a longer window's far edge is then not reached: one
+#: sequence of 8k costs ~10 GFLOP, seconds on the CPU reference).
+WINDOW_PROBE_MAX_S = 8192
+
+#: Sequence length of kv_heads (short: the mapping shows in every row).
+KV_PROBE_S = 64
+
+#: seq_boundary keeps the first sequences of the pack: four show "sequence 3 reads keys of sequence 2".
+SEQ_PROBE_B = 4
+
 
 
 @dataclass(frozen=True)
@@ -130,8 +173,6 @@ def rounding_slack(problem: AttentionProblem, inputs: ProbeInputs) -> dict[str, 
 def _sequences(problem: AttentionProblem, inputs: Any) -> Iterator[tuple[Any, Any, Any, Any, Any]]:
     """Each sequence's (q [H, sq, D], k and v [H, sk, D] with each query head's KV head, dO, the mask
     [sq, sk]) in fp32, whatever the layout. 2022's problems: the whole batch at once, as it always was."""
-    from faprof.measure import layouts
-
     if not problem.features():
         ok = allowed(problem.mask, problem.Sq, problem.Sk).to(inputs.q.device)
         yield tuple(t.detach().float() for t in (inputs.q, inputs.k, inputs.v, inputs.dout)) + (ok,)  # type: ignore[misc]
@@ -205,9 +246,10 @@ def reduced(problem: AttentionProblem, B: int, sq: int, sk: int, first: bool = F
     return problem.with_(**ch)
 
 
-def probes(problem: AttentionProblem) -> list[Probe]:
+def probes(problem: AttentionProblem, sliced: bool = False) -> list[Probe]:
     """The probes derived from `problem` (same D, dtype, mask, layout, direction, scale; at most
-    PROBE_BH sequences and KV heads, PROBE_BH query heads per KV head)."""
+    PROBE_BH sequences and KV heads, PROBE_BH query heads per KV head), then those of CONDITIONAL the
+    problem has a use for (the slicing probes when `sliced`: the randn check's inputs are there to cut)."""
     B = min(problem.B, PROBE_BH)
     sq, sk = min(problem.Sq, PROBE_MAX_S), min(problem.Sk, PROBE_MAX_S)
     small = reduced(problem, B, sq, sk, first=True)
@@ -223,7 +265,92 @@ def probes(problem: AttentionProblem) -> list[Probe]:
         Probe("tile_plus", reduced(problem, B, _near_tile(problem.Sq, 1), _near_tile(problem.Sk, 1)),
               "lengths 64k + 1: a last tile of one row"),
     ]
+    return out + _conditional(problem, B, sk, sliced)
+
+
+def _conditional(problem: AttentionProblem, B: int, sk: int, sliced: bool) -> list[Probe]:
+    """The probes of CONDITIONAL that this problem has a use for."""
+    out = []
+    if problem.causal or problem.window is not None:
+        sk = max(sk, 8)
+        out.append(Probe("sq_lt_sk", reduced(problem, B, max(1, sk // 2 - 1), sk),
+                         f"Sq < Sk under the problem's {problem.mask_align.replace('_', '-')} corner"))
+    if problem.window is not None:
+        left, right = problem.window
+        span = max(left, 0) + max(right, 0) + 2 + PROBE_TILE
+        s = min(WINDOW_PROBE_MAX_S, max(PROBE_MAX_S, span))
+        out.append(Probe("window_edges", reduced(problem, 1, s, s),
+                         "keys at the window's edges and just outside dominate every row"))
+    if problem.kv_heads < problem.H:
+        one = reduced(problem, 1, min(problem.Sq, KV_PROBE_S), min(problem.Sk, KV_PROBE_S))
+        out.append(Probe("kv_heads", one.with_(H=problem.H, Hkv=problem.Hkv),
+                         "V of KV head g centred on g + 1: the KV head each query head reads shows"))
+    out += _layout_probes(problem)
+    if sliced and problem.layout == "dense":
+        if problem.B > 1:
+            out.append(Probe("slice_b1", problem.with_(B=1), f"the randn inputs of batch {problem.B - 1} alone (B=1)"))
+        if problem.H > 1:
+            out.append(Probe("slice_h1", problem.with_(H=1, Hkv=None),
+                             f"the randn inputs of head {problem.H - 1} alone (H=1)"))
     return out
+
+
+def _layout_probes(problem: AttentionProblem) -> list[Probe]:
+    """Probes of packed and paged problems (their inputs come with index tensors: `ProbeInputs.args`)."""
+    out = []
+    if problem.layout == "varlen" and problem.B > 1:
+        n = min(problem.B, SEQ_PROBE_B)
+        lq = tuple(min(x, PROBE_MAX_S) for x in problem.q_lens()[:n])
+        lk = tuple(min(x, PROBE_MAX_S) for x in problem.k_lens()[:n])
+        out.append(Probe("seq_boundary", problem.with_(B=n, Sq=max(lq), Sk=max(lk), seqlens_q=lq, seqlens_k=lk),
+                         "each sequence's first and last keys dominate, V of sequence b centred on b + 1: a key "
+                         "read across a boundary shows"))
+    if problem.layout == "paged":
+        n, ps = min(problem.B, PROBE_BH), problem.page_size
+        lk = tuple((min(x, PROBE_MAX_S) // ps) * ps + 1 for x in problem.k_lens()[:n])  # a last block of one token
+        out.append(Probe("paged_partial", problem.with_(B=n, Sk=max(lk), seqlens_k=lk, block_table=None, pool_blocks=0),
+                         "cache lengths of k·page + 1; the pool rows past them are keys every query would pick"))
+    return out
+
+
+def _layout_inputs(probe: Probe, device: str, seed: int) -> ProbeInputs:
+    """seq_boundary's and paged_partial's inputs in the problem's layout, with their index tensors."""
+    import torch
+
+    p = probe.problem
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    q, k, v, dout, args = layouts.make_layout_inputs(p.with_(dtype="fp32"), "cpu", g)
+    u = (torch.randint(0, 2, (p.D,), generator=g).float() * 2 - 1) * LARGE_KEY
+    beta = DOMINANT_SCORE / (abs(p.softmax_scale) * LARGE_KEY * LARGE_KEY * p.D) * math.copysign(1.0, p.softmax_scale)
+    q = q + beta * u
+    if probe.name == "seq_boundary":
+        cu = args.cu_seqlens_k.tolist()
+        for b in range(p.B):
+            k[cu[b]] = u
+            k[cu[b + 1] - 1] = u
+            v[cu[b]:cu[b + 1]] += b + 1
+    else:  # the pool rows past each cache length (the last block's unused tail): keys every query would pick
+        for b, n in enumerate(p.k_lens()):
+            blk = int(args.block_table[b, (n - 1) // p.page_size])
+            k[blk, n % p.page_size or p.page_size:] = u
+            v[blk, n % p.page_size or p.page_size:] += 10.0
+    dt = torch_dtype(p.dtype)
+    q, k, v, dout = (t.to(device=device, dtype=dt) for t in (q, k, v, dout))
+    return ProbeInputs(q, k, v, dout, seed, args.to(device))
+
+
+def slice_inputs(probe: Probe, whole: Any, problem: AttentionProblem) -> ProbeInputs:
+    """A slicing probe's inputs: the whole check's inputs cut to the last batch (slice_b1) or to the last
+    query head and the KV head it reads (slice_h1)."""
+    q, k, v, dout = whole.q, whole.k, whole.v, whole.dout
+    if probe.name == "slice_b1":
+        b = problem.B - 1
+        q, k, v, dout = q[b:b + 1], k[b:b + 1], v[b:b + 1], dout[b:b + 1]
+    else:
+        h = problem.H - 1
+        g = h // problem.group
+        q, k, v, dout = q[:, h:h + 1], k[:, g:g + 1], v[:, g:g + 1], dout[:, h:h + 1]
+    return ProbeInputs(q.contiguous(), k.contiguous(), v.contiguous(), dout.contiguous(), whole.seed)
 
 
 def make_inputs(probe: Probe, device: str, seed: int) -> ProbeInputs:
@@ -236,6 +363,8 @@ def make_inputs(probe: Probe, device: str, seed: int) -> ProbeInputs:
     import torch
 
     p = probe.problem
+    if probe.name in ("seq_boundary", "paged_partial"):
+        return _layout_inputs(probe, device, seed)
     g = torch.Generator(device="cpu").manual_seed(seed)
     B, H, Hkv, Sq, Sk, D = p.B, p.H, p.kv_heads, p.Sq, p.Sk, p.D
     G = p.group
@@ -270,6 +399,10 @@ def make_inputs(probe: Probe, device: str, seed: int) -> ProbeInputs:
         c = math.sqrt(CONSTANT_SCORE / (abs(scale) * D))
         q = torch.full((B, H, Sq, D), c * math.copysign(1.0, scale))
         k = torch.full((B, Hkv, Sk, D), c)
+    elif probe.name == "window_edges":
+        q, k = _window_edge_qk(p, _key_directions(Sk, D, signs).expand(B, Hkv, Sk, D))
+    elif probe.name == "kv_heads":
+        v = v * 0.1 + torch.arange(1, Hkv + 1, dtype=torch.float32)[None, :, None, None]
     dout = randn(B, H, Sq, D)
     q, k, v, dout, args = to_layout(p, q, k, v, dout, g)
     dt = torch_dtype(p.dtype)
@@ -283,8 +416,6 @@ def to_layout(problem: AttentionProblem, q: Any, k: Any, v: Any, dout: Any, gene
     concatenated; paged: each sequence's keys written block by block into a pool whose blocks the
     block table shuffles (spare blocks keep random values). Draws the block order from `generator`."""
     import torch
-
-    from faprof.measure import layouts
 
     args = layouts.index_tensors(problem, generator, "cpu")
     if problem.layout == "varlen":
@@ -307,6 +438,41 @@ def to_layout(problem: AttentionProblem, q: Any, k: Any, v: Any, dout: Any, gene
     return q, k, v, dout, args
 
 
+def _key_directions(Sk: int, D: int, signs: Callable[..., Any]) -> Any:
+    """[Sk, D] sign vectors: key j gets Hadamard row j mod D (D a power of two: keys D apart share a
+    direction, nearer ones are orthogonal, so a query aimed at four nearby keys scores exactly those and
+    their residues), else random signs (orthogonal only on average)."""
+    import torch
+
+    if D & (D - 1):
+        return signs(Sk, D)
+    h = torch.ones(1, 1)
+    while h.shape[0] < D:
+        h = torch.cat([torch.cat([h, h], dim=1), torch.cat([h, -h], dim=1)], dim=0)
+    return h[torch.arange(Sk) % D]
+
+
+def _window_edge_qk(p: AttentionProblem, u: Any) -> tuple[Any, Any]:
+    """window_edges' Q and K: keys are sign vectors (x LARGE_KEY); query i is the sum of the vectors of the
+    keys at its window's edges and just outside them, scaled so each of those scores EDGE_SCORE."""
+    import torch
+
+    left, right = p.window if p.window is not None else (-1, -1)
+    off = p.Sk - p.Sq if p.mask_align == "bottom_right" else 0
+    i = torch.arange(p.Sq)
+    targets = []
+    if left >= 0:
+        targets += [i + off - left, i + off - left - 1]
+    if right >= 0:
+        targets += [i + off + right, i + off + right + 1]
+    beta = EDGE_SCORE / (abs(p.softmax_scale) * LARGE_KEY * p.D) * math.copysign(1.0, p.softmax_scale)
+    q = torch.zeros(u.shape[0], u.shape[1], p.Sq, p.D)
+    for t in targets:
+        ok = (t >= 0) & (t < p.Sk)
+        q[:, :, ok] += beta * u[:, :, t[ok]]
+    return q.repeat_interleave(p.group, dim=1), LARGE_KEY * u
+
+
 @dataclass
 class ProbeSet:
     """The probes of one problem with their inputs and references, made once and shared by every
@@ -317,12 +483,15 @@ class ProbeSet:
     reference: Callable[[AttentionProblem, Any], Any]
     """(probe problem, probe inputs) -> the reference (faprof.correctness.compute_reference)."""
     seed: int
+    inputs: Any = None
+    """The randn check's inputs (q, k, v, dout, seed attributes): given, the slicing probes cut them."""
     _made: dict[str, tuple[ProbeInputs, Any]] = field(default_factory=dict)
 
     def __iter__(self) -> Iterator[tuple[Probe, ProbeInputs, Any]]:
-        for i, pr in enumerate(probes(self.problem)):
+        for i, pr in enumerate(probes(self.problem, sliced=self.inputs is not None)):
             if pr.name not in self._made:
-                inputs = make_inputs(pr, self.device, (self.seed + 7919 * (i + 1)) % 2**32)
+                inputs = (slice_inputs(pr, self.inputs, self.problem) if pr.name.startswith("slice_") else
+                          make_inputs(pr, self.device, (self.seed + 7919 * (i + 1)) % 2**32))
                 self._made[pr.name] = (inputs, self.reference(pr.problem, inputs))
             inputs, ref = self._made[pr.name]
             yield pr, inputs, ref

@@ -289,10 +289,11 @@ def check_correctness(variant, problem, inputs, ref: Reference, device: str, tol
 
     ts, dout = prepare(problem, inputs, device, variant.name)
     out = None
+    # freed allocator memory poisoned first, for every variant: one that ignores `out` and allocates its own
+    # (a Triton wrapper's torch.empty) starts from poison too, so the rows it never writes show as unwritten
+    poison_allocator(poison_bytes(problem), device)
     if variant.kind in ("cuda", "user") and problem.direction == "fwd":
         out = errormap.poison_like(ts[0])  # a NaN no arithmetic makes: unwritten elements are told apart
-    else:
-        poison_allocator(poison_bytes(problem), device)
     checked, _ = make_call(variant, problem, ts, dout, out, getattr(inputs, "args", None))
     result, _ = call_drained(checked)
     if device == "cuda":

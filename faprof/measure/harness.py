@@ -521,6 +521,8 @@ def _check(row: dict[str, Any], variant, problem: AttentionProblem, inputs: Inpu
         wrong_on += adv["failed"]
         maps += adv["error_map"]
         sigs += adv["signatures"]
+        # a batch (head) wrong in the whole run and right alone on the same inputs: where the work sits matters
+        sigs += [sg.to_dict() for sg in signatures.slice_signatures(problem, adv["probes"], maps)]
         if adv["failed"]:
             # the reason quotes one failure in full (randn's, else the first input's), names the rest
             first = [] if wrong_on[0] == "randn" else adv["reasons"][:1]

@@ -100,7 +100,7 @@ def _measure(task: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
         ref = harness.compute_reference(problem, inputs, cuda_ok) if task.get("check", True) else None
         # the adversarial inputs of this shape: made (with their references) on first use, then shared
         probes = adversarial.ProbeSet(problem, "cuda" if cuda_ok else "cpu",
-                                      lambda p, i: harness.compute_reference(p, i, cuda_ok), inputs.seed)
+                                      lambda p, i: harness.compute_reference(p, i, cuda_ok), inputs.seed, inputs)
         state.update(shape_id=problem.shape_id, inputs=inputs, ref=ref, probes=probes if ref is not None else None)
         info["reference_s"] = time.perf_counter() - t0
     inputs, ref = state["inputs"], state["ref"]

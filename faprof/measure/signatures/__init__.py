@@ -1,8 +1,9 @@
 """Bug signatures: which known family of attention bug explains a wrong result (see core.py).
 
 The package holds the case under test (case), the alternative references each family is tested
-against (refs), the families themselves (families, stride), how a candidate is matched against the
-error map (match) and the ranking that ties them together (core). Callers use the names below.
+against (refs), the families themselves (families, stride, placement: where the work sits, heads: the
+KV head a query head reads), how a candidate is matched against the error map (match) and the ranking
+that ties them together (core). Callers use the names below.
 """
 
 from faprof.measure.signatures.core import (
@@ -12,6 +13,7 @@ from faprof.measure.signatures.core import (
     diagnose_wrong,
     race_signature,
     rank,
+    slice_signatures,
 )
 
-__all__ = ["FAMILIES", "MAX_ROWS", "Signature", "diagnose_wrong", "race_signature", "rank"]
+__all__ = ["FAMILIES", "MAX_ROWS", "Signature", "diagnose_wrong", "race_signature", "rank", "slice_signatures"]

@@ -61,7 +61,9 @@ from faprof.measure.signatures.families import (
     tail_signatures,
     unwritten_signature,
 )
+from faprof.measure.signatures.heads import kv_head_signatures
 from faprof.measure.signatures.match import CLOSER, DISTINCT_FACTOR
+from faprof.measure.signatures.placement import placement_signatures, slice_signatures
 from faprof.measure.signatures.refs import LN2, LOG2E, allowed_mask, attend
 from faprof.measure.signatures.stride import STRIDE_MIN_ROWS, stride_signatures
 from faprof.model.problem import AttentionProblem
@@ -71,8 +73,13 @@ __all__ = [
     "CLOSER", "DISTINCT_FACTOR", "FAMILIES", "FIT_RANGE", "FIT_STEPS", "FULL_SHARE", "LN2", "LOG2E", "MAX_ROWS",
     "MAX_SLICES", "MAX_SLICES_BWD", "MIN_SHARE", "OVERFLOW_LIMITS", "OVERFLOW_MAX_OVER", "OVERFLOW_MIN_JACCARD",
     "STRIDE_MIN_ROWS", "TAIL_MIN_SHARE", "TILE_CANDIDATES", "Case", "Signature", "allowed_mask", "attend",
-    "diagnose_wrong", "find", "race_signature", "rank",
+    "diagnose_wrong", "find", "race_signature", "rank", "slice_signatures",
 ]
+
+#: The families a slice statement ('correct at B=1, wrong when B>1') is folded into, as the first words
+#: of their title: those that say what the index changes (where the work lands, whose data is read,
+#: what is left unwritten, what races).
+FOLD_INTO = ("placement", "stride", "unwritten", "race")
 
 
 def find(case: Case) -> list[Signature]:
@@ -87,6 +94,8 @@ def find(case: Case) -> list[Signature]:
     s = pick_slices(case)
     if s is not None and s.q is not None:
         found += stride_signatures(case, s)
+        found += placement_signatures(case, s)
+        found += kv_head_signatures(case, s)
         found += alternative_signatures(case, s)
         if case.problem.direction == "fwd" and not any(f.share >= MIN_SHARE for f in found):
             fitted = fitted_scale_signature(case, s)  # a scale no candidate names (costs FIT_STEPS passes)
@@ -101,8 +110,14 @@ def find(case: Case) -> list[Signature]:
 
 def rank(sigs: Sequence[Signature]) -> list[Signature]:
     """One signature per (family, kind), its outputs and inputs merged (the first one's figures unless a
-    later one explains more), best first: by the share of wrong rows explained, then FAMILIES' order. The generic row-scale test is dropped where a specific
-    normalisation signature explains as much."""
+    later one explains more), best first: by the share of wrong rows explained, then FAMILIES' order.
+
+    The smallest statement that explains the most leads, and what it already explains is not repeated:
+    a slice statement ('correct at B=1, wrong when B>1') opens the title of the best signature that says
+    what the index changes (FOLD_INTO); a signature is dropped when one ranked above it explains at least
+    FULL_SHARE of the wrong rows on every input it matched on (a race only when that one has two CTAs
+    writing the same rows: the order they land in is the race; a race, which compares two calls, drops
+    nothing)."""
     merged: dict[tuple[str, str], Signature] = {}
     for sg in sigs:
         key = (sg.family, sg.kind)
@@ -111,14 +126,46 @@ def rank(sigs: Sequence[Signature]) -> list[Signature]:
             continue
         m = merged[key]
         for attr, val in (("output", sg.output), ("check_input", sg.check_input)):
-            have = getattr(m, attr).split(", ")
-            setattr(m, attr, ", ".join([*have, *(x for x in val.split(", ") if x not in have)]))
+            _join(m, attr, val)
         if sg.share > m.share:
             m.share, m.n_wrong, m.n_explained, m.err_ref, m.err_alt, m.detail, m.title = (
                 sg.share, sg.n_wrong, sg.n_explained, sg.err_ref, sg.err_alt, sg.detail, sg.title)
-    out = list(merged.values())
+    out = sorted(_fold_slices(list(merged.values())), key=_order)
+    kept: list[Signature] = []
+    for sg in out:
+        mine = set(sg.check_input.split(", "))
+        full = [k for k in kept if k.share >= FULL_SHARE and k.unit == "rows" and k.family != "race"
+                and mine <= set(k.check_input.split(", "))]
+        if sg.family == "race":
+            full = [k for k in full if k.family == "placement" and k.kind.endswith("_overlap")]
+        if not full:
+            kept.append(sg)
+    return kept
+
+
+def _order(x: Signature) -> tuple[float, int]:
     order = list(FAMILIES)
-    return sorted(out, key=lambda x: (-round(x.share, 2), order.index(x.family) if x.family in order else 99))
+    return (-round(x.share, 2), order.index(x.family) if x.family in order else 99)
+
+
+def _join(m: Signature, attr: str, val: str) -> None:
+    have = getattr(m, attr).split(", ")
+    setattr(m, attr, ", ".join([*have, *(x for x in val.split(", ") if x not in have)]))
+
+
+def _fold_slices(sigs: list[Signature]) -> list[Signature]:
+    """The slice statements folded into the best signature of FOLD_INTO's families (kept apart when none)."""
+    ev = [s for s in sigs if s.family == "placement" and s.kind.endswith("_dependent")]
+    rest = [s for s in sigs if s not in ev]
+    hosts = sorted((s for s in rest if s.family in FOLD_INTO and s.share >= MIN_SHARE), key=_order)
+    if not ev or not hosts:
+        return sigs
+    host = hosts[0]
+    host.title = f"{'; '.join(e.title for e in ev)}, and {host.title}"
+    for e in ev:
+        _join(host, "check_input", e.check_input)
+        host.detail = f"{host.detail}; {e.detail}" if host.detail else e.detail
+    return rest
 
 
 def race_signature(names: Sequence[str], checked: Sequence[Any], timed: Sequence[Any], check_input: str = "randn") -> Signature | None:
@@ -190,9 +237,9 @@ def diagnose_wrong(problem: AttentionProblem, inputs: Any, names: Sequence[str],
         records += errormap.error_map(oe, check_input, problem.causal, problem.Sq, problem.Sk, tile(name), problem)
     if not records:
         return [], []
-    if problem.features():
-        # The families below read q, k, v as [B, H, S, D] with one KV head per query head and 2022's
-        # masks; the families of GQA, windows, packed and paged problems are still to come.
+    if problem.layout != "dense":
+        # The families below read q, k, v as [B, H(kv), S, D] (GQA, both corners, windows and the soft-cap
+        # included); the packed and paged families are still to come.
         return records, []
     case = Case(problem, inputs.q, inputs.k, inputs.v, getattr(inputs, "dout", None), errors, atol, rtol, tile, check_input)
     return records, find(case)

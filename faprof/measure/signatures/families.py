@@ -22,7 +22,7 @@ from faprof.measure.signatures.case import (
     sliced,
 )
 from faprof.measure.signatures.match import explain, rows_text, tol_of
-from faprof.measure.signatures.refs import Alt, allowed_mask, alternatives, attend
+from faprof.measure.signatures.refs import Alt, alternatives, attend, true_mask
 
 #: Once an alternative explains this share of the wrong rows the rest are not tried (they cannot
 #: explain more; a clear bug costs one pass less per alternative left).
@@ -65,9 +65,10 @@ def alternative_signatures(case: Case, s: Slices) -> list[Signature]:
     found = []
     for alt in alternatives(case, dev, s.rows):
         res = attend(s.q, s.k, s.v, alt.scale if alt.scale is not None else p.softmax_scale, alt.allowed,
-                     alt.pad, alt.norm, s.dout if grads else None)
+                     alt.pad, alt.norm, s.dout if grads else None,
+                     p.softcap if alt.softcap is None else alt.softcap, alt.cap_unscaled)
         for name, oe in case.errors.items():
-            if name not in res or oe.n_bad == 0:
+            if name not in res or oe.n_bad == 0 or not s.covers(name):
                 continue
             r, ref, thr, bad, unw = sliced(oe, s)
             st = explain(r, ref, thr, bad, unw, res[name], tol_of(case, oe))
@@ -90,10 +91,10 @@ def fitted_scale_signature(case: Case, s: Slices) -> Signature | None:
         return None
     r, ref, thr, bad, unw = sliced(oe, s)
     wrong = bad.any(dim=-1)
-    mask = allowed_mask(p.Sq, p.Sk, "top_left" if p.causal else None, device=ref.device, rows=s.rows)
+    mask = true_mask(p, ref.device, s.rows)
 
     def loss(log_scale: float) -> float:
-        alt = attend(s.q, s.k, s.v, math.exp(log_scale), mask)["out"]
+        alt = attend(s.q, s.k, s.v, math.exp(log_scale), mask, softcap=p.softcap)["out"]
         err = torch.nan_to_num((r - alt).abs(), nan=math.inf).amax(dim=-1)[wrong]
         return float(err.median())
 
@@ -115,7 +116,7 @@ def fitted_scale_signature(case: Case, s: Slices) -> Signature | None:
         return None
     alt = Alt("softmax_scale", "scale_fitted", f"wrong softmax scale: the output is attention at scale {value:.4g} "
                f"(fitted: {value / p.softmax_scale:.4g} x the scale) instead of {p.softmax_scale:.4g}", mask, scale=value)
-    st = explain(r, ref, thr, bad, unw, attend(s.q, s.k, s.v, value, mask)["out"], tol_of(case, oe))
+    st = explain(r, ref, thr, bad, unw, attend(s.q, s.k, s.v, value, mask, softcap=p.softcap)["out"], tol_of(case, oe))
     return _sig(alt, case, "out", st, rows_text(st[2], s, "out"))
 
 
@@ -129,7 +130,9 @@ def overflow_signature(case: Case, s: Slices) -> Signature | None:
     p = case.problem
     r, ref, thr, bad, unw = sliced(oe, s)
     sc = torch.matmul(s.q, s.k.transpose(-2, -1)) * p.softmax_scale
-    mask = allowed_mask(p.Sq, p.Sk, "top_left" if p.causal else None, device=sc.device, rows=s.rows)
+    if p.softcap:
+        sc = p.softcap * torch.tanh(sc / p.softcap)
+    mask = true_mask(p, sc.device, s.rows)
     if mask is not None:
         sc = sc.masked_fill(~mask, float("-inf"))
     top = sc.amax(dim=-1)
@@ -220,14 +223,16 @@ def propagated_signature(case: Case, s: Slices) -> Signature | None:
 
     p = case.problem
     oe_o = case.errors.get("out")
-    if p.direction == "fwd" or oe_o is None or oe_o.n_bad == 0 or s.dout is None:
+    if p.direction == "fwd" or oe_o is None or oe_o.n_bad == 0 or s.dout is None or p.group > 1 or p.softcap:
         return None
     wrong_grads = [n for n in ("dq", "dk") if n in case.errors and case.errors[n].n_bad]
     if not wrong_grads:
         return None
     o_var = torch.nan_to_num(sliced(oe_o, s)[0].detach(), nan=0.0)
     sc = torch.matmul(s.q, s.k.transpose(-2, -1)) * p.softmax_scale
-    mask = allowed_mask(p.Sq, p.Sk, "top_left" if p.causal else None, device=sc.device)
+    if p.softcap:
+        sc = p.softcap * torch.tanh(sc / p.softcap)
+    mask = true_mask(p, sc.device)
     if mask is not None:
         sc = sc.masked_fill(~mask, float("-inf"))
     P = torch.softmax(sc, dim=-1)

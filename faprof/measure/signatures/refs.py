@@ -1,8 +1,10 @@
 """Bug signatures' alternative references: attention computed the way a buggy kernel computes it.
 
-The causal mask missing, shifted by one key, aligned bottom-right or applied to a non-causal
-problem; another softmax scale; the final 1/l missing or applied twice; the keys of a last partial
-tile ignored, or its zero padding counted as keys.
+Masks follow faprof.model.mask's rule (either corner, a sliding window, the soft-cap): the causal mask
+missing, shifted by one key, aligned to the other corner or applied to a non-causal problem; a window
+off by one on either side, ignored, or aligned to the other corner; the soft-cap missing or applied
+before the scale; another softmax scale; the final 1/l missing or applied twice; the keys of a last
+partial tile ignored, or its zero padding counted as keys.
 """
 
 from __future__ import annotations
@@ -18,21 +20,57 @@ LN2 = math.log(2.0)
 LOG2E = 1.0 / LN2
 
 
+def mask_rows(Sq: int, Sk: int, *, causal: bool, align: str = "top_left", left: int | None = None,
+              right: int | None = None, shift: int = 0, device: Any = "cpu", rows: Any = None,
+              n_keys: int | None = None) -> Any:
+    """[Sq, n_keys] bool (or [len(rows), n_keys] for the query rows `rows`), True where query i sees key j
+    under faprof.model.mask's rule with the diagonal at i + off (off = Sk - Sq bottom-right, else 0):
+    causal j <= i + off + shift, window i + off - left <= j <= i + off + right (None: unbounded). Any
+    integer is allowed for each side (a window side off by one below 0 included). n_keys: columns past
+    Sk (padding keys) follow the same rule. None when nothing is masked."""
+    import torch
+
+    n = Sk if n_keys is None else n_keys
+    if not causal and left is None and right is None:
+        return None
+    i = (torch.arange(Sq, device=device) if rows is None else rows.to(device))[:, None]
+    j = torch.arange(n, device=device)[None, :]
+    d = i + (Sk - Sq if align == "bottom_right" else 0)
+    ok = torch.ones(i.shape[0], n, dtype=torch.bool, device=device)
+    if causal:
+        ok &= j <= d + shift
+    if left is not None:
+        ok &= j >= d - left
+    if right is not None:
+        ok &= j <= d + right
+    return ok
+
+
+def window_sides(p: Any) -> tuple[int | None, int | None]:
+    """The problem's window as (left, right), None for an unbounded side (or no window)."""
+    if p.window is None:
+        return None, None
+    left, right = p.window
+    return (None if left < 0 else left), (None if right < 0 else right)
+
+
+def true_mask(p: Any, device: Any = "cpu", rows: Any = None, n_keys: int | None = None) -> Any:
+    """The problem's own mask (causal, its corner, its window) for a dense problem's rows `rows`."""
+    left, right = window_sides(p)
+    return mask_rows(p.Sq, p.Sk, causal=p.causal, align=p.mask_align, left=left, right=right, device=device,
+                     rows=rows, n_keys=n_keys)
+
+
 def allowed_mask(Sq: int, Sk: int, kind: str | None, shift: int = 0, device: Any = "cpu", rows: Any = None) -> Any:
     """[Sq, Sk] bool (or [len(rows), Sk] for the query rows `rows`), True where query i sees key j:
     kind None (no mask), 'top_left' (j <= i + shift) or 'bottom_right' (j <= i + Sk - Sq + shift)."""
-    import torch
-
     if kind is None:
         return None
-    i = (torch.arange(Sq, device=device) if rows is None else rows.to(device))[:, None]
-    j = torch.arange(Sk, device=device)[None, :]
-    off = shift + (Sk - Sq if kind == "bottom_right" else 0)
-    return j <= i + off
+    return mask_rows(Sq, Sk, causal=True, align=kind, shift=shift, device=device, rows=rows)
 
 
 def attend(q: Any, k: Any, v: Any, scale: float, allowed: Any = None, pad: int = 0, norm: str | None = None,
-           dout: Any = None) -> dict[str, Any]:
+           dout: Any = None, softcap: float = 0.0, cap_unscaled: bool = False) -> dict[str, Any]:
     """Attention over [n, S, D] slices the way a (possibly buggy) kernel computes it.
 
     Args:
@@ -41,6 +79,8 @@ def attend(q: Any, k: Any, v: Any, scale: float, allowed: Any = None, pad: int =
         pad: zero keys (score 0, value 0) appended unmasked: a last tile's padding counted as keys.
         norm: None (softmax), 'missing' (no final 1/l) or 'twice' (1/l applied twice).
         dout: [n, Sq, D] upstream gradient: when given, dq, dk, dv too (autograd).
+        softcap: logit soft-cap c (0: none): scores c·tanh(s / c) after scaling, or before it with
+            cap_unscaled (a kernel that caps the raw q·k and scales afterwards).
 
     Returns:
         {'out', 'lse'} (and 'dq', 'dk', 'dv'); rows that see no key are NaN in 'out' (a kernel gives
@@ -56,7 +96,13 @@ def attend(q: Any, k: Any, v: Any, scale: float, allowed: Any = None, pad: int =
         if pad:
             z = torch.zeros(k.shape[0], pad, k.shape[2], dtype=k.dtype, device=k.device)
             kk, vv = torch.cat([k, z], dim=1), torch.cat([v, z], dim=1)
-        s = torch.matmul(q, kk.transpose(-2, -1)) * scale
+        s = torch.matmul(q, kk.transpose(-2, -1))
+        if softcap and cap_unscaled:
+            s = softcap * torch.tanh(s / softcap) * scale
+        else:
+            s = s * scale
+            if softcap:
+                s = softcap * torch.tanh(s / softcap)
         if allowed is not None:
             s = s.masked_fill(~allowed, float("-inf"))
         m = s.amax(dim=-1, keepdim=True).detach()
@@ -88,6 +134,77 @@ class Alt:
     scale: float | None = None
     pad: int = 0
     norm: str | None = None
+    softcap: float | None = None
+    """None: the problem's soft-cap."""
+    cap_unscaled: bool = False
+
+
+def _corner(align: str) -> str:
+    return "bottom-right" if align == "bottom_right" else "top-left"
+
+
+def _diag(p: Any, align: str) -> str:
+    """'i', 'i + 32' or 'i - 15': where row i's diagonal key is under `align`."""
+    off = p.Sk - p.Sq if align == "bottom_right" else 0
+    return "i" if off == 0 else f"i {'+' if off > 0 else '-'} {abs(off)}"
+
+
+def mask_alternatives(p: Any, dev: Any, rows: Any = None) -> list[Alt]:
+    """The mask bugs of a dense problem: a causal mask missing, shifted by one, aligned to the other corner
+    or applied where there is none; a window off by one on either side, ignored, or aligned to the other
+    corner. Each leaves everything else (the rest of the mask, the scale, the soft-cap) as the problem has it."""
+    left, right = window_sides(p)
+    other = "top_left" if p.mask_align == "bottom_right" else "bottom_right"
+    d = _diag(p, p.mask_align)
+
+    def m(**kw: Any) -> Any:
+        args: dict[str, Any] = {"causal": p.causal, "align": p.mask_align, "left": left, "right": right}
+        args.update(kw)
+        return mask_rows(p.Sq, p.Sk, device=dev, rows=rows, **args)
+
+    alts: list[Alt] = []
+    if p.causal:
+        alts += [Alt("causal_mask", "mask_missing", "causal mask missing: every row sees every key"
+                     + (" of its window" if p.window is not None else ""), m(causal=False)),
+                 Alt("causal_mask", "mask_shift_plus", f"causal mask shifted by one: row i also sees key {d} + 1",
+                     m(shift=1)),
+                 Alt("causal_mask", "mask_shift_minus", f"causal mask shifted by one: row i does not see its own key {d}",
+                     m(shift=-1))]
+        if p.Sq != p.Sk:
+            alts.append(Alt("causal_mask", f"mask_{other}",
+                            f"causal mask aligned {_corner(other)} (row i sees keys <= {_diag(p, other)}) instead of "
+                            f"{_corner(p.mask_align)} (keys <= {d})", m(align=other)))
+    else:
+        alts.append(Alt("causal_mask", "mask_applied", "a causal mask applied to a non-causal problem",
+                        m(causal=True, align="top_left")))
+        if p.Sq != p.Sk:
+            alts.append(Alt("causal_mask", "mask_applied_bottom_right",
+                            "a bottom-right causal mask applied to a non-causal problem", m(causal=True, align="bottom_right")))
+    if p.window is not None:
+        for side, val, sign in (("left", left, "-"), ("right", right, "+")):
+            if val is None:
+                continue
+            alts.append(Alt("window", f"window_{side}_plus", f"window off by one on the {side}: row i also sees key "
+                            f"{d} {sign} {val + 1} ({val + 1} keys {'before' if side == 'left' else 'after'} the diagonal "
+                            f"instead of {val})", m(**{side: val + 1})))
+            alts.append(Alt("window", f"window_{side}_minus", f"window off by one on the {side}: row i does not see "
+                            f"key {d} {sign} {val} ({val - 1} keys {'before' if side == 'left' else 'after'} the diagonal "
+                            f"instead of {val})", m(**{side: val - 1})))
+        alts.append(Alt("window", "window_ignored", f"sliding window ({p.window[0]}, {p.window[1]}) ignored: rows see "
+                        "keys outside it", m(left=None, right=None)))
+        if not p.causal and p.Sq != p.Sk:
+            alts.append(Alt("window", f"window_{other}", f"window aligned {_corner(other)} (centred on {_diag(p, other)})"
+                            f" instead of {_corner(p.mask_align)} ({d})", m(align=other)))
+    true = true_mask(p, dev, rows)
+    return [a for a in alts if not _same_mask(a.allowed, true)]
+
+
+def _same_mask(a: Any, b: Any) -> bool:
+    import torch
+
+    if a is None or b is None:
+        return a is None and b is None or bool((a if a is not None else b).all())
+    return bool(torch.equal(a, b))
 
 
 def alternatives(case: Case, dev: Any, rows: Any = None) -> list[Alt]:
@@ -97,25 +214,13 @@ def alternatives(case: Case, dev: Any, rows: Any = None) -> list[Alt]:
 
     p = case.problem
     Sq, Sk, D, s = p.Sq, p.Sk, p.D, p.softmax_scale
-    true_mask = allowed_mask(Sq, Sk, "top_left" if p.causal else None, device=dev, rows=rows)
-    alts: list[Alt] = []
-    if p.causal:
-        alts.append(Alt("causal_mask", "mask_missing", "causal mask missing: every row sees every key"))
-        alts.append(Alt("causal_mask", "mask_shift_plus", "causal mask shifted by one: row i also sees key i+1",
-                         allowed_mask(Sq, Sk, "top_left", 1, dev, rows)))
-        alts.append(Alt("causal_mask", "mask_shift_minus", "causal mask shifted by one: row i does not see its own key i",
-                         allowed_mask(Sq, Sk, "top_left", -1, dev, rows)))
-        if Sq != Sk:
-            alts.append(Alt("causal_mask", "mask_bottom_right",
-                             f"causal mask aligned bottom-right (row i sees keys <= i {'+' if Sk >= Sq else '-'} {abs(Sk - Sq)}) instead of top-left",
-                             allowed_mask(Sq, Sk, "bottom_right", 0, dev, rows)))
-    else:
-        alts.append(Alt("causal_mask", "mask_applied", "a causal mask applied to a non-causal problem",
-                         allowed_mask(Sq, Sk, "top_left", 0, dev, rows)))
-        if Sq != Sk:
-            alts.append(Alt("causal_mask", "mask_applied_bottom_right",
-                             "a bottom-right causal mask applied to a non-causal problem",
-                             allowed_mask(Sq, Sk, "bottom_right", 0, dev, rows)))
+    true = true_mask(p, dev, rows)
+    alts = mask_alternatives(p, dev, rows)
+    if p.softcap:
+        alts.append(Alt("softcap", "softcap_missing", f"logit soft-cap {p.softcap:g} missing: scores are not capped",
+                        true, softcap=0.0))
+        alts.append(Alt("softcap", "softcap_unscaled", f"logit soft-cap {p.softcap:g} applied before the softmax scale "
+                        "(c·tanh(q·k / c)·scale instead of c·tanh(scale·q·k / c))", true, cap_unscaled=True))
     seen: list[float] = [s]
     for value, label in ((1.0, "no scale applied"), (1.0 / D, "1/D"), (1.0 / math.sqrt(D), "1/sqrt(D)"),
                          (math.sqrt(D), "sqrt(D)"), (s * s, "the scale applied twice"),
@@ -126,11 +231,11 @@ def alternatives(case: Case, dev: Any, rows: Any = None) -> list[Alt]:
             continue
         seen.append(value)
         alts.append(Alt("softmax_scale", "scale", f"wrong softmax scale: the output is attention at scale {value:.4g} "
-                         f"({label}) instead of {s:.4g}", true_mask, scale=value))
+                         f"({label}) instead of {s:.4g}", true, scale=value))
     alts.append(Alt("normalisation", "norm_missing", "softmax normalisation missing: rows are not divided by "
-                     "their sum l", true_mask, norm="missing"))
+                     "their sum l", true, norm="missing"))
     alts.append(Alt("normalisation", "norm_twice", "softmax normalisation applied twice: rows divided by l twice",
-                     true_mask, norm="twice"))
+                     true, norm="twice"))
     key_tile = case.tile("out")
     tiles = (key_tile[1],) if key_tile else TILE_CANDIDATES
     ignored: set[int] = set()
@@ -141,14 +246,11 @@ def alternatives(case: Case, dev: Any, rows: Any = None) -> list[Alt]:
         pad = t - Sk % t
         if whole not in ignored:
             ignored.add(whole)
-            keep = allowed_mask(Sq, Sk, "top_left" if p.causal else None, device=dev, rows=rows)
             keep = torch.ones(len(rows) if rows is not None else Sq, Sk, dtype=torch.bool, device=dev) \
-                if keep is None else keep.clone()
+                if true is None else true.clone()
             keep[:, whole:] = False
             alts.append(Alt("partial_tile", "tail_keys_ignored", f"keys of the last partial key tile ignored "
                              f"(keys {whole}-{Sk - 1}; {Sk} = {Sk // t} x {t} + {Sk % t})", keep))
         alts.append(Alt("partial_tile", "padding_counted", f"the last key tile's {pad} padding keys counted "
-                         f"(zeros, not masked; tile of {t} keys)",
-                         allowed_mask(Sq, Sk + pad, "top_left" if p.causal else None, device=dev, rows=rows), pad=pad))
+                         f"(zeros, not masked; tile of {t} keys)", true_mask(p, dev, rows, n_keys=Sk + pad), pad=pad))
     return alts
-

@@ -9,14 +9,14 @@ from faprof.measure import errormap
 from faprof.measure.errormap import KEY_OUTPUTS, OutputErrors
 from faprof.measure.signatures.case import MIN_SHARE, Case, Signature, Slices, err_sliced, sliced
 from faprof.measure.signatures.match import close_to, differs, explain, nearer_rows, rows_text, tol_of
-from faprof.measure.signatures.refs import allowed_mask, attend
+from faprof.measure.signatures.refs import attend, true_mask
 
 #: Stride/offset tests run only where at least this share of the examined slices' rows is wrong: an
 #: offset bug moves or reads whole slices, it does not leave most rows right.
 STRIDE_MIN_ROWS = 0.5
 
 
-def _wrong_row_share(oe: OutputErrors, s: Slices) -> float:
+def wrong_row_share(oe: OutputErrors, s: Slices) -> float:
     """Share of the examined slices' rows (all of them, not only the examined ones) that are wrong."""
     return float(oe.bad.any(dim=-1)[s.b.to(oe.bad.device), s.h.to(oe.bad.device)].float().mean())
 
@@ -48,9 +48,9 @@ def slice_copy_signatures(case: Case, s: Slices) -> list[Signature]:
     B, H = p.B, p.H
     found = []
     for name, oe in case.errors.items():
-        if oe.n_bad == 0:
+        if oe.n_bad == 0 or not s.covers(name):
             continue
-        if _wrong_row_share(oe, s) < STRIDE_MIN_ROWS:
+        if wrong_row_share(oe, s) < STRIDE_MIN_ROWS:
             continue
         r, ref, thr, bad, unw = sliced(oe, s)
         tol = tol_of(case, oe)
@@ -94,7 +94,7 @@ def other_input_signatures(case: Case, s: Slices) -> list[Signature]:
     p = case.problem
     found: list[Signature] = []
     oe = case.errors["out"]
-    if _wrong_row_share(oe, s) < STRIDE_MIN_ROWS:
+    if wrong_row_share(oe, s) < STRIDE_MIN_ROWS:
         return found
     r, ref, thr, bad, unw = sliced(oe, s)
     tol = tol_of(case, oe)
@@ -111,10 +111,9 @@ def other_input_signatures(case: Case, s: Slices) -> list[Signature]:
                 if which == "q":
                     qq, kk, vv = qall[cb, ch] if s.rows is None else qall[cb, ch][s.rows.to(qall.device)], s.k[i], s.v[i]
                 else:
-                    qq, kk, vv = s.q[i], kall[cb, ch], vall[cb, ch]
+                    qq, kk, vv = s.q[i], kall[cb, ch // p.group], vall[cb, ch // p.group]
                 qq, kk, vv = (t.detach().to(dev, dt)[None] for t in (qq, kk, vv))
-                alt = attend(qq, kk, vv, p.softmax_scale, allowed_mask(p.Sq, p.Sk, "top_left" if p.causal else None,
-                                                                         device=dev, rows=s.rows))["out"]
+                alt = attend(qq, kk, vv, p.softmax_scale, true_mask(p, dev, s.rows), softcap=p.softcap)["out"]
                 st = explain(r[i:i + 1], ref[i:i + 1], thr[i:i + 1], bad[i:i + 1], unw[i:i + 1], alt, tol)
                 if st[1]:
                     new = st[2][0] & ~expl[i]
