@@ -38,8 +38,8 @@ TILE_CANDIDATES = (16, 32, 64, 128)
 FAMILIES: dict[str, str] = {
     "placement": "depends on where the work sits (batch/head index)",
     "race": "race (results change from call to call)",
-    "stride": "stride/offset bug",
     "kv_head": "wrong KV head (GQA head mapping)",
+    "stride": "stride/offset bug",
     "sequence": "sequence boundary crossed (packed batch)",
     "paging": "block table ignored (paged KV cache)",
     "partial_tile": "last partial tile",

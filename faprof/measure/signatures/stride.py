@@ -108,6 +108,8 @@ def other_input_signatures(case: Case, s: Slices) -> list[Signature]:
             for cb, ch in dict.fromkeys([(0, h), (b, 0), (b - 1, h), (b, h - 1)]):
                 if (cb, ch) == (b, h) or cb < 0 or ch < 0:
                     continue
+                if which == "kv" and p.group > 1 and cb == b:
+                    continue  # another KV head of the same batch: the head mapping's family (heads.py)
                 if which == "q":
                     qq, kk, vv = qall[cb, ch] if s.rows is None else qall[cb, ch][s.rows.to(qall.device)], s.k[i], s.v[i]
                 else:
