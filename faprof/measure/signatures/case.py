@@ -109,6 +109,8 @@ class Case:
     rtol: float
     tile: Callable[[str], tuple[int, int] | None]
     check_input: str = "randn"
+    args: Any = None
+    """The problem's index tensors (faprof.variants.definition.AttnArgs) for packed and paged layouts."""
 
 
 @dataclass

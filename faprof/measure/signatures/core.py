@@ -62,6 +62,7 @@ from faprof.measure.signatures.families import (
     unwritten_signature,
 )
 from faprof.measure.signatures.heads import kv_head_signatures
+from faprof.measure.signatures.layout import layout_signatures
 from faprof.measure.signatures.match import CLOSER, DISTINCT_FACTOR
 from faprof.measure.signatures.placement import placement_signatures, slice_signatures
 from faprof.measure.signatures.refs import LN2, LOG2E, allowed_mask, attend
@@ -86,6 +87,12 @@ def find(case: Case) -> list[Signature]:
     """Every signature that matches the case's wrong outputs, best first (see rank)."""
     if not any(oe.n_bad for oe in case.errors.values()):
         return []
+    if case.problem.layout != "dense":  # packed and paged: whole-output alternatives in the layout
+        oe = case.errors.get("out")
+        if oe is None or not oe.n_bad or case.problem.direction != "fwd":
+            return []
+        return rank(layout_signatures(case.problem, case.q, case.k, case.v, case.args, oe.r, oe.ref, case.atol,
+                                      case.rtol, oe.bound, case.check_input, oe.unwritten))
     found: list[Signature] = []
     found += tail_signatures(case)
     u = unwritten_signature(case)
@@ -237,9 +244,6 @@ def diagnose_wrong(problem: AttentionProblem, inputs: Any, names: Sequence[str],
         records += errormap.error_map(oe, check_input, problem.causal, problem.Sq, problem.Sk, tile(name), problem)
     if not records:
         return [], []
-    if problem.layout != "dense":
-        # The families below read q, k, v as [B, H(kv), S, D] (GQA, both corners, windows and the soft-cap
-        # included); the packed and paged families are still to come.
-        return records, []
-    case = Case(problem, inputs.q, inputs.k, inputs.v, getattr(inputs, "dout", None), errors, atol, rtol, tile, check_input)
+    case = Case(problem, inputs.q, inputs.k, inputs.v, getattr(inputs, "dout", None), errors, atol, rtol, tile, check_input,
+                getattr(inputs, "args", None))
     return records, find(case)
