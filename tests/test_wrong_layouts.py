@@ -90,3 +90,24 @@ def test_the_check_names_a_layout_bug_first(p, bug, family):
     r = correctness.check_correctness(var, p, inputs, ref, "cpu", DEFAULT_TOLERANCE[p.dtype])
     assert not r["correct"] and r["signatures"], r["check_reason"]
     assert (r["signatures"][0]["family"], r["signatures"][0]["kind"]) == (family, bug), r["signatures"]
+def _probe_run(p, name, bug):
+    from faprof.measure import adversarial
+
+    pr = next(x for x in adversarial.probes(p) if x.name == name)
+    inp = adversarial.make_inputs(pr, "cpu", seed=7)
+    pp, a = pr.problem, inp.args
+    if pp.layout == "varlen":
+        out = planted.varlen(inp.q, inp.k, inp.v, pp, a.cu_seqlens_q.tolist(), a.cu_seqlens_k.tolist(), bug)
+    else:
+        out = planted.paged(inp.q, inp.k, inp.v, pp, a.block_table, a.seqlens_k.tolist(), bug)
+    ref = layouts.reference_forward(pp, inp.q, inp.k, inp.v, a, "cpu", torch.float64)
+    return pr, float((out.double() - ref).abs().max())
+
+
+def test_the_layout_probes_expose_a_boundary_crossed_and_a_last_block_read_whole():
+    pr, right = _probe_run(VARLEN_FULL, "seq_boundary", None)
+    assert pr.problem.B == 3 and right < 0.01
+    assert _probe_run(VARLEN_FULL, "seq_boundary", "keys_of_previous")[1] > 0.5  # another sequence's V level
+    pr, right = _probe_run(PAGED, "paged_partial", None)
+    assert all(n % PAGED.page_size == 1 for n in pr.problem.k_lens()) and right < 0.01
+    assert _probe_run(PAGED, "paged_partial", "last_block_whole")[1] > 5  # the pool's tail rows (V + 10) win

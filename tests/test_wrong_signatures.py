@@ -30,7 +30,9 @@ import cpu_wrong_variants as planted  # noqa: E402
 
 #: Besides its own family a planted variant may show these (true, and said as "also"): a tail that
 #: is never written is also unwritten output.
-ALSO_ALLOWED = {"wrong_tail_unwritten": {"unwritten"}}
+ALSO_ALLOWED = {"wrong_tail_unwritten": {"unwritten"},
+                # its bug sits in head 1 only: run alone (H=1, head index 0) it is right, which is said too
+                "wrong_propagated": {"placement"}}
 
 
 @pytest.fixture(scope="module")

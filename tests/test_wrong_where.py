@@ -131,5 +131,7 @@ def test_rank_keeps_a_race_beside_a_bug_that_has_no_overlap():
     got = rank([_sig("causal_mask", "mask_shift_plus", 1.0), _sig("race", "race", 1.0), _sig("unwritten", "u", 0.6)])
     assert [s.family for s in got] == ["race", "causal_mask"]
     alone = rank([Signature("placement", "batch_dependent", "correct at B=1, wrong when B>1", "out", "randn, slice_b1",
-                            1.0, 10, 10, math.nan, math.nan, "alone", "elements"), _sig("causal_mask", "mask_missing", 0.7)])
-    assert [s.kind for s in alone] == ["batch_dependent", "mask_missing"]  # no host: said alone, nothing dropped
+                            1.0, 10, 10, math.nan, math.nan, "alone", "elements"), _sig("causal_mask", "mask_missing", 0.7),
+                   _sig("propagated", "from_forward_o", 1.0, "large_scores")])
+    # no host: said on its own, below a mechanism that explains every wrong row, above one that explains less
+    assert [s.kind for s in alone] == ["from_forward_o", "batch_dependent", "mask_missing"]

@@ -150,9 +150,15 @@ def rank(sigs: Sequence[Signature]) -> list[Signature]:
     return kept
 
 
+#: A slice statement left on its own ranks as if it explained this share: below a mechanism that explains
+#: every wrong row (it says where the bug depends, not what it is), above any that explains less.
+SLICE_RANK_SHARE = 0.99
+
+
 def _order(x: Signature) -> tuple[float, int]:
     order = list(FAMILIES)
-    return (-round(x.share, 2), order.index(x.family) if x.family in order else 99)
+    share = SLICE_RANK_SHARE if x.kind.endswith("_dependent") else x.share
+    return (-round(share, 2), order.index(x.family) if x.family in order else 99)
 
 
 def _join(m: Signature, attr: str, val: str) -> None:
