@@ -182,25 +182,27 @@ def _overlap(o_store: Any, S: int) -> bool:
 
 
 def _never_written(o_store: Any, B: int, H: int, S: int) -> str:
-    """'the rows of batches 1-3' (or heads, or slices) no CTA writes, or ''."""
-    import torch
-
-    cover = torch.zeros(B * H * S + 1, dtype=torch.int32)
-    for o in o_store.tolist():
-        lo, hi = max(0, o), min(B * H * S, o + S)
-        if hi > lo:
-            cover[lo] += 1
-            cover[hi] -= 1
-    lost = (cover.cumsum(0)[:-1] == 0).reshape(B, H, S).any(dim=-1)
-    if not bool(lost.any()):
+    """'the rows of batches 1-3' (or heads, or slices) no CTA writes, or '' (a sweep over the CTAs' sorted
+    row ranges: no tensor of B·H·S)."""
+    total = B * H * S
+    gaps, reach = [], 0
+    for o in sorted(o_store.tolist()):
+        lo, hi = max(0, o), min(total, o + S)
+        if lo > reach:
+            gaps.append((reach, lo))
+        reach = max(reach, hi)
+    if reach < total:
+        gaps.append((reach, total))
+    lost = sorted({t for lo, hi in gaps for t in range(lo // S, (hi - 1) // S + 1)})
+    if not lost:
         return ""
-    bs = lost.any(dim=1).nonzero().flatten().tolist()
-    if bool(lost[bs].all()):
+    bs = sorted({t // H for t in lost})
+    if len(lost) == len(bs) * H:
         return f"the rows of {_noun('batch', bs)}"
-    hs = lost.any(dim=0).nonzero().flatten().tolist()
-    if bool(lost[:, hs].all()):
+    hs = sorted({t % H for t in lost})
+    if len(lost) == len(hs) * B:
         return f"the rows of {_noun('head', hs)}"
-    return f"rows of {int(lost.sum())} (b, h) slices"
+    return f"rows of {len(lost)} (b, h) slices"
 
 
 def _noun(noun: str, idx: list[int]) -> str:
