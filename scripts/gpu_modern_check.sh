@@ -47,14 +47,23 @@ if has tests; then
 fi
 NOFLEX=""
 if has flexprobe; then  # flex compiled inside a worker: if it does not come back, the scenarios run without it
-  t=$(stamp)
-  timeout -k 10 150 $FP profile --scenario examples/kernels/decode_small.toml --variants flex --timeout 90 \
-    --out "$OUT/flexprobe" > "$OUT/logs/flexprobe.log" 2>&1
-  B=$(bundle_of "$OUT/logs/flexprobe.log")
-  n_ok=$($PY -c "import glob,sys,pandas as pd; fs=glob.glob(sys.argv[1]+'/rows/*.parquet')+glob.glob(sys.argv[1]+'/measurements.parquet'); m=pd.concat([pd.read_parquet(f) for f in fs]) if fs else pd.DataFrame({'status':[]}); print(int((m['status']=='ok').sum()), len(m))" "${B:-/nonexistent}" 2>/dev/null)
-  summary+=("flex probe (decode_small, flex only): ok rows / rows = ${n_ok:-none} in $(( $(stamp) - t )) s")
-  [[ "${n_ok:-0 0}" == 0* ]] && NOFLEX=1
-  rm -rf "$OUT/flexprobe"
+  for iso in "" "--no-isolate"; do
+    t=$(stamp)
+    timeout -k 10 100 $FP profile --scenario examples/kernels/decode_small.toml --variants flex --timeout 80 $iso \
+      --out "$OUT/flexprobe" > "$OUT/logs/flexprobe$iso.log" 2>&1
+    B=$(bundle_of "$OUT/logs/flexprobe$iso.log")
+    n_ok=$($PY - "${B:-/nonexistent}" <<'EOF2' 2>&1 | tail -3
+import glob, sys
+import pandas as pd
+fs = glob.glob(sys.argv[1] + "/rows/*.parquet") + glob.glob(sys.argv[1] + "/measurements.parquet")
+m = pd.concat([pd.read_parquet(f) for f in fs]) if fs else pd.DataFrame({"status": [], "reason": []})
+print(int((m["status"] == "ok").sum()), len(m), "|", "; ".join(str(r)[:160] for r in m["reason"].dropna().unique()[:2]))
+EOF2
+)
+    summary+=("flex probe $iso (decode_small, flex only): ok rows, rows | reasons = ${n_ok:-none} in $(( $(stamp) - t )) s")
+    [ -z "$iso" ] && [[ "${n_ok:-0 0}" == 0* ]] && NOFLEX=1
+    rm -rf "$OUT/flexprobe"
+  done
 fi
 run_scn() {  # label, limit_s, args... (without flex when the probe failed)
   local label=$1 limit=$2; shift 2
