@@ -72,7 +72,7 @@ def _term_fix(t: Term, call: Call) -> str:
     if t.key == "occupancy":
         return "fewer registers or less shared memory per block, or more warps per block, so more warps are resident"
     if t.key == "idle":
-        return "more blocks than SMs, a whole number of waves, or a persistent grid with a tile scheduler"
+        return _idle_fix(call)
     if t.key == "lanes:inactive":
         return "keep a warp's lanes on one path: move lane-dependent branches out of the inner loop, give each warp whole rows"
     if t.key == "lanes:predicated_off":
@@ -80,6 +80,27 @@ def _term_fix(t: Term, call: Call) -> str:
     if t.key == "clock":
         return "the GPU ran slower during this row (power or thermal state): compare at equal clocks"
     return "see the term's meaning"
+
+
+def _idle_fix(call: Call) -> str:
+    """Idle SMs: on a memory-bound problem (decode) with fewer blocks than SMs, the KV sequence is not
+    split over blocks, said with the grid against the SMs and the bandwidth the call achieved."""
+    generic = "more blocks than SMs, a whole number of waves, or a persistent grid with a tile scheduler"
+    if call.problem("bound") != "memory" or not call.launches:
+        return generic
+    lz = max(call.launches, key=lambda x: x.duration_ms if ok(x.duration_ms) else 0.0)
+    grid, sms = lz.grid, lz.sms
+    if not (ok(grid) and ok(sms)) or grid >= sms:
+        return generic
+    gbps, copy = call.problem("gbps"), call.problem("copy_gbs")
+    bw = (f"; the call moves {num(gbps, '.0f')} GB/s of the minimum traffic, {pct(gbps / copy)} of the measured copy "
+          f"bandwidth" if isinstance(gbps, int | float) and isinstance(copy, int | float) and ok(gbps) and ok(copy)
+          and copy > 0 else "")
+    splits = max(2, math.ceil(4 * sms / max(grid, 1.0)))
+    return (f"split the KV sequence over blocks (split-KV / flash-decoding): a memory-bound problem (Sq="
+            f"{call.problem('Sq')}, Sk={call.problem('Sk')}) runs {grid:.0f} blocks on {sms:.0f} SMs, so "
+            f"{sms - grid:.0f} SMs load nothing{bw}; about {splits} splits per (sequence, KV head), each writing its "
+            "partial output and log-sum-exp, and a combine step that rescales and sums them")
 
 
 def _meaning(t: Term) -> str:
