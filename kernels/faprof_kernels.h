@@ -77,6 +77,31 @@ cudaError_t faprof_fa2_mma_fwd(const void* q,  // [B, H, Sq, D] fp16 or bf16
                                int B, int H, int Sq, int Sk, int D, float scale, bool causal, bool bf16,
                                cudaStream_t stream);
 
+// The problems beyond 2022's (issue 36), for the launchers named *_fwd_ex: grouped-query heads,
+// the mask rule of faprof/model/mask.py (per sequence of sq queries and sk keys, off = sk - sq when
+// bottom_right else 0; query i sees key j iff (!causal || j <= i + off) && (left < 0 || j >= i + off
+// - left) && (right < 0 || j <= i + off + right); a query that sees no key writes zeros and lse
+// -inf), a logit soft-cap, and packed variable-length batches.
+struct FaprofAttnEx {
+  int Hkv;                  // KV heads; H % Hkv == 0, query head h reads KV head h / (H / Hkv)
+  bool bottom_right;        // align the causal diagonal and the window to the bottom-right corner
+  int window_left;          // keys before the diagonal a query sees (-1: unbounded)
+  int window_right;         // keys after the diagonal a query sees (-1: unbounded)
+  float softcap;            // > 0: scores become c·tanh(scale·s / c); 0: none
+  const int* cu_seqlens_q;  // varlen: int32 [B + 1] on the device, q/o rows of each sequence; null: dense
+  const int* cu_seqlens_k;  // varlen: int32 [B + 1], k/v rows of each sequence (both or neither)
+  int total_q;              // varlen: rows of q (lse is [H, total_q]); unused when dense
+};
+
+// fa2_mma for FaprofAttnEx problems (kernels/fa2_mma.cu): the same kernel instantiated with the
+// general mask, KV-head and layout arithmetic (2022's problems keep faprof_fa2_mma_fwd's code).
+// Dense: q/o [B, H, Sq, D], k/v [B, Hkv, Sk, D], lse [B, H, Sq]. Varlen: q/o [total_q, H, D], k/v
+// [total_k, Hkv, D], lse [H, total_q]; Sq and Sk are the longest sequence's lengths (the grid covers
+// ceil(Sq / 128) query tiles per sequence; a smaller Sq than a sequence's leaves its rows unwritten).
+cudaError_t faprof_fa2_mma_fwd_ex(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
+                                  int Sq, int Sk, int D, float scale, bool causal, bool bf16, const FaprofAttnEx& ex,
+                                  cudaStream_t stream);
+
 // ================================================================= backward (issue 13)
 // FlashAttention-2 backward (Dao 2023, Algorithm 2): delta = rowsum(dO ∘ O), then a grid over
 // key tiles that keeps dK and dV on chip and loops over query tiles, recomputing P from Q, K and
