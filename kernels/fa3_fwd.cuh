@@ -134,6 +134,31 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, i
 }
 #endif
 
+// The problems beyond 2022's that step (e) runs (fa3_wgmma_ws.cu's GEN instantiation): GQA and the
+// mask rule of faprof/model/mask.py, dense layout.
+struct Fa3Gen {
+  int group;         // query heads per KV head: query head h reads KV head h / group
+  int Hkv;           // KV heads (the K/V tensor maps cover B·Hkv planes)
+  int left, right;   // window: keys before / after the diagonal a query sees (-1: unbounded)
+  int bottom_right;  // 1: the diagonal is offset by Sk - Sq
+};
+
+// The keys query row i sees: [lo(i), hi(i)] (hi < lo: none). Both bounds are nondecreasing in i, so
+// rows [r0, r1] see keys in [lo(r0), hi(r1)], and each of them sees all of [lo(r1), hi(r0)].
+template <bool CAUSAL>
+struct KeyRange {
+  int off, sk, left, right;
+  __host__ __device__ __forceinline__ int hi(int i) const {
+    int h = sk - 1;
+    if (CAUSAL) h = h < i + off ? h : i + off;
+    if (right >= 0) h = h < i + off + right ? h : i + off + right;
+    return h;
+  }
+  __host__ __device__ __forceinline__ int lo(int i) const {
+    return left >= 0 ? (i + off - left > 0 ? i + off - left : 0) : 0;
+  }
+};
+
 struct Args {
   const void* q;
   const void* k;

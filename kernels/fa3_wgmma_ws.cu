@@ -151,11 +151,41 @@ __device__ __forceinline__ void pack_p(uint32_t (&p)[C::KP][4], const float (&s)
     for (int i = 0; i < 4; ++i) p[kk][i] = pack2<BF16>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
 }
 
-// The body of steps c, d (PINGPONG) and e (PINGPONG + OVERLAP).
-template <typename T, class C, bool CAUSAL, bool PINGPONG, bool OVERLAP>
+// GEN (step e only): mask the tile with the general rule. Rows [r0, r0 + 15] of this warp; the tile
+// needs the mask unless [kv0, kv0 + BC) lies inside [lo(r0 + 15), hi(r0)] (KeyRange's doc).
+template <class C, bool CAUSAL>
+__device__ __forceinline__ void mask_tile_gen(float (&s)[C::BC / 2], int kv0, const KeyRange<CAUSAL>& kr,
+                                              int warp_row0, int g, int t) {
+  if (kv0 + C::BC - 1 > kr.hi(warp_row0) || kv0 < kr.lo(warp_row0 + 15)) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = warp_row0 + g + 8 * h;
+      const int lim = kr.hi(row) - kv0 - 2 * t;
+      const int lim_lo = kr.lo(row) - kv0 - 2 * t;
+#pragma unroll
+      for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          if (nt * 8 + e > lim || nt * 8 + e < lim_lo) s[4 * nt + 2 * h + e] = -INFINITY;
+    }
+  }
+}
+
+template <class C, bool CAUSAL, bool GEN>
+__device__ __forceinline__ void mask_any(float (&s)[C::BC / 2], int kv0, int Sk, const KeyRange<CAUSAL>& kr,
+                                         int warp_row0, int g, int t) {
+  if constexpr (GEN) {
+    mask_tile_gen<C, CAUSAL>(s, kv0, kr, warp_row0, g, t);
+  } else {
+    mask_tile<C, CAUSAL>(s, kv0, Sk, warp_row0, g, t);
+  }
+}
+
+// The body of steps c, d (PINGPONG) and e (PINGPONG + OVERLAP); GEN: Fa3Gen's problems (step e).
+template <typename T, class C, bool CAUSAL, bool PINGPONG, bool OVERLAP, bool GEN>
 __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorMap* tm_k, const CUtensorMap* tm_v,
                                         T* __restrict__ o, float* __restrict__ lse, int Sq, int Sk, float scale,
-                                        float scale_log2) {
+                                        float scale_log2, const Fa3Gen& gp) {
   constexpr bool BF16 = std::is_same<T, __nv_bfloat16>::value;
   constexpr int D = C::D, BR = C::BR, BC = C::BC, STAGES = C::STAGES;
   extern __shared__ unsigned char smem_raw[];
@@ -177,6 +207,17 @@ __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorM
 
   int n_kv = (Sk + BC - 1) / BC;
   if (CAUSAL) n_kv = min(n_kv, (min(q0 + BR, Sq) - 1) / BC + 1);
+  // GEN: K/V rows of KV head h / group (tensor maps over [B·Hkv, Sk, D]); KV tiles [j0, j0 + n_kv)
+  // from the first key of the block's first row to the last key of its last row (none: n_kv = 0).
+  int bkv = bh, j0 = 0;
+  KeyRange<CAUSAL> kr{0, Sk, -1, -1};
+  if constexpr (GEN) {
+    bkv = blockIdx.z * gp.Hkv + static_cast<int>(blockIdx.y) / gp.group;
+    kr = KeyRange<CAUSAL>{gp.bottom_right ? Sk - Sq : 0, Sk, gp.left, gp.right};
+    const int kv_lo = kr.lo(q0), kv_hi = kr.hi(min(q0 + BR, Sq) - 1);
+    j0 = kv_lo / BC;
+    n_kv = kv_hi < kv_lo ? 0 : kv_hi / BC + 1 - j0;
+  }
 
   if (tid == 0) {
     mbar_init(bar_q, 1);
@@ -202,10 +243,10 @@ __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorM
         const uint32_t use = j / STAGES;  // how often stage s was filled before
         if (use > 0) mbar_wait(empty_k + 8 * s, (use - 1) & 1);
         mbar_arrive_expect_tx(full_k + 8 * s, C::KV_BYTES);  // the whole box, OOB rows included
-        tma_tile<BC, D>(sK + s * C::KV_BYTES, tm_k, j * BC, bh, full_k + 8 * s);
+        tma_tile<BC, D>(sK + s * C::KV_BYTES, tm_k, (j0 + j) * BC, bkv, full_k + 8 * s);
         if (use > 0) mbar_wait(empty_v + 8 * s, (use - 1) & 1);
         mbar_arrive_expect_tx(full_v + 8 * s, C::KV_BYTES);
-        tma_tile<BC, D>(sV + s * C::KV_BYTES, tm_v, j * BC, bh, full_v + 8 * s);
+        tma_tile<BC, D>(sV + s * C::KV_BYTES, tm_v, (j0 + j) * BC, bkv, full_v + 8 * s);
       }
     }
     return;
@@ -228,12 +269,18 @@ __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorM
   auto turn_pass = [&] {
     if constexpr (PINGPONG) named_arrive(1 + (cw ^ 1), 256);
   };
+  RowState<C> st;
+  st.init();
+  if (GEN && n_kv == 0) {  // no row of the block sees a key: zeros and lse -inf (block-uniform)
+    mbar_wait(bar_q, 0);   // the epilogue stages O through the Q tile: let its TMA land first
+    epilogue<T, C>(st, smem, o + static_cast<size_t>(bh) * Sq * D, lse + static_cast<size_t>(bh) * Sq, q0,
+                   64 * cw + 16 * warp, Sq, g, t, lane, scale);
+    return;
+  }
   if constexpr (PINGPONG) {
     if (cw == 0) named_arrive(1, 256);
   }
 
-  RowState<C> st;
-  st.init();
   float s[BC / 2];
   uint32_t p[C::KP][4];
   float alpha[2];
@@ -248,7 +295,7 @@ __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorM
   wgmma_wait<0>();
   fence_regs(s);
   if (leader) mbar_arrive(empty_k);
-  mask_tile<C, CAUSAL>(s, 0, Sk, warp_row0, g, t);
+  mask_any<C, CAUSAL, GEN>(s, j0 * BC, Sk, kr, warp_row0, g, t);
   softmax_tile<C>(st, s, scale_log2, alpha);  // O = 0: no rescale needed
   pack_p<BF16, C>(p, s);
 
@@ -271,7 +318,7 @@ __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorM
       wgmma_wait<1>();  // S_j is ready; PV_{j-1} may still run
       fence_regs(s);
       if (leader) mbar_arrive(empty_k + 8 * sj);
-      mask_tile<C, CAUSAL>(s, j * BC, Sk, warp_row0, g, t);
+      mask_any<C, CAUSAL, GEN>(s, (j0 + j) * BC, Sk, kr, warp_row0, g, t);
       softmax_tile<C>(st, s, scale_log2, alpha);
       wgmma_wait<0>();
       fence_regs(st.acc_o);
@@ -286,7 +333,7 @@ __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorM
         mbar_arrive(empty_k + 8 * sj);
         mbar_arrive(empty_v + 8 * sp);
       }
-      mask_tile<C, CAUSAL>(s, j * BC, Sk, warp_row0, g, t);
+      mask_any<C, CAUSAL, GEN>(s, (j0 + j) * BC, Sk, kr, warp_row0, g, t);
       softmax_tile<C>(st, s, scale_log2, alpha);
       rescale_o<C>(st, alpha);
     }
@@ -314,18 +361,18 @@ __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorM
 
 #if FAPROF_SM90A
 #define FAPROF_WS_BODY(PINGPONG, OVERLAP) \
-  ws_body<T, C, CAUSAL, PINGPONG, OVERLAP>(&tm_q, &tm_k, &tm_v, o, lse, Sq, Sk, scale, scale_log2)
+  ws_body<T, C, CAUSAL, PINGPONG, OVERLAP, GEN>(&tm_q, &tm_k, &tm_v, o, lse, Sq, Sk, scale, scale_log2, gp)
 #else
 #define FAPROF_WS_BODY(PINGPONG, OVERLAP) __trap()  // sm_90a only; the launcher refuses other devices
 #endif
 
 // One __global__ per step, so that ncu and nsys tell the steps apart by kernel name.
 #define FAPROF_WS_KERNEL(NAME, PINGPONG, OVERLAP)                                                            \
-  template <typename T, class C, bool CAUSAL>                                                                \
+  template <typename T, class C, bool CAUSAL, bool GEN = false>                                              \
   __global__ void __launch_bounds__(Ws<C>::THREADS, 1)                                                       \
       NAME(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,                \
            const __grid_constant__ CUtensorMap tm_v, T* __restrict__ o, float* __restrict__ lse, int Sq, int Sk, \
-           float scale, float scale_log2) {                                                                  \
+           float scale, float scale_log2, Fa3Gen gp) {                                                       \
     FAPROF_WS_BODY(PINGPONG, OVERLAP);                                                                       \
   }
 FAPROF_WS_KERNEL(fa3_wgmma_c_kernel, false, false)
@@ -358,8 +405,32 @@ cudaError_t launch_ws(const Args& a) {
   if (err != cudaSuccess) return err;
   const dim3 grid((a.Sq + C::BR - 1) / C::BR, a.H, a.B);
   kernel<<<grid, Ws<C>::THREADS, Ws<C>::SMEM, a.stream>>>(mq, mk, mv, static_cast<T*>(a.o), a.lse, a.Sq, a.Sk,
-                                                           a.scale, a.scale * kLog2e);
+                                                           a.scale, a.scale * kLog2e, Fa3Gen{1, a.H, -1, -1, 0});
   return cudaGetLastError();
+}
+
+// Step (e) for Fa3Gen's problems: K/V tensor maps over [B·Hkv, Sk, D].
+template <typename T, class C, bool CAUSAL>
+cudaError_t launch_e_gen(const Args& a, const Fa3Gen& gp) {
+  constexpr bool BF16 = std::is_same<T, __nv_bfloat16>::value;
+  CUtensorMap mq, mk, mv;
+  cudaError_t err = make_map(&mq, a.q, BF16, a.B * a.H, a.Sq, C::D, C::BR);
+  if (err == cudaSuccess) err = make_map(&mk, a.k, BF16, a.B * gp.Hkv, a.Sk, C::D, C::BC);
+  if (err == cudaSuccess) err = make_map(&mv, a.v, BF16, a.B * gp.Hkv, a.Sk, C::D, C::BC);
+  if (err != cudaSuccess) return err;
+  auto kernel = fa3_wgmma_e_kernel<T, C, CAUSAL, true>;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Ws<C>::SMEM);
+  if (err != cudaSuccess) return err;
+  const dim3 grid((a.Sq + C::BR - 1) / C::BR, a.H, a.B);
+  kernel<<<grid, Ws<C>::THREADS, Ws<C>::SMEM, a.stream>>>(mq, mk, mv, static_cast<T*>(a.o), a.lse, a.Sq, a.Sk,
+                                                           a.scale, a.scale * kLog2e, gp);
+  return cudaGetLastError();
+}
+
+template <class C>
+cudaError_t dispatch_e_gen(const Args& a, const Fa3Gen& gp, bool causal, bool bf16) {
+  if (bf16) return causal ? launch_e_gen<__nv_bfloat16, C, true>(a, gp) : launch_e_gen<__nv_bfloat16, C, false>(a, gp);
+  return causal ? launch_e_gen<__half, C, true>(a, gp) : launch_e_gen<__half, C, false>(a, gp);
 }
 
 template <WsStep STEP, class C>
@@ -397,4 +468,21 @@ cudaError_t faprof_fa3_wgmma_d_fwd(const void* q, const void* k, const void* v, 
 cudaError_t faprof_fa3_wgmma_e_fwd(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
                                    int Sq, int Sk, int D, float scale, bool causal, bool bf16, cudaStream_t stream) {
   return faprof_fa3::fwd_ws<faprof_fa3::WsStep::E>(q, k, v, o, lse, B, H, Sq, Sk, D, scale, causal, bf16, stream);
+}
+
+/// Step (e) for the problems beyond 2022's (faprof_kernels.h, FaprofAttnEx): GQA/MQA, causal and
+/// windows aligned to either corner, dense layout only (no soft-cap, no varlen: the launcher returns
+/// cudaErrorInvalidValue for those). q/o [B, H, Sq, D], k/v [B, Hkv, Sk, D], lse [B, H, Sq].
+cudaError_t faprof_fa3_wgmma_e_fwd_ex(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
+                                      int Sq, int Sk, int D, float scale, bool causal, bool bf16,
+                                      const FaprofAttnEx& ex, cudaStream_t stream) {
+  using namespace faprof_fa3;
+  const Args a{q, k, v, o, lse, B, H, Sq, Sk, scale, stream};
+  bool nothing_to_do = false;
+  const cudaError_t err = validate(a, D, &nothing_to_do);
+  if (err != cudaSuccess || nothing_to_do) return err;
+  if (ex.Hkv <= 0 || H % ex.Hkv != 0 || static_cast<long long>(B) * ex.Hkv > 2147483647LL) return cudaErrorInvalidValue;
+  if (ex.cu_seqlens_q != nullptr || ex.cu_seqlens_k != nullptr || ex.softcap != 0.f) return cudaErrorInvalidValue;
+  const Fa3Gen gp{H / ex.Hkv, ex.Hkv, ex.window_left, ex.window_right, ex.bottom_right ? 1 : 0};
+  return D == 64 ? dispatch_e_gen<CfgWs<64>>(a, gp, causal, bf16) : dispatch_e_gen<CfgWs<128>>(a, gp, causal, bf16);
 }

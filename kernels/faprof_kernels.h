@@ -163,6 +163,13 @@ cudaError_t faprof_fa3_wgmma_d_fwd(const void* q, const void* k, const void* v, 
 cudaError_t faprof_fa3_wgmma_e_fwd(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
                                    int Sq, int Sk, int D, float scale, bool causal, bool bf16, cudaStream_t stream);
 
+// Step (e) for FaprofAttnEx problems (declared after the struct, above): GQA/MQA (TMA coordinates of
+// the KV head), causal and windows aligned to either corner with tile skipping; dense layout only
+// (cu_seqlens or a soft-cap return cudaErrorInvalidValue). q/o [B, H, Sq, D], k/v [B, Hkv, Sk, D].
+cudaError_t faprof_fa3_wgmma_e_fwd_ex(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
+                                      int Sq, int Sk, int D, float scale, bool causal, bool bf16,
+                                      const FaprofAttnEx& ex, cudaStream_t stream);
+
 // ------------------------------------------------------------------- fa3 backward (issue 28)
 // Hopper backward steps (kernels/fa3_bwd_a.cu, fa3_bwd_b.cu, fa3_bwd_pre.cu): gradients of the fa3
 // forward that wrote `o` and `lse` (natural log). FlashAttention-2's KV-block-parallel backward
