@@ -126,11 +126,13 @@ __device__ __forceinline__ void load_rows(uint32_t s_base, const T* __restrict__
   }
 }
 
-// tanh on the SFU (sm_75+): the soft-cap's c·tanh(s / c), max error ~2^-11, below bf16/fp16 P's.
-__device__ __forceinline__ float tanh_approx(float x) {
-  float y;
-  asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
+// tanh(x) = 1 - 2 / (e^2x + 1) from two SFU ops (ex2, rcp): absolute error ~1e-7. (tanh.approx.f32
+// is one op but has ~2^-11 relative error, i.e. up to c·5e-4 on a capped logit: visible in fp16.)
+// x -> +inf: e^2x = inf, rcp = 0, 1; x -> -inf: e^2x = 0, -1.
+__device__ __forceinline__ float tanh_fast(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(fast_exp2(x * (2.f * kLog2e)) + 1.f));
+  return fmaf(-2.f, r, 1.f);
 }
 
 // The problems beyond 2022's (the GEN instantiations): GQA, the mask rule of faprof/model/mask.py
@@ -365,7 +367,7 @@ fa2_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D] (varlen: [total_q,
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = gp.softcap * tanh_approx(acc_s[mt][nt][e] * in_mul);
+            for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = gp.softcap * tanh_fast(acc_s[mt][nt][e] * in_mul);
       }
 
       // ---- mask: only the Sk tail tile and tiles crossing this warp's diagonal ----
