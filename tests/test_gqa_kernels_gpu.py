@@ -200,8 +200,7 @@ def test_masks(ops, kernel, dtype, D, mask, Sq, Sk):
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("kernel", KERNEL_PARAMS)
 def test_gqa_groups(ops, kernel, dtype, D, causal, align, H, Hkv):
-    if H == Hkv and not (causal and align == "bottom_right"):
-        pytest.skip("equal heads without a feature is 2022's problem (tests/test_tc_kernels_gpu.py)")
+    # H == Hkv: group 1 through the *_ex op, i.e. the GEN instantiation with equal heads.
     run_and_check(ops, kernel, _problem(2, H, Hkv, 203, 300, D, dtype, causal, align))
 
 
@@ -248,9 +247,8 @@ def test_softcap_fa2_mma(ops, dtype, D, causal, softcap):
 @pytest.mark.parametrize("kernel", KERNEL_PARAMS)
 def test_variant_fn_takes_attn(kernel):
     """The variant's fn with attn= runs the *_ex op (GQA + window here), as the harness calls it."""
-    from faprof.model.variant import get
-
     import faprof.variants  # noqa: F401  (registers the variants)
+    from faprof.model.variant import get
 
     problem = _problem(2, 8, 2, 203, 300, 128, "bf16", True, "bottom_right", (40, 0))
     ok, why = get(kernel).supports(problem)
