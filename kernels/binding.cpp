@@ -695,7 +695,7 @@ void fwd_ex(const char* op, const char* variant, ExLauncher launcher, bool hoppe
     const FaprofAttnEx ex{static_cast<int>(Hkv), bottom_right, static_cast<int>(window_left),
                           static_cast<int>(window_right), static_cast<float>(softcap),
                           varlen ? cu_q->data_ptr<int>() : nullptr, varlen ? cu_k->data_ptr<int>() : nullptr,
-                          varlen ? static_cast<int>(q.size(0)) : 0};
+                          varlen ? static_cast<int>(q.size(0)) : 0, varlen ? static_cast<int>(k.size(0)) : 0};
     c10::cuda::CUDAGuard guard(q.device());
     check_launch(op, launcher(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr<float>(),
                               static_cast<int>(B), static_cast<int>(H), static_cast<int>(Sq), static_cast<int>(Sk),
@@ -718,7 +718,6 @@ void fa3_wgmma_e_fwd_ex(const at::Tensor& q, const at::Tensor& k, const at::Tens
                         const std::optional<at::Tensor>& cu_seqlens_q, const std::optional<at::Tensor>& cu_seqlens_k,
                         int64_t max_seqlen_q, int64_t max_seqlen_k) {
     constexpr const char* op = "faprof::fa3_wgmma_e_fwd_ex";
-    TORCH_CHECK(!cu_seqlens_q.has_value(), op, ": fa3_wgmma_e does not run packed variable-length batches");
     TORCH_CHECK(softcap == 0, op, ": fa3_wgmma_e does not run a logit soft-cap");
     fwd_ex(op, "fa3_wgmma_e", faprof_fa3_wgmma_e_fwd_ex, true, q, k, v, out, lse, causal, scale, kv_heads,
            bottom_right, window_left, window_right, softcap, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);

@@ -197,6 +197,28 @@ __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorM
   const int qt = CAUSAL ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
   const int bh = blockIdx.z * gridDim.y + blockIdx.y;
   const int q0 = qt * BR;
+  // GEN: this block's sequence. Varlen: its lengths from cu_seqlens, its rows at packed row cu[b] + r of
+  // head h's plane (make_map_packed); dense: the (b, h) plane from row 0. Non-GEN: the constants below.
+  int sq = Sq, sk = Sk, q_row0 = q0, q_plane = bh, kv_row0 = 0, o_stride = D;
+  size_t o_base = 0;
+  float* lse_g = nullptr;
+  if constexpr (GEN) {
+    o_base = static_cast<size_t>(bh) * Sq * D;
+    lse_g = lse + static_cast<size_t>(bh) * Sq;
+    if (gp.cu_q != nullptr) {
+      const int b = blockIdx.z, h = blockIdx.y, H = gridDim.y;
+      const int qs = gp.cu_q[b], ks = gp.cu_k[b];
+      sq = gp.cu_q[b + 1] - qs;
+      sk = gp.cu_k[b + 1] - ks;
+      if (q0 >= sq) return;  // past this sequence's end (block-uniform, before any barrier)
+      q_row0 = qs + q0;
+      q_plane = h;
+      kv_row0 = ks;
+      o_stride = H * D;
+      o_base = (static_cast<size_t>(qs) * H + h) * D;
+      lse_g = lse + static_cast<size_t>(h) * gp.total_q + qs;
+    }
+  }
 
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sK = sQ + C::Q_BYTES;
@@ -212,9 +234,10 @@ __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorM
   int bkv = bh, j0 = 0;
   KeyRange<CAUSAL> kr{0, Sk, -1, -1};
   if constexpr (GEN) {
-    bkv = blockIdx.z * gp.Hkv + static_cast<int>(blockIdx.y) / gp.group;
-    kr = KeyRange<CAUSAL>{gp.bottom_right ? Sk - Sq : 0, Sk, gp.left, gp.right};
-    const int kv_lo = kr.lo(q0), kv_hi = kr.hi(min(q0 + BR, Sq) - 1);
+    const int hk = static_cast<int>(blockIdx.y) / gp.group;
+    bkv = gp.cu_q != nullptr ? hk : static_cast<int>(blockIdx.z) * gp.Hkv + hk;  // packed: the head's plane
+    kr = KeyRange<CAUSAL>{gp.bottom_right ? sk - sq : 0, sk, gp.left, gp.right};
+    const int kv_lo = kr.lo(q0), kv_hi = kr.hi(min(q0 + BR, sq) - 1);
     j0 = kv_lo / BC;
     n_kv = kv_hi < kv_lo ? 0 : kv_hi / BC + 1 - j0;
   }
@@ -237,16 +260,16 @@ __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorM
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     if (tid == 0) {
       mbar_arrive_expect_tx(bar_q, C::Q_BYTES);
-      tma_tile<BR, D>(sQ, tm_q, q0, bh, bar_q);
+      tma_tile<BR, D>(sQ, tm_q, q_row0, q_plane, bar_q);
       for (int j = 0; j < n_kv; ++j) {
         const int s = j % STAGES;
         const uint32_t use = j / STAGES;  // how often stage s was filled before
         if (use > 0) mbar_wait(empty_k + 8 * s, (use - 1) & 1);
         mbar_arrive_expect_tx(full_k + 8 * s, C::KV_BYTES);  // the whole box, OOB rows included
-        tma_tile<BC, D>(sK + s * C::KV_BYTES, tm_k, (j0 + j) * BC, bkv, full_k + 8 * s);
+        tma_tile<BC, D>(sK + s * C::KV_BYTES, tm_k, kv_row0 + (j0 + j) * BC, bkv, full_k + 8 * s);
         if (use > 0) mbar_wait(empty_v + 8 * s, (use - 1) & 1);
         mbar_arrive_expect_tx(full_v + 8 * s, C::KV_BYTES);
-        tma_tile<BC, D>(sV + s * C::KV_BYTES, tm_v, (j0 + j) * BC, bkv, full_v + 8 * s);
+        tma_tile<BC, D>(sV + s * C::KV_BYTES, tm_v, kv_row0 + (j0 + j) * BC, bkv, full_v + 8 * s);
       }
     }
     return;
@@ -269,12 +292,19 @@ __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorM
   auto turn_pass = [&] {
     if constexpr (PINGPONG) named_arrive(1 + (cw ^ 1), 256);
   };
+  auto finish = [&](RowState<C>& st) {
+    if constexpr (GEN) {
+      epilogue<T, C>(st, smem, o + o_base, lse_g, q0, 64 * cw + 16 * warp, sq, g, t, lane, scale, o_stride);
+    } else {
+      epilogue<T, C>(st, smem, o + static_cast<size_t>(bh) * Sq * D, lse + static_cast<size_t>(bh) * Sq, q0,
+                     64 * cw + 16 * warp, Sq, g, t, lane, scale);
+    }
+  };
   RowState<C> st;
   st.init();
   if (GEN && n_kv == 0) {  // no row of the block sees a key: zeros and lse -inf (block-uniform)
     mbar_wait(bar_q, 0);   // the epilogue stages O through the Q tile: let its TMA land first
-    epilogue<T, C>(st, smem, o + static_cast<size_t>(bh) * Sq * D, lse + static_cast<size_t>(bh) * Sq, q0,
-                   64 * cw + 16 * warp, Sq, g, t, lane, scale);
+    finish(st);
     return;
   }
   if constexpr (PINGPONG) {
@@ -354,8 +384,7 @@ __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorM
     fence_regs(st.acc_o);
     fence_regs_u(p);
   }
-  epilogue<T, C>(st, smem, o + static_cast<size_t>(bh) * Sq * D, lse + static_cast<size_t>(bh) * Sq, q0,
-                 64 * cw + 16 * warp, Sq, g, t, lane, scale);
+  finish(st);
 }
 #endif  // FAPROF_SM90A
 
@@ -405,7 +434,8 @@ cudaError_t launch_ws(const Args& a) {
   if (err != cudaSuccess) return err;
   const dim3 grid((a.Sq + C::BR - 1) / C::BR, a.H, a.B);
   kernel<<<grid, Ws<C>::THREADS, Ws<C>::SMEM, a.stream>>>(mq, mk, mv, static_cast<T*>(a.o), a.lse, a.Sq, a.Sk,
-                                                           a.scale, a.scale * kLog2e, Fa3Gen{1, a.H, -1, -1, 0});
+                                                           a.scale, a.scale * kLog2e,
+                                                           Fa3Gen{1, a.H, -1, -1, 0, nullptr, nullptr, 0, 0});
   return cudaGetLastError();
 }
 
@@ -414,9 +444,16 @@ template <typename T, class C, bool CAUSAL>
 cudaError_t launch_e_gen(const Args& a, const Fa3Gen& gp) {
   constexpr bool BF16 = std::is_same<T, __nv_bfloat16>::value;
   CUtensorMap mq, mk, mv;
-  cudaError_t err = make_map(&mq, a.q, BF16, a.B * a.H, a.Sq, C::D, C::BR);
-  if (err == cudaSuccess) err = make_map(&mk, a.k, BF16, a.B * gp.Hkv, a.Sk, C::D, C::BC);
-  if (err == cudaSuccess) err = make_map(&mv, a.v, BF16, a.B * gp.Hkv, a.Sk, C::D, C::BC);
+  cudaError_t err;
+  if (gp.cu_q != nullptr) {  // packed [total, heads, D]: one plane per head, rows are tokens
+    err = make_map_packed(&mq, a.q, BF16, gp.total_q, a.H, C::D, C::BR);
+    if (err == cudaSuccess) err = make_map_packed(&mk, a.k, BF16, gp.total_k, gp.Hkv, C::D, C::BC);
+    if (err == cudaSuccess) err = make_map_packed(&mv, a.v, BF16, gp.total_k, gp.Hkv, C::D, C::BC);
+  } else {
+    err = make_map(&mq, a.q, BF16, a.B * a.H, a.Sq, C::D, C::BR);
+    if (err == cudaSuccess) err = make_map(&mk, a.k, BF16, a.B * gp.Hkv, a.Sk, C::D, C::BC);
+    if (err == cudaSuccess) err = make_map(&mv, a.v, BF16, a.B * gp.Hkv, a.Sk, C::D, C::BC);
+  }
   if (err != cudaSuccess) return err;
   auto kernel = fa3_wgmma_e_kernel<T, C, CAUSAL, true>;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Ws<C>::SMEM);
@@ -471,8 +508,9 @@ cudaError_t faprof_fa3_wgmma_e_fwd(const void* q, const void* k, const void* v, 
 }
 
 /// Step (e) for the problems beyond 2022's (faprof_kernels.h, FaprofAttnEx): GQA/MQA, causal and
-/// windows aligned to either corner, dense layout only (no soft-cap, no varlen: the launcher returns
-/// cudaErrorInvalidValue for those). q/o [B, H, Sq, D], k/v [B, Hkv, Sk, D], lse [B, H, Sq].
+/// windows aligned to either corner, dense or packed varlen (no soft-cap: the launcher returns
+/// cudaErrorInvalidValue). Dense: q/o [B, H, Sq, D], k/v [B, Hkv, Sk, D], lse [B, H, Sq]; varlen: q/o
+/// [total_q, H, D], k/v [total_k, Hkv, D], lse [H, total_q], Sq/Sk the longest sequence's lengths.
 cudaError_t faprof_fa3_wgmma_e_fwd_ex(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
                                       int Sq, int Sk, int D, float scale, bool causal, bool bf16,
                                       const FaprofAttnEx& ex, cudaStream_t stream) {
@@ -482,7 +520,9 @@ cudaError_t faprof_fa3_wgmma_e_fwd_ex(const void* q, const void* k, const void* 
   const cudaError_t err = validate(a, D, &nothing_to_do);
   if (err != cudaSuccess || nothing_to_do) return err;
   if (ex.Hkv <= 0 || H % ex.Hkv != 0 || static_cast<long long>(B) * ex.Hkv > 2147483647LL) return cudaErrorInvalidValue;
-  if (ex.cu_seqlens_q != nullptr || ex.cu_seqlens_k != nullptr || ex.softcap != 0.f) return cudaErrorInvalidValue;
-  const Fa3Gen gp{H / ex.Hkv, ex.Hkv, ex.window_left, ex.window_right, ex.bottom_right ? 1 : 0};
+  if ((ex.cu_seqlens_q == nullptr) != (ex.cu_seqlens_k == nullptr) || ex.softcap != 0.f) return cudaErrorInvalidValue;
+  if (ex.cu_seqlens_q != nullptr && (ex.total_q <= 0 || ex.total_k <= 0)) return cudaErrorInvalidValue;
+  const Fa3Gen gp{H / ex.Hkv, ex.Hkv, ex.window_left, ex.window_right, ex.bottom_right ? 1 : 0,
+                  ex.cu_seqlens_q, ex.cu_seqlens_k, ex.total_q, ex.total_k};
   return D == 64 ? dispatch_e_gen<CfgWs<64>>(a, gp, causal, bf16) : dispatch_e_gen<CfgWs<128>>(a, gp, causal, bf16);
 }

@@ -91,6 +91,7 @@ struct FaprofAttnEx {
   const int* cu_seqlens_q;  // varlen: int32 [B + 1] on the device, q/o rows of each sequence; null: dense
   const int* cu_seqlens_k;  // varlen: int32 [B + 1], k/v rows of each sequence (both or neither)
   int total_q;              // varlen: rows of q (lse is [H, total_q]); unused when dense
+  int total_k;              // varlen: rows of k and v; unused when dense
 };
 
 // fa2_mma for FaprofAttnEx problems (kernels/fa2_mma.cu): the same kernel instantiated with the
@@ -164,8 +165,9 @@ cudaError_t faprof_fa3_wgmma_e_fwd(const void* q, const void* k, const void* v, 
                                    int Sq, int Sk, int D, float scale, bool causal, bool bf16, cudaStream_t stream);
 
 // Step (e) for FaprofAttnEx problems (declared after the struct, above): GQA/MQA (TMA coordinates of
-// the KV head), causal and windows aligned to either corner with tile skipping; dense layout only
-// (cu_seqlens or a soft-cap return cudaErrorInvalidValue). q/o [B, H, Sq, D], k/v [B, Hkv, Sk, D].
+// the KV head), causal and windows aligned to either corner with tile skipping, dense or packed
+// varlen (tensor maps over [total, heads, D], the sequence's start as the row coordinate); a soft-cap
+// returns cudaErrorInvalidValue. Layouts as faprof_fa2_mma_fwd_ex's.
 cudaError_t faprof_fa3_wgmma_e_fwd_ex(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
                                       int Sq, int Sk, int D, float scale, bool causal, bool bf16,
                                       const FaprofAttnEx& ex, cudaStream_t stream);

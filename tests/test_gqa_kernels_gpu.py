@@ -227,10 +227,11 @@ VARLEN = (
                                   (True, "bottom_right", (32, 0))], ids=["full", "causal_br", "causal", "swa_br"])
 @pytest.mark.parametrize("D", (64, 128))
 @pytest.mark.parametrize("dtype", list(DTYPES))
-def test_varlen_fa2_mma(ops, dtype, D, mask, lens):
+@pytest.mark.parametrize("kernel", KERNEL_PARAMS)
+def test_varlen(ops, kernel, dtype, D, mask, lens):
     causal, align, window = mask
     sq, sk = lens
-    run_and_check(ops, "fa2_mma", _problem(len(sq), 8, 2, max(sq), max(sk), D, dtype, causal, align, window,
+    run_and_check(ops, kernel, _problem(len(sq), 8, 2, max(sq), max(sk), D, dtype, causal, align, window,
                                            seqlens_q=sq, seqlens_k=sk))
 
 

@@ -24,7 +24,7 @@ def _schema_args(op: str) -> list[str]:
 
 def test_declared_features():
     assert get("fa2_mma").features == {"gqa", "bottom_right", "window", "softcap", "varlen"}
-    assert get("fa3_wgmma_e").features == {"gqa", "bottom_right", "window"}
+    assert get("fa3_wgmma_e").features == {"gqa", "bottom_right", "window", "varlen"}
     for name in ("fa3_wgmma_a", "fa3_wgmma_d", "fa2_mma_det", "fa2_wmma"):
         assert not get(name).features, name
 
@@ -32,8 +32,8 @@ def test_declared_features():
 @pytest.mark.parametrize("name,problem,reason", [
     ("fa2_mma", AttentionProblem(2, 8, 100, 200, 64, Hkv=2, page_size=16), "paged KV cache"),
     ("fa2_mma", AttentionProblem(2, 8, 100, 100, 64, "bf16", True, direction="bwd", Hkv=2), "forward only"),
-    ("fa3_wgmma_e", AttentionProblem(2, 8, 100, 200, 64, seqlens_q=(100, 3), seqlens_k=(200, 7)),
-     "packed variable-length"),
+    ("fa3_wgmma_e", AttentionProblem(2, 8, 100, 200, 64, seqlens_q=(100, 3), seqlens_k=(200, 7), page_size=0,
+                                     softcap=5.0), "soft-cap"),
     ("fa3_wgmma_e", AttentionProblem(2, 8, 100, 100, 64, softcap=30.0), "soft-cap"),
     ("fa3_wgmma_d", AttentionProblem(2, 8, 100, 100, 64, Hkv=2), "grouped-query"),
 ])

@@ -152,8 +152,8 @@ fa2_mma_fwd = _tc_fwd("fa2_mma_fwd")
 #: Features the forward of fa2_mma runs (its GEN instantiation, kernels/fa2_mma.cu).
 FA2_MMA_FEATURES = frozenset({"gqa", "bottom_right", "window", "softcap", "varlen"})
 
-#: Features the forward of fa3_wgmma_e runs (its GEN instantiation, kernels/fa3_wgmma_ws.cu): dense only.
-FA3_E_FEATURES = frozenset({"gqa", "bottom_right", "window"})
+#: Features the forward of fa3_wgmma_e runs (its GEN instantiation, kernels/fa3_wgmma_ws.cu).
+FA3_E_FEATURES = frozenset({"gqa", "bottom_right", "window", "varlen"})
 
 
 def ex_lse_shape(problem: AttentionProblem) -> tuple[int, ...]:
@@ -397,7 +397,7 @@ def _register_fa3() -> None:
             Variant(
                 name,
                 "cuda",
-                what + ("; also GQA, bottom-right causal, windows" if gen else ""),
+                what + ("; also GQA, bottom-right causal, windows, varlen" if gen else ""),
                 _with_features("fa3_wgmma_e_fwd_ex", fn) if gen else fn,
                 check=_fa3_check(name),
                 features=FA3_E_FEATURES if gen else frozenset(),
