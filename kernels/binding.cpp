@@ -681,8 +681,8 @@ void fwd_ex(const char* op, const char* variant, ExLauncher launcher, bool hoppe
     check_scale(op, scale);
     TORCH_CHECK(scale > 0, op, ": scale must be > 0 (the kernel keeps its running max on raw scores), got ", scale);
     TORCH_CHECK(B <= 65535 && H <= 65535, op, ": B and H must be at most 65535 (grid z and y), got B=", B, " H=", H);
-    TORCH_CHECK(window_left >= -1 && window_right >= -1 && window_left <= kIntMax && window_right <= kIntMax, op,
-                ": window sides must be >= -1 (-1: unbounded), got (", window_left, ", ", window_right, ")");
+    TORCH_CHECK(window_left >= -1 && window_right >= -1, op, ": window sides must be >= -1 (-1: unbounded), got (",
+                window_left, ", ", window_right, ")");
     TORCH_CHECK(std::isfinite(softcap) && softcap >= 0, op, ": softcap must be finite and >= 0, got ", softcap);
     if (hopper) {
         check_sm90a(op, q);
@@ -692,8 +692,11 @@ void fwd_ex(const char* op, const char* variant, ExLauncher launcher, bool hoppe
         TORCH_CHECK(cc_major >= 8, op, ": needs an sm_80 or newer GPU; this one is compute capability ", cc_major,
                     ".x");
     }
-    const FaprofAttnEx ex{static_cast<int>(Hkv), bottom_right, static_cast<int>(window_left),
-                          static_cast<int>(window_right), static_cast<float>(softcap),
+    // A side of Sq + Sk keys or more reaches past every key of every sequence: the same mask, and the
+    // kernels' i + off ± side then stays far from int overflow.
+    auto side = [&](int64_t w) { return static_cast<int>(w < 0 ? -1 : std::min<int64_t>(w, Sq + Sk)); };
+    const FaprofAttnEx ex{static_cast<int>(Hkv), bottom_right, side(window_left), side(window_right),
+                          static_cast<float>(softcap),
                           varlen ? cu_q->data_ptr<int>() : nullptr, varlen ? cu_k->data_ptr<int>() : nullptr,
                           varlen ? static_cast<int>(q.size(0)) : 0, varlen ? static_cast<int>(k.size(0)) : 0};
     c10::cuda::CUDAGuard guard(q.device());

@@ -21,6 +21,12 @@
 //     Sk tail; a warp whose rows all lie above a tile skips it (BR > BC). Query tiles run heaviest
 //     first (reverse blockIdx.x) to shorten the tail.
 //   * lse = m*scale + ln(l) (natural log), fp32 [B, H, Sq].
+//   * GEN instantiations (faprof_fa2_mma_fwd_ex, issue 36): GQA (KV head h / group), the mask rule of
+//     faprof/model/mask.py (causal and windows, top-left or bottom-right) through KeyRange: the KV loop
+//     runs from the block's first row's first key to its last row's last key, a warp skips tiles its
+//     rows do not see, only tiles crossing a bound are masked elementwise; soft-cap; packed varlen
+//     (cu_seqlens, row strides H·D / Hkv·D, blocks past a sequence's end exit). 2022's problems keep
+//     the GEN = false code (the same ptxas registers and spills as before GEN existed).
 //
 // Configs (see the launcher; chosen from H100 timings against alternatives, scripts/tc_bench.py):
 //   D=64:  128x128, 4 warps x 32 rows, Q re-read from smem (beat 128x64 with Q in registers by ~5%);
@@ -38,6 +44,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -655,8 +662,10 @@ cudaError_t faprof_fa2_mma_fwd_ex(const void* q, const void* k, const void* v, v
   if (ex.Hkv <= 0 || H % ex.Hkv != 0) return cudaErrorInvalidValue;
   if ((ex.cu_seqlens_q == nullptr) != (ex.cu_seqlens_k == nullptr)) return cudaErrorInvalidValue;
   if (!(ex.softcap >= 0.f) || ex.softcap == INFINITY) return cudaErrorInvalidValue;
-  const GenParams gp{H / ex.Hkv, ex.Hkv, ex.window_left, ex.window_right, ex.bottom_right ? 1 : 0, ex.softcap,
-                     ex.cu_seqlens_q, ex.cu_seqlens_k, ex.total_q};
+  // A window side past Sq + Sk keys is the same mask, and keeps i + off ± side far from int overflow.
+  const auto side = [&](int w) { return w < 0 ? -1 : static_cast<int>(std::min<long long>(w, 0LL + Sq + Sk)); };
+  const GenParams gp{H / ex.Hkv, ex.Hkv, side(ex.window_left), side(ex.window_right), ex.bottom_right ? 1 : 0,
+                     ex.softcap, ex.cu_seqlens_q, ex.cu_seqlens_k, ex.total_q};
   switch (D) {
     case 64:
       return dispatch_gen<CfgD64>(a, gp, causal, bf16);

@@ -22,6 +22,10 @@
 // Step (e), fa3_wgmma_e_kernel: (d) + intra-warpgroup overlap: wait only for S_j (wait_group 1),
 //   run its softmax while O += P_{j-1} V_{j-1} is still in flight, and apply the rescale of O
 //   (alpha_j) just before the next PV is issued.
+// Step (e) with GEN (faprof_fa3_wgmma_e_fwd_ex, issue 36): GQA (K/V tensor maps over B·Hkv planes,
+//   the producer asks for the KV head's plane), the general mask (KeyRange, fa3_fwd.cuh: the producer
+//   and the consumers agree on the tile range [lo(q0) / BC, hi(q1) / BC], only crossing tiles are
+//   masked), packed varlen (tensor maps over [total, heads, D], the sequence's start as row coordinate).
 //
 // Register budgets (static; `faprof build` reads the faprof:setmaxnreg lines below):
 // faprof:setmaxnreg kernel=fa3_wgmma_c_kernel producer=24 consumer=240
@@ -35,6 +39,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -522,7 +527,9 @@ cudaError_t faprof_fa3_wgmma_e_fwd_ex(const void* q, const void* k, const void* 
   if (ex.Hkv <= 0 || H % ex.Hkv != 0 || static_cast<long long>(B) * ex.Hkv > 2147483647LL) return cudaErrorInvalidValue;
   if ((ex.cu_seqlens_q == nullptr) != (ex.cu_seqlens_k == nullptr) || ex.softcap != 0.f) return cudaErrorInvalidValue;
   if (ex.cu_seqlens_q != nullptr && (ex.total_q <= 0 || ex.total_k <= 0)) return cudaErrorInvalidValue;
-  const Fa3Gen gp{H / ex.Hkv, ex.Hkv, ex.window_left, ex.window_right, ex.bottom_right ? 1 : 0,
+  // A window side past Sq + Sk keys is the same mask, and keeps i + off ± side far from int overflow.
+  const auto side = [&](int w) { return w < 0 ? -1 : static_cast<int>(std::min<long long>(w, 0LL + Sq + Sk)); };
+  const Fa3Gen gp{H / ex.Hkv, ex.Hkv, side(ex.window_left), side(ex.window_right), ex.bottom_right ? 1 : 0,
                   ex.cu_seqlens_q, ex.cu_seqlens_k, ex.total_q, ex.total_k};
   return D == 64 ? dispatch_e_gen<CfgWs<64>>(a, gp, causal, bf16) : dispatch_e_gen<CfgWs<128>>(a, gp, causal, bf16);
 }
