@@ -150,6 +150,7 @@ struct GenParams {
   int left, right;      // window: keys before / after the diagonal a query sees (-1: unbounded)
   int bottom_right;     // 1: the diagonal is offset by sk - sq (FlashAttention's alignment)
   float softcap;        // > 0: scores become c·tanh(scale·s / c); 0: none
+  float cap_in;         // scale / softcap (the launcher passes scale 1 and log2(e) to the softmax then)
   const int* cu_q;      // varlen: int32 [B + 1] starts of each sequence's rows in q/o; null: dense
   const int* cu_k;      // varlen: int32 [B + 1] starts in k/v
   int total_q;          // varlen: rows of q (lse is [H, total_q], FlashAttention's layout)
@@ -250,9 +251,8 @@ fa2_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D] (varlen: [total_q,
     const int last_row = min(q0 + BR, Sq) - 1;  // the block's last real query row sees keys <= last_row
     n_kv = min(n_kv, last_row / BC + 1);
   }
-  // Soft-cap: the scores are scaled (and capped) in place, so the softmax runs with scale 1.
-  const float sm_scale = (GEN && gp.softcap > 0.f) ? 1.f : scale;
-  const float sm_scale_log2 = (GEN && gp.softcap > 0.f) ? kLog2e : scale_log2;
+  // Soft-cap: the scores are scaled (and capped) in place, and the launcher passes scale = 1 and
+  // scale_log2 = log2(e) for the softmax and the LSE (so they stay kernel parameters, not registers).
 
   // Prologue: Q, K[j0], V[j0] in three commit groups.
   load_rows<C, BR>(sQ, qg, q0, sq, tid, q_stride);
@@ -368,7 +368,7 @@ fa2_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D] (varlen: [total_q,
 
       // ---- soft-cap (GEN): s = c·tanh(scale·s / c), before the mask ----
       if (GEN && gp.softcap > 0.f) {
-        const float in_mul = scale / gp.softcap;
+        const float in_mul = gp.cap_in;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -439,13 +439,13 @@ fa2_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D] (varlen: [total_q,
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) base[mt][h] = (mx[mt][h] == -INFINITY) ? 0.f : mx[mt][h] * sm_scale_log2;
+        for (int h = 0; h < 2; ++h) base[mt][h] = (mx[mt][h] == -INFINITY) ? 0.f : mx[mt][h] * scale_log2;
       if (rescale) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const float alpha = fast_exp2(row_m[mt][h] * sm_scale_log2 - base[mt][h]);
+            const float alpha = fast_exp2(row_m[mt][h] * scale_log2 - base[mt][h]);
             row_l[mt][h] *= alpha;
 #pragma unroll
             for (int dt = 0; dt < DT; ++dt) {
@@ -464,7 +464,7 @@ fa2_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D] (varlen: [total_q,
           for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              const float p = fast_exp2(fmaf(acc_s[mt][nt][2 * h + e], sm_scale_log2, -base[mt][h]));
+              const float p = fast_exp2(fmaf(acc_s[mt][nt][2 * h + e], scale_log2, -base[mt][h]));
               acc_s[mt][nt][2 * h + e] = p;
               sum += p;
             }
@@ -524,7 +524,7 @@ fa2_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D] (varlen: [total_q,
         acc_o[mt][dt][2 * h + 1] *= inv;
       }
       const int row = q0 + wrow0 + mt * 16 + (lane >> 2) + h * 8;
-      if ((lane & 3) == 0 && row < sq) lse_g[row] = l > 0.f ? row_m[mt][h] * sm_scale + __logf(l) : -INFINITY;
+      if ((lane & 3) == 0 && row < sq) lse_g[row] = l > 0.f ? row_m[mt][h] * scale + __logf(l) : -INFINITY;
     }
 
   __syncwarp();  // the warp's last reads of its Q rows are done before they are overwritten
@@ -572,15 +572,16 @@ struct Args {
 
 // GEN launches pass the problem's GenParams; 2022's problems pass an unused default (equal heads).
 template <typename T, class C, bool CAUSAL, bool GEN = false>
-cudaError_t launch(const Args& a, const GenParams& gp = GenParams{1, 0, -1, -1, 0, 0.f, nullptr, nullptr, 0}) {
+cudaError_t launch(const Args& a, const GenParams& gp = GenParams{1, 0, -1, -1, 0, 0.f, 0.f, nullptr, nullptr, 0}) {
   auto kernel = fa2_mma_fwd_kernel<T, C, CAUSAL, GEN>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES);
   if (err != cudaSuccess) return err;
   // Varlen: Sq is the longest sequence's length; blocks past a shorter sequence's end exit at once.
   const dim3 grid((a.Sq + C::BR - 1) / C::BR, a.H, a.B);
+  const bool cap = GEN && gp.softcap > 0.f;  // the softmax then sees capped, already scaled scores
   kernel<<<grid, C::THREADS, C::SMEM_BYTES, a.stream>>>(
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
-      a.lse, a.Sq, a.Sk, a.scale, a.scale * kLog2e, gp);
+      a.lse, a.Sq, a.Sk, cap ? 1.f : a.scale, cap ? kLog2e : a.scale * kLog2e, gp);
   return cudaGetLastError();
 }
 
@@ -665,7 +666,8 @@ cudaError_t faprof_fa2_mma_fwd_ex(const void* q, const void* k, const void* v, v
   // A window side past Sq + Sk keys is the same mask, and keeps i + off ± side far from int overflow.
   const auto side = [&](int w) { return w < 0 ? -1 : static_cast<int>(std::min<long long>(w, 0LL + Sq + Sk)); };
   const GenParams gp{H / ex.Hkv, ex.Hkv, side(ex.window_left), side(ex.window_right), ex.bottom_right ? 1 : 0,
-                     ex.softcap, ex.cu_seqlens_q, ex.cu_seqlens_k, ex.total_q};
+                     ex.softcap, ex.softcap > 0.f ? scale / ex.softcap : 0.f, ex.cu_seqlens_q, ex.cu_seqlens_k,
+                     ex.total_q};
   switch (D) {
     case 64:
       return dispatch_gen<CfgD64>(a, gp, causal, bf16);
