@@ -20,7 +20,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 
 $PY -c "from faprof.variants import build; print(build.load().summary())" 2>&1 | tail -3
 if [ "${TESTS:-0}" = 1 ]; then
-  timeout 900 $PY -m pytest -q -x tests/test_gqa_kernels_gpu.py -p no:cacheprovider 2>&1 | tail -25 \
+  timeout 900 $PY -m pytest -q --maxfail=20 tests/test_gqa_kernels_gpu.py -p no:cacheprovider 2>&1 | tail -45 \
     | tee "$OUT/gqa_tests.log"
 fi
 timeout 600 $PY scripts/gpu_gqa_bench.py --reps "${REPS:-20}" --out "$OUT" 2>&1 | tee "$OUT/gqa_bench.log" | tail -60
