@@ -611,3 +611,134 @@ TORCH_LIBRARY_IMPL(faprof, CUDA, m) {
 TORCH_LIBRARY_IMPL(faprof, CPU, m) {
     m.impl("decode_splitkv_fwd", &decode_splitkv_fwd);
 }
+
+// ------------------------------------------------------- problems beyond 2022's (issue 36)
+// fa2_mma_fwd_ex and fa3_wgmma_e_fwd_ex: GQA/MQA (k and v carry kv_heads heads), causal and windows
+// aligned to either corner (window sides -1: unbounded), a soft-cap (0: none), and the packed varlen
+// layout when cu_seqlens_q/k are given (q/out [total_q, H, D], k/v [total_k, Hkv, D], lse [H, total_q],
+// max_seqlen_q/k the longest sequence's lengths); dense otherwise (q [B, H, Sq, D], k [B, Hkv, Sk, D]).
+namespace {
+
+using ExLauncher = cudaError_t (*)(const void*, const void*, const void*, void*, float*, int, int, int, int, int,
+                                   float, bool, bool, const FaprofAttnEx&, cudaStream_t);
+
+void check_cu_seqlens(const char* op, const char* name, const at::Tensor& t, const at::Tensor& q) {
+    TORCH_CHECK(t.is_cuda() && t.device() == q.device(), op, ": ", name, " must be on q's GPU, got ", t.device());
+    TORCH_CHECK(t.scalar_type() == at::kInt && t.dim() == 1 && t.is_contiguous() && t.size(0) >= 2, op, ": ", name,
+                " must be a contiguous int32 [B + 1] tensor of sequence starts, got ", t.scalar_type(), " ",
+                t.sizes());
+}
+
+void fwd_ex(const char* op, const char* variant, ExLauncher launcher, bool hopper, const at::Tensor& q,
+            const at::Tensor& k, const at::Tensor& v, at::Tensor& out, at::Tensor& lse, bool causal, double scale,
+            int64_t kv_heads, bool bottom_right, int64_t window_left, int64_t window_right, double softcap,
+            const std::optional<at::Tensor>& cu_q, const std::optional<at::Tensor>& cu_k, int64_t max_seqlen_q,
+            int64_t max_seqlen_k) {
+    for (const auto& [name, t] : {std::pair<const char*, const at::Tensor*>{"q", &q}, {"k", &k}, {"v", &v},
+                                  {"out", &out}}) {
+        check_tc_tensor(op, name, *t, q);
+        check_aligned(op, name, *t);
+    }
+    TORCH_CHECK(cu_q.has_value() == cu_k.has_value(), op, ": give both cu_seqlens_q and cu_seqlens_k (varlen) or "
+                "neither (dense)");
+    const bool varlen = cu_q.has_value();
+    constexpr int64_t hd = 1;  // the head axis of q and k in either layout
+    TORCH_CHECK(q.dim() == (varlen ? 3 : 4) && k.dim() == q.dim(), op, ": q and k must be ",
+                varlen ? "[total, heads, D] (varlen)" : "[B, heads, S, D] (dense)", ", got ", q.sizes(), " and ",
+                k.sizes());
+    TORCH_CHECK(k.sizes() == v.sizes(), op, ": k and v must have one shape, got ", k.sizes(), " and ", v.sizes());
+    TORCH_CHECK(q.size(-1) == k.size(-1), op, ": q and k must share D, got ", q.sizes(), " and ", k.sizes());
+    const int64_t H = q.size(hd), Hkv = k.size(hd), D = q.size(-1);
+    TORCH_CHECK(Hkv == kv_heads && Hkv > 0 && H % Hkv == 0, op, ": k has ", Hkv, " heads, kv_heads is ", kv_heads,
+                " and q has ", H, "; H must be a multiple of Hkv");
+    int64_t B, Sq, Sk;
+    if (varlen) {
+        check_cu_seqlens(op, "cu_seqlens_q", *cu_q, q);
+        check_cu_seqlens(op, "cu_seqlens_k", *cu_k, q);
+        TORCH_CHECK(cu_q->size(0) == cu_k->size(0), op, ": cu_seqlens_q and cu_seqlens_k must both be [B + 1]");
+        B = cu_q->size(0) - 1;
+        Sq = max_seqlen_q;
+        Sk = max_seqlen_k;
+        TORCH_CHECK(Sq > 0 && Sk > 0 && Sq <= q.size(0) && Sk <= k.size(0), op, ": max_seqlen_q/k must be in [1, "
+                    "total rows], got ", Sq, " and ", Sk);
+        check_output(op, "lse", lse, q, {H, q.size(0)});
+    } else {
+        TORCH_CHECK(q.size(0) == k.size(0), op, ": q and k must have the same B, got ", q.sizes(), " and ", k.sizes());
+        B = q.size(0);
+        Sq = q.size(2);
+        Sk = k.size(2);
+        check_output(op, "lse", lse, q, {B, H, Sq});
+    }
+    TORCH_CHECK(out.sizes() == q.sizes(), op, ": out must have q's shape ", q.sizes(), ", got ", out.sizes());
+    TORCH_CHECK(q.numel() > 0 && k.numel() > 0, op, ": empty tensors are not supported");
+    TORCH_CHECK(B * H <= kIntMax && Sq <= kIntMax && Sk <= kIntMax && q.size(0) <= kIntMax, op,
+                ": B*H, the sequence lengths and total_q must fit in int32");
+    if (hopper) {
+        check_head_dim(variant, static_cast<int>(D), kFaprofFa3HeadDims);
+    } else {
+        check_head_dim(variant, static_cast<int>(D), kFaprofTcHeadDims);
+    }
+    check_scale(op, scale);
+    TORCH_CHECK(scale > 0, op, ": scale must be > 0 (the kernel keeps its running max on raw scores), got ", scale);
+    TORCH_CHECK(B <= 65535 && H <= 65535, op, ": B and H must be at most 65535 (grid z and y), got B=", B, " H=", H);
+    TORCH_CHECK(window_left >= -1 && window_right >= -1, op, ": window sides must be >= -1 (-1: unbounded), got (",
+                window_left, ", ", window_right, ")");
+    TORCH_CHECK(std::isfinite(softcap) && softcap >= 0, op, ": softcap must be finite and >= 0, got ", softcap);
+    if (hopper) {
+        check_sm90a(op, q);
+    } else {
+        int cc_major = 0;
+        cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, q.get_device());
+        TORCH_CHECK(cc_major >= 8, op, ": needs an sm_80 or newer GPU; this one is compute capability ", cc_major,
+                    ".x");
+    }
+    // A side of Sq + Sk keys or more reaches past every key of every sequence: the same mask, and the
+    // kernels' i + off ± side then stays far from int overflow.
+    auto side = [&](int64_t w) { return static_cast<int>(w < 0 ? -1 : std::min<int64_t>(w, Sq + Sk)); };
+    const FaprofAttnEx ex{static_cast<int>(Hkv), bottom_right, side(window_left), side(window_right),
+                          static_cast<float>(softcap),
+                          varlen ? cu_q->data_ptr<int>() : nullptr, varlen ? cu_k->data_ptr<int>() : nullptr,
+                          varlen ? static_cast<int>(q.size(0)) : 0, varlen ? static_cast<int>(k.size(0)) : 0};
+    c10::cuda::CUDAGuard guard(q.device());
+    check_launch(op, launcher(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr<float>(),
+                              static_cast<int>(B), static_cast<int>(H), static_cast<int>(Sq), static_cast<int>(Sk),
+                              static_cast<int>(D), static_cast<float>(scale), causal,
+                              q.scalar_type() == at::kBFloat16, ex, stream_of(q)));
+}
+
+void fa2_mma_fwd_ex(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out, at::Tensor& lse,
+                    bool causal, double scale, int64_t kv_heads, bool bottom_right, int64_t window_left,
+                    int64_t window_right, double softcap, const std::optional<at::Tensor>& cu_seqlens_q,
+                    const std::optional<at::Tensor>& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k) {
+    fwd_ex("faprof::fa2_mma_fwd_ex", "fa2_mma", faprof_fa2_mma_fwd_ex, false, q, k, v, out, lse, causal, scale,
+           kv_heads, bottom_right, window_left, window_right, softcap, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+           max_seqlen_k);
+}
+
+void fa3_wgmma_e_fwd_ex(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor& out,
+                        at::Tensor& lse, bool causal, double scale, int64_t kv_heads, bool bottom_right,
+                        int64_t window_left, int64_t window_right, double softcap,
+                        const std::optional<at::Tensor>& cu_seqlens_q, const std::optional<at::Tensor>& cu_seqlens_k,
+                        int64_t max_seqlen_q, int64_t max_seqlen_k) {
+    constexpr const char* op = "faprof::fa3_wgmma_e_fwd_ex";
+    TORCH_CHECK(softcap == 0, op, ": fa3_wgmma_e does not run a logit soft-cap");
+    fwd_ex(op, "fa3_wgmma_e", faprof_fa3_wgmma_e_fwd_ex, true, q, k, v, out, lse, causal, scale, kv_heads,
+           bottom_right, window_left, window_right, softcap, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(faprof, m) {
+    m.def("fa2_mma_fwd_ex(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale, int kv_heads, bool bottom_right, int window_left, int window_right, float softcap, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k) -> ()");
+    m.def("fa3_wgmma_e_fwd_ex(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!) lse, bool causal, float scale, int kv_heads, bool bottom_right, int window_left, int window_right, float softcap, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(faprof, CUDA, m) {
+    m.impl("fa2_mma_fwd_ex", &fa2_mma_fwd_ex);
+    m.impl("fa3_wgmma_e_fwd_ex", &fa3_wgmma_e_fwd_ex);
+}
+
+TORCH_LIBRARY_IMPL(faprof, CPU, m) {
+    m.impl("fa2_mma_fwd_ex", &fa2_mma_fwd_ex);
+    m.impl("fa3_wgmma_e_fwd_ex", &fa3_wgmma_e_fwd_ex);
+}

@@ -21,6 +21,12 @@
 //     Sk tail; a warp whose rows all lie above a tile skips it (BR > BC). Query tiles run heaviest
 //     first (reverse blockIdx.x) to shorten the tail.
 //   * lse = m*scale + ln(l) (natural log), fp32 [B, H, Sq].
+//   * GEN instantiations (faprof_fa2_mma_fwd_ex, issue 36): GQA (KV head h / group), the mask rule of
+//     faprof/model/mask.py (causal and windows, top-left or bottom-right) through KeyRange: the KV loop
+//     runs from the block's first row's first key to its last row's last key, a warp skips tiles its
+//     rows do not see, only tiles crossing a bound are masked elementwise; soft-cap; packed varlen
+//     (cu_seqlens, row strides H·D / Hkv·D, blocks past a sequence's end exit). 2022's problems keep
+//     the GEN = false code (the same ptxas registers and spills as before GEN existed).
 //
 // Configs (see the launcher; chosen from H100 timings against alternatives, scripts/tc_bench.py):
 //   D=64:  128x128, 4 warps x 32 rows, Q re-read from smem (beat 128x64 with Q in registers by ~5%);
@@ -38,6 +44,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -105,34 +112,79 @@ __device__ __forceinline__ uint32_t swz(int chunk, uint32_t x) { return (static_
 // cp.async ROWS rows [r0, r0 + ROWS) of a [S, D] matrix into a swizzled smem tile; rows >= S read as 0.
 // Thread t always copies chunk t % CHUNKS of rows t / CHUNKS + i * RSTEP, so one global pointer, one
 // smem address and immediates cover every pass (few registers: this runs inside the main loop).
+// `stride`: elements between consecutive rows (D for [.., S, D] tensors; H·D or Hkv·D for packed
+// varlen [total, H, D] ones); the dense path passes the constant C::D, so its code is unchanged.
 template <class C, int ROWS, typename T>
-__device__ __forceinline__ void load_rows(uint32_t s_base, const T* __restrict__ g, int r0, int S, int tid) {
+__device__ __forceinline__ void load_rows(uint32_t s_base, const T* __restrict__ g, int r0, int S, int tid,
+                                          int stride = C::D) {
   constexpr int RSTEP = C::THREADS / C::CHUNKS;  // rows per pass
   static_assert(C::THREADS % C::CHUNKS == 0 && ROWS % RSTEP == 0, "rows must split evenly into passes");
   const int rb = tid / C::CHUNKS;
   const int ch = tid % C::CHUNKS;
-  const T* src = g + static_cast<size_t>(r0 + rb) * C::D + ch * 8;  // zero-fill passes never read it
+  const T* src = g + static_cast<size_t>(r0 + rb) * stride + ch * 8;  // zero-fill passes never read it
   const uint32_t dst = s_base + rb * C::ROW_BYTES;
   const int rows_left = S - r0 - rb;
 #pragma unroll
   for (int i = 0; i < ROWS / RSTEP; ++i) {
     // (row & 7) is rb & 7 on every pass when RSTEP is a multiple of 8 (D <= 128 with 128 threads).
     const int r7 = (RSTEP % 8 == 0) ? (rb & 7) : ((rb + i * RSTEP) & 7);
-    cp_async_16(dst + i * RSTEP * C::ROW_BYTES + swz(ch, r7 << 4), src + i * RSTEP * C::D, i * RSTEP < rows_left);
+    cp_async_16(dst + i * RSTEP * C::ROW_BYTES + swz(ch, r7 << 4), src + static_cast<size_t>(i * RSTEP) * stride,
+                i * RSTEP < rows_left);
   }
 }
+
+// tanh(x) = 1 - 2 / (e^2x + 1) from two SFU ops (ex2, rcp): absolute error ~1e-7. (tanh.approx.f32
+// is one op but has ~2^-11 relative error, i.e. up to c·5e-4 on a capped logit: visible in fp16.)
+// x -> +inf: e^2x = inf, rcp = 0, 1; x -> -inf: e^2x = 0, -1.
+__device__ __forceinline__ float tanh_fast(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(fast_exp2(x * (2.f * kLog2e)) + 1.f));
+  return fmaf(-2.f, r, 1.f);
+}
+
+// The problems beyond 2022's (the GEN instantiations): GQA, the mask rule of faprof/model/mask.py
+// (causal and a window, aligned top-left or bottom-right), a logit soft-cap, packed varlen batches.
+struct GenParams {
+  int group;            // query heads per KV head: query head h reads KV head h / group
+  int Hkv;              // KV heads
+  int left, right;      // window: keys before / after the diagonal a query sees (-1: unbounded)
+  int bottom_right;     // 1: the diagonal is offset by sk - sq (FlashAttention's alignment)
+  float softcap;        // > 0: scores become c·tanh(scale·s / c); 0: none
+  float cap_in;         // scale / softcap (the launcher passes scale 1 and log2(e) to the softmax then)
+  const int* cu_q;      // varlen: int32 [B + 1] starts of each sequence's rows in q/o; null: dense
+  const int* cu_k;      // varlen: int32 [B + 1] starts in k/v
+  int total_q;          // varlen: rows of q (lse is [H, total_q], FlashAttention's layout)
+};
+
+// The keys query row i of a sequence (sq queries, sk keys) sees: [lo(i), hi(i)] (hi < lo: none).
+// Both bounds are nondecreasing in i, so a run of rows [r0, r1] sees keys in [lo(r0), hi(r1)] and
+// every one of its rows sees all of [lo(r1), hi(r0)].
+template <bool CAUSAL>
+struct KeyRange {
+  int off, sk, left, right;
+  __device__ __forceinline__ int hi(int i) const {
+    int h = sk - 1;
+    if (CAUSAL) h = min(h, i + off);
+    if (right >= 0) h = min(h, i + off + right);
+    return h;
+  }
+  __device__ __forceinline__ int lo(int i) const { return left >= 0 ? max(0, i + off - left) : 0; }
+};
 
 // ------------------------------------------------------------------------------------------------
 // The kernel
 // ------------------------------------------------------------------------------------------------
-template <typename T, class C, bool CAUSAL>
+// GEN = false: 2022's problem exactly as before (equal heads, top-left causal or none, dense).
+// GEN = true: GenParams' problems; the same loop with the KV tile range, the per-warp skip and the
+// elementwise mask computed from KeyRange, and row strides / offsets of the sequence's layout.
+template <typename T, class C, bool CAUSAL, bool GEN = false>
 __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
-fa2_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
-                   const T* __restrict__ k,  // [B, H, Sk, D]
-                   const T* __restrict__ v,  // [B, H, Sk, D]
-                   T* __restrict__ o,        // [B, H, Sq, D]
-                   float* __restrict__ lse,  // [B, H, Sq]
-                   int Sq, int Sk, float scale, float scale_log2) {
+fa2_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D] (varlen: [total_q, H, D])
+                   const T* __restrict__ k,  // [B, Hkv, Sk, D] (varlen: [total_k, Hkv, D])
+                   const T* __restrict__ v,  // as k
+                   T* __restrict__ o,        // as q
+                   float* __restrict__ lse,  // [B, H, Sq] (varlen: [H, total_q])
+                   int Sq, int Sk, float scale, float scale_log2, GenParams gp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // cp.async, ldmatrix and bf16 mma need sm_80+; the launcher refuses older GPUs first
 #else
@@ -149,26 +201,65 @@ fa2_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
   const int q0 = qt * BR;
   const int wrow0 = warp * MT * 16;  // first row of this warp inside the tile
 
+  // This block's sequence: its query/key counts, base pointers and row strides (elements).
+  int sq = Sq, sk = Sk, q_stride = D, kv_stride = D;
   const T* qg = q + static_cast<size_t>(bh) * Sq * D;
   const T* kg = k + static_cast<size_t>(bh) * Sk * D;
   const T* vg = v + static_cast<size_t>(bh) * Sk * D;
+  T* og = nullptr;         // GEN only: the dense path computes its output pointers in the epilogue
+  float* lse_g = nullptr;
+  KeyRange<CAUSAL> kr{0, Sk, -1, -1};
+  if constexpr (GEN) {
+    const int b = blockIdx.z, h = blockIdx.y, H = gridDim.y;
+    const int hk = h / gp.group;
+    size_t q_base, k_base;
+    if (gp.cu_q != nullptr) {  // packed: row r of sequence b is row cu[b] + r of [total, heads, D]
+      const int qs = gp.cu_q[b], ks = gp.cu_k[b];
+      sq = gp.cu_q[b + 1] - qs;
+      sk = gp.cu_k[b + 1] - ks;
+      q_stride = H * D;
+      kv_stride = gp.Hkv * D;
+      q_base = (static_cast<size_t>(qs) * H + h) * D;
+      k_base = (static_cast<size_t>(ks) * gp.Hkv + hk) * D;
+      lse_g = lse + static_cast<size_t>(h) * gp.total_q + qs;
+    } else {
+      q_base = static_cast<size_t>(bh) * Sq * D;
+      k_base = (static_cast<size_t>(b) * gp.Hkv + hk) * Sk * D;
+      lse_g = lse + static_cast<size_t>(bh) * Sq;
+    }
+    if (q0 >= sq) return;  // past this sequence's end (the grid covers the longest one)
+    qg = q + q_base;
+    og = o + q_base;
+    kg = k + k_base;
+    vg = v + k_base;
+    kr = KeyRange<CAUSAL>{gp.bottom_right ? sk - sq : 0, sk, gp.left, gp.right};
+  }
 
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sK = sQ + C::Q_BYTES;
   const uint32_t sV = sK + C::STAGES * C::KV_BYTES;
 
-  int n_kv = (Sk + BC - 1) / BC;
-  if (CAUSAL) {
+  // KV tiles [j0, j0 + n_kv): for GEN, from the first key of the block's first row to the last key
+  // of its last row; tiles outside that range are never loaded nor computed.
+  int j0 = 0;
+  int n_kv = (sk + BC - 1) / BC;
+  if constexpr (GEN) {
+    const int kv_lo = kr.lo(q0), kv_hi = kr.hi(min(q0 + BR, sq) - 1);
+    j0 = kv_lo / BC;
+    n_kv = kv_hi < kv_lo ? 0 : kv_hi / BC + 1 - j0;  // 0: no row of the block sees a key
+  } else if (CAUSAL) {
     const int last_row = min(q0 + BR, Sq) - 1;  // the block's last real query row sees keys <= last_row
     n_kv = min(n_kv, last_row / BC + 1);
   }
+  // Soft-cap: the scores are scaled (and capped) in place, and the launcher passes scale = 1 and
+  // scale_log2 = log2(e) for the softmax and the LSE (so they stay kernel parameters, not registers).
 
-  // Prologue: Q, K[0], V[0] in three commit groups.
-  load_rows<C, BR>(sQ, qg, q0, Sq, tid);
+  // Prologue: Q, K[j0], V[j0] in three commit groups.
+  load_rows<C, BR>(sQ, qg, q0, sq, tid, q_stride);
   cp_async_commit();
-  load_rows<C, BC>(sK, kg, 0, Sk, tid);
+  load_rows<C, BC>(sK, kg, j0 * BC, sk, tid, kv_stride);
   cp_async_commit();
-  load_rows<C, BC>(sV, vg, 0, Sk, tid);
+  load_rows<C, BC>(sV, vg, j0 * BC, sk, tid, kv_stride);
   cp_async_commit();
 
   // Per-lane ldmatrix addressing. Lane l gives the row address of matrix l/8, row l%8.
@@ -219,16 +310,16 @@ fa2_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
     const int stage = j & 1;
     const uint32_t sKs = sK + stage * C::KV_BYTES;
     const uint32_t sVs = sV + stage * C::KV_BYTES;
-    const int kv0 = j * BC;
+    const int kv0 = (GEN ? j0 + j : j) * BC;
 
     // K[j+1] goes into the stage K[j-1] used; every warp passed this iteration's PV barrier
     // of j-1 after its QKᵀ of j-1, so that stage is free.
-    if (j + 1 < n_kv) load_rows<C, BC>(sK + (stage ^ 1) * C::KV_BYTES, kg, kv0 + BC, Sk, tid);
+    if (j + 1 < n_kv) load_rows<C, BC>(sK + (stage ^ 1) * C::KV_BYTES, kg, kv0 + BC, sk, tid, kv_stride);
     cp_async_commit();
     cp_async_wait<2>();  // all but {V[j], K[j+1]}: K[j] has landed
     __syncthreads();
     // V[j+1] goes into the stage V[j-1] used; the barrier above follows every warp's PV of j-1.
-    if (j + 1 < n_kv) load_rows<C, BC>(sV + (stage ^ 1) * C::KV_BYTES, vg, kv0 + BC, Sk, tid);
+    if (j + 1 < n_kv) load_rows<C, BC>(sV + (stage ^ 1) * C::KV_BYTES, vg, kv0 + BC, sk, tid, kv_stride);
     cp_async_commit();
 
     // Causal: a warp whose rows all lie above this tile's first key (the block's last tile when
@@ -236,7 +327,10 @@ fa2_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
     // kv0 < Sk always holds here, but as a branch the compiler cannot remove it keeps QKᵀ/softmax
     // and PV in separate scheduling regions, which stops ptxas from interleaving them at the cost
     // of ~100 register moves and a spill per tile (seen in the SASS of the 128x64 D=128 config).
-    const bool active = CAUSAL ? kv0 <= q0 + wrow0 + MT * 16 - 1 : kv0 < Sk;
+    // GEN: the warp's rows [r0, r1] see keys in [lo(r0), hi(r1)]; a tile outside that has nothing.
+    const int wr0 = q0 + wrow0, wr1 = wr0 + MT * 16 - 1;
+    const bool active = GEN ? (wr0 < sq && kv0 <= kr.hi(wr1) && kv0 + BC - 1 >= kr.lo(wr0))
+                            : (CAUSAL ? kv0 <= q0 + wrow0 + MT * 16 - 1 : kv0 < Sk);
     uint32_t p_frag[MT][C::KP][4];
     if (active) {
       // ---- S = Q Kᵀ (fp32) ----
@@ -272,10 +366,39 @@ fa2_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
         }
       }
 
+      // ---- soft-cap (GEN): s = c·tanh(scale·s / c), before the mask ----
+      if (GEN && gp.softcap > 0.f) {
+        const float in_mul = gp.cap_in;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = gp.softcap * tanh_fast(acc_s[mt][nt][e] * in_mul);
+      }
+
       // ---- mask: only the Sk tail tile and tiles crossing this warp's diagonal ----
       // Element (nt, e) of a row sits at key kv0 + 2*(lane&3) + nt*8 + e; it is visible iff
       // nt*8 + e <= lim, lim = min(Sk - 1, row) - kv0 - 2*(lane&3): one compare per element.
-      if (kv0 + BC > Sk || (CAUSAL && kv0 + BC - 1 > q0 + wrow0)) {
+      // GEN: the tile needs the mask unless every row of the warp sees all of it, i.e. unless
+      // [kv0, kv0 + BC) lies inside [lo(r1), hi(r0)]; visible iff lim_lo <= nt*8 + e <= lim.
+      if constexpr (GEN) {
+        if (kv0 + BC - 1 > kr.hi(wr0) || kv0 < kr.lo(wr1)) {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int row = wr0 + mt * 16 + (lane >> 2) + h * 8;
+              const int lim = kr.hi(row) - kv0 - 2 * (lane & 3);
+              const int lim_lo = kr.lo(row) - kv0 - 2 * (lane & 3);
+#pragma unroll
+              for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                  if (nt * 8 + e > lim || nt * 8 + e < lim_lo) acc_s[mt][nt][2 * h + e] = -INFINITY;
+            }
+        }
+      } else if (kv0 + BC > Sk || (CAUSAL && kv0 + BC - 1 > q0 + wrow0)) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -383,6 +506,10 @@ fa2_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
   cp_async_wait<0>();
 
   // ---- epilogue: normalise, lse, stage O through this warp's own Q rows, 16-byte stores ----
+  if constexpr (!GEN) {
+    og = o + static_cast<size_t>(bh) * Sq * D;
+    lse_g = lse + static_cast<size_t>(bh) * Sq;
+  }
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -397,8 +524,7 @@ fa2_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
         acc_o[mt][dt][2 * h + 1] *= inv;
       }
       const int row = q0 + wrow0 + mt * 16 + (lane >> 2) + h * 8;
-      if ((lane & 3) == 0 && row < Sq)
-        lse[static_cast<size_t>(bh) * Sq + row] = l > 0.f ? row_m[mt][h] * scale + __logf(l) : -INFINITY;
+      if ((lane & 3) == 0 && row < sq) lse_g[row] = l > 0.f ? row_m[mt][h] * scale + __logf(l) : -INFINITY;
     }
 
   __syncwarp();  // the warp's last reads of its Q rows are done before they are overwritten
@@ -414,14 +540,13 @@ fa2_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
             pack2<BF16>(acc_o[mt][dt][2 * h], acc_o[mt][dt][2 * h + 1]);
     }
   __syncwarp();
-  T* og = o + static_cast<size_t>(bh) * Sq * D;
 #pragma unroll
   for (int i = 0; i < MT * 16 * C::CHUNKS / 32; ++i) {
     const int idx = lane + 32 * i;
     const int r = wrow0 + idx / C::CHUNKS;
     const int ch = idx % C::CHUNKS;
     const uint4 val = *reinterpret_cast<const uint4*>(smem + r * ROW_BYTES + swz(ch, (r & 7) << 4));
-    if (q0 + r < Sq) *reinterpret_cast<uint4*>(og + static_cast<size_t>(q0 + r) * D + ch * 8) = val;
+    if (q0 + r < sq) *reinterpret_cast<uint4*>(og + static_cast<size_t>(q0 + r) * q_stride + ch * 8) = val;
   }
 #endif
 }
@@ -445,15 +570,18 @@ struct Args {
   cudaStream_t stream;
 };
 
-template <typename T, class C, bool CAUSAL>
-cudaError_t launch(const Args& a) {
-  auto kernel = fa2_mma_fwd_kernel<T, C, CAUSAL>;
+// GEN launches pass the problem's GenParams; 2022's problems pass an unused default (equal heads).
+template <typename T, class C, bool CAUSAL, bool GEN = false>
+cudaError_t launch(const Args& a, const GenParams& gp = GenParams{1, 0, -1, -1, 0, 0.f, 0.f, nullptr, nullptr, 0}) {
+  auto kernel = fa2_mma_fwd_kernel<T, C, CAUSAL, GEN>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES);
   if (err != cudaSuccess) return err;
+  // Varlen: Sq is the longest sequence's length; blocks past a shorter sequence's end exit at once.
   const dim3 grid((a.Sq + C::BR - 1) / C::BR, a.H, a.B);
+  const bool cap = GEN && gp.softcap > 0.f;  // the softmax then sees capped, already scaled scores
   kernel<<<grid, C::THREADS, C::SMEM_BYTES, a.stream>>>(
       static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v), static_cast<T*>(a.o),
-      a.lse, a.Sq, a.Sk, a.scale, a.scale * kLog2e);
+      a.lse, a.Sq, a.Sk, cap ? 1.f : a.scale, cap ? kLog2e : a.scale * kLog2e, gp);
   return cudaGetLastError();
 }
 
@@ -461,6 +589,12 @@ template <class C>
 cudaError_t dispatch(const Args& a, bool causal, bool bf16) {
   if (bf16) return causal ? launch<__nv_bfloat16, C, true>(a) : launch<__nv_bfloat16, C, false>(a);
   return causal ? launch<__half, C, true>(a) : launch<__half, C, false>(a);
+}
+
+template <class C>
+cudaError_t dispatch_gen(const Args& a, const GenParams& gp, bool causal, bool bf16) {
+  if (bf16) return causal ? launch<__nv_bfloat16, C, true, true>(a, gp) : launch<__nv_bfloat16, C, false, true>(a, gp);
+  return causal ? launch<__half, C, true, true>(a, gp) : launch<__half, C, false, true>(a, gp);
 }
 
 // cp.async, ldmatrix and bf16 mma.sync exist from sm_80 on (older GPUs get a trapping stub).
@@ -509,6 +643,38 @@ cudaError_t faprof_fa2_mma_fwd(const void* q, const void* k, const void* v, void
       return dispatch<CfgD128>(a, causal, bf16);
     case 256:
       return dispatch<CfgD256>(a, causal, bf16);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+/// fa2_mma forward for the problems beyond 2022's (faprof_kernels.h, FaprofAttnEx): GQA/MQA, causal
+/// and windows aligned to either corner, soft-cap, packed varlen batches. Dense: q [B,H,Sq,D], k/v
+/// [B,Hkv,Sk,D], lse [B,H,Sq]; varlen (ex.cu_seqlens_q set): q [total_q,H,D], k/v [total_k,Hkv,D],
+/// lse [H,total_q], Sq/Sk the longest sequence's lengths.
+cudaError_t faprof_fa2_mma_fwd_ex(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
+                                  int Sq, int Sk, int D, float scale, bool causal, bool bf16, const FaprofAttnEx& ex,
+                                  cudaStream_t stream) {
+  using namespace faprof_fa2_mma;
+  const Args a{q, k, v, o, lse, B, H, Sq, Sk, scale, stream};
+  bool nothing_to_do = false;
+  cudaError_t err = validate(a, D, &nothing_to_do);
+  if (err != cudaSuccess || nothing_to_do) return err;
+  if (ex.Hkv <= 0 || H % ex.Hkv != 0) return cudaErrorInvalidValue;
+  if ((ex.cu_seqlens_q == nullptr) != (ex.cu_seqlens_k == nullptr)) return cudaErrorInvalidValue;
+  if (!(ex.softcap >= 0.f) || ex.softcap == INFINITY) return cudaErrorInvalidValue;
+  // A window side past Sq + Sk keys is the same mask, and keeps i + off ± side far from int overflow.
+  const auto side = [&](int w) { return w < 0 ? -1 : static_cast<int>(std::min<long long>(w, 0LL + Sq + Sk)); };
+  const GenParams gp{H / ex.Hkv, ex.Hkv, side(ex.window_left), side(ex.window_right), ex.bottom_right ? 1 : 0,
+                     ex.softcap, ex.softcap > 0.f ? scale / ex.softcap : 0.f, ex.cu_seqlens_q, ex.cu_seqlens_k,
+                     ex.total_q};
+  switch (D) {
+    case 64:
+      return dispatch_gen<CfgD64>(a, gp, causal, bf16);
+    case 128:
+      return dispatch_gen<CfgD128>(a, gp, causal, bf16);
+    case 256:
+      return dispatch_gen<CfgD256>(a, gp, causal, bf16);
     default:
       return cudaErrorInvalidValue;
   }

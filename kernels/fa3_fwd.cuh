@@ -65,7 +65,8 @@ struct RowState {
 // rows this warp's warpgroup last read through wgmmas that have completed) and store 16 bytes a lane.
 template <typename T, class C>
 __device__ __forceinline__ void epilogue(RowState<C>& st, unsigned char* smem, T* og, float* lse_bh, int q0,
-                                         int r_tile, int Sq, int g, int t, int lane, float scale) {
+                                         int r_tile, int Sq, int g, int t, int lane, float scale,
+                                         int o_stride = C::D) {  // elements between rows of O (varlen: H·D)
   constexpr bool BF16 = std::is_same<T, __nv_bfloat16>::value;
   constexpr int D = C::D, BR = C::BR, DT = C::DT;
 #pragma unroll
@@ -95,7 +96,7 @@ __device__ __forceinline__ void epilogue(RowState<C>& st, unsigned char* smem, T
     const int r = r_tile + idx / (D / 8);
     const int c = (idx % (D / 8)) * 8;
     const uint4 val = *reinterpret_cast<const uint4*>(smem + sw128_offset(BR, r, c));
-    if (q0 + r < Sq) *reinterpret_cast<uint4*>(og + static_cast<size_t>(q0 + r) * D + c) = val;
+    if (q0 + r < Sq) *reinterpret_cast<uint4*>(og + static_cast<size_t>(q0 + r) * o_stride + c) = val;
   }
 }
 #endif  // FAPROF_SM90A
@@ -134,6 +135,35 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, i
 }
 #endif
 
+// The problems beyond 2022's that step (e) runs (fa3_wgmma_ws.cu's GEN instantiation): GQA and the
+// mask rule of faprof/model/mask.py, dense layout.
+struct Fa3Gen {
+  int group;         // query heads per KV head: query head h reads KV head h / group
+  int Hkv;           // KV heads (the K/V tensor maps cover B·Hkv planes)
+  int left, right;   // window: keys before / after the diagonal a query sees (-1: unbounded)
+  int bottom_right;  // 1: the diagonal is offset by Sk - Sq
+  const int* cu_q;   // varlen: int32 [B + 1] starts of each sequence's rows in q/o; null: dense
+  const int* cu_k;   // varlen: int32 [B + 1] starts in k/v
+  int total_q;       // varlen: rows of q (lse is [H, total_q])
+  int total_k;       // varlen: rows of k and v
+};
+
+// The keys query row i sees: [lo(i), hi(i)] (hi < lo: none). Both bounds are nondecreasing in i, so
+// rows [r0, r1] see keys in [lo(r0), hi(r1)], and each of them sees all of [lo(r1), hi(r0)].
+template <bool CAUSAL>
+struct KeyRange {
+  int off, sk, left, right;
+  __host__ __device__ __forceinline__ int hi(int i) const {
+    int h = sk - 1;
+    if (CAUSAL) h = h < i + off ? h : i + off;
+    if (right >= 0) h = h < i + off + right ? h : i + off + right;
+    return h;
+  }
+  __host__ __device__ __forceinline__ int lo(int i) const {
+    return left >= 0 ? (i + off - left > 0 ? i + off - left : 0) : 0;
+  }
+};
+
 struct Args {
   const void* q;
   const void* k;
@@ -166,6 +196,25 @@ inline cudaError_t make_map(CUtensorMap* map, const void* base, bool bf16, int B
   if (encode == nullptr) return cudaErrorNotSupported;
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(D), static_cast<cuuint64_t>(S), static_cast<cuuint64_t>(BH)};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(D) * 2, static_cast<cuuint64_t>(S) * D * 2};  // bytes
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(rows), 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
+                            const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+// A 3-D map over a packed [total, heads, D] tensor (varlen): dims innermost first (D, total, heads),
+// so that coordinate (64·c, row, head) is the row-th token's head `head`; boxes of [rows][64].
+// Rows past `total` are zero-filled; rows of the next sequence are read and masked by the kernel.
+inline cudaError_t make_map_packed(CUtensorMap* map, const void* base, bool bf16, int total, int heads, int D,
+                                   int rows) {
+  auto encode = tensor_map_encoder();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(D), static_cast<cuuint64_t>(total),
+                              static_cast<cuuint64_t>(heads)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(heads) * D * 2, static_cast<cuuint64_t>(D) * 2};  // bytes
   const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(rows), 1};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   const CUresult r = encode(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,

@@ -22,6 +22,10 @@
 // Step (e), fa3_wgmma_e_kernel: (d) + intra-warpgroup overlap: wait only for S_j (wait_group 1),
 //   run its softmax while O += P_{j-1} V_{j-1} is still in flight, and apply the rescale of O
 //   (alpha_j) just before the next PV is issued.
+// Step (e) with GEN (faprof_fa3_wgmma_e_fwd_ex, issue 36): GQA (K/V tensor maps over B·Hkv planes,
+//   the producer asks for the KV head's plane), the general mask (KeyRange, fa3_fwd.cuh: the producer
+//   and the consumers agree on the tile range [lo(q0) / BC, hi(q1) / BC], only crossing tiles are
+//   masked), packed varlen (tensor maps over [total, heads, D], the sequence's start as row coordinate).
 //
 // Register budgets (static; `faprof build` reads the faprof:setmaxnreg lines below):
 // faprof:setmaxnreg kernel=fa3_wgmma_c_kernel producer=24 consumer=240
@@ -35,6 +39,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -151,11 +156,41 @@ __device__ __forceinline__ void pack_p(uint32_t (&p)[C::KP][4], const float (&s)
     for (int i = 0; i < 4; ++i) p[kk][i] = pack2<BF16>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
 }
 
-// The body of steps c, d (PINGPONG) and e (PINGPONG + OVERLAP).
-template <typename T, class C, bool CAUSAL, bool PINGPONG, bool OVERLAP>
+// GEN (step e only): mask the tile with the general rule. Rows [r0, r0 + 15] of this warp; the tile
+// needs the mask unless [kv0, kv0 + BC) lies inside [lo(r0 + 15), hi(r0)] (KeyRange's doc).
+template <class C, bool CAUSAL>
+__device__ __forceinline__ void mask_tile_gen(float (&s)[C::BC / 2], int kv0, const KeyRange<CAUSAL>& kr,
+                                              int warp_row0, int g, int t) {
+  if (kv0 + C::BC - 1 > kr.hi(warp_row0) || kv0 < kr.lo(warp_row0 + 15)) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = warp_row0 + g + 8 * h;
+      const int lim = kr.hi(row) - kv0 - 2 * t;
+      const int lim_lo = kr.lo(row) - kv0 - 2 * t;
+#pragma unroll
+      for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          if (nt * 8 + e > lim || nt * 8 + e < lim_lo) s[4 * nt + 2 * h + e] = -INFINITY;
+    }
+  }
+}
+
+template <class C, bool CAUSAL, bool GEN>
+__device__ __forceinline__ void mask_any(float (&s)[C::BC / 2], int kv0, int Sk, const KeyRange<CAUSAL>& kr,
+                                         int warp_row0, int g, int t) {
+  if constexpr (GEN) {
+    mask_tile_gen<C, CAUSAL>(s, kv0, kr, warp_row0, g, t);
+  } else {
+    mask_tile<C, CAUSAL>(s, kv0, Sk, warp_row0, g, t);
+  }
+}
+
+// The body of steps c, d (PINGPONG) and e (PINGPONG + OVERLAP); GEN: Fa3Gen's problems (step e).
+template <typename T, class C, bool CAUSAL, bool PINGPONG, bool OVERLAP, bool GEN>
 __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorMap* tm_k, const CUtensorMap* tm_v,
                                         T* __restrict__ o, float* __restrict__ lse, int Sq, int Sk, float scale,
-                                        float scale_log2) {
+                                        float scale_log2, const Fa3Gen& gp) {
   constexpr bool BF16 = std::is_same<T, __nv_bfloat16>::value;
   constexpr int D = C::D, BR = C::BR, BC = C::BC, STAGES = C::STAGES;
   extern __shared__ unsigned char smem_raw[];
@@ -167,6 +202,28 @@ __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorM
   const int qt = CAUSAL ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
   const int bh = blockIdx.z * gridDim.y + blockIdx.y;
   const int q0 = qt * BR;
+  // GEN: this block's sequence. Varlen: its lengths from cu_seqlens, its rows at packed row cu[b] + r of
+  // head h's plane (make_map_packed); dense: the (b, h) plane from row 0. Non-GEN: the constants below.
+  int sq = Sq, sk = Sk, q_row0 = q0, q_plane = bh, kv_row0 = 0, o_stride = D;
+  size_t o_base = 0;
+  float* lse_g = nullptr;
+  if constexpr (GEN) {
+    o_base = static_cast<size_t>(bh) * Sq * D;
+    lse_g = lse + static_cast<size_t>(bh) * Sq;
+    if (gp.cu_q != nullptr) {
+      const int b = blockIdx.z, h = blockIdx.y, H = gridDim.y;
+      const int qs = gp.cu_q[b], ks = gp.cu_k[b];
+      sq = gp.cu_q[b + 1] - qs;
+      sk = gp.cu_k[b + 1] - ks;
+      if (q0 >= sq) return;  // past this sequence's end (block-uniform, before any barrier)
+      q_row0 = qs + q0;
+      q_plane = h;
+      kv_row0 = ks;
+      o_stride = H * D;
+      o_base = (static_cast<size_t>(qs) * H + h) * D;
+      lse_g = lse + static_cast<size_t>(h) * gp.total_q + qs;
+    }
+  }
 
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sK = sQ + C::Q_BYTES;
@@ -177,6 +234,18 @@ __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorM
 
   int n_kv = (Sk + BC - 1) / BC;
   if (CAUSAL) n_kv = min(n_kv, (min(q0 + BR, Sq) - 1) / BC + 1);
+  // GEN: K/V rows of KV head h / group (tensor maps over [B·Hkv, Sk, D]); KV tiles [j0, j0 + n_kv)
+  // from the first key of the block's first row to the last key of its last row (none: n_kv = 0).
+  int bkv = bh, j0 = 0;
+  KeyRange<CAUSAL> kr{0, Sk, -1, -1};
+  if constexpr (GEN) {
+    const int hk = static_cast<int>(blockIdx.y) / gp.group;
+    bkv = gp.cu_q != nullptr ? hk : static_cast<int>(blockIdx.z) * gp.Hkv + hk;  // packed: the head's plane
+    kr = KeyRange<CAUSAL>{gp.bottom_right ? sk - sq : 0, sk, gp.left, gp.right};
+    const int kv_lo = kr.lo(q0), kv_hi = kr.hi(min(q0 + BR, sq) - 1);
+    j0 = kv_lo / BC;
+    n_kv = kv_hi < kv_lo ? 0 : kv_hi / BC + 1 - j0;
+  }
 
   if (tid == 0) {
     mbar_init(bar_q, 1);
@@ -196,16 +265,16 @@ __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorM
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     if (tid == 0) {
       mbar_arrive_expect_tx(bar_q, C::Q_BYTES);
-      tma_tile<BR, D>(sQ, tm_q, q0, bh, bar_q);
+      tma_tile<BR, D>(sQ, tm_q, q_row0, q_plane, bar_q);
       for (int j = 0; j < n_kv; ++j) {
         const int s = j % STAGES;
         const uint32_t use = j / STAGES;  // how often stage s was filled before
         if (use > 0) mbar_wait(empty_k + 8 * s, (use - 1) & 1);
         mbar_arrive_expect_tx(full_k + 8 * s, C::KV_BYTES);  // the whole box, OOB rows included
-        tma_tile<BC, D>(sK + s * C::KV_BYTES, tm_k, j * BC, bh, full_k + 8 * s);
+        tma_tile<BC, D>(sK + s * C::KV_BYTES, tm_k, kv_row0 + (j0 + j) * BC, bkv, full_k + 8 * s);
         if (use > 0) mbar_wait(empty_v + 8 * s, (use - 1) & 1);
         mbar_arrive_expect_tx(full_v + 8 * s, C::KV_BYTES);
-        tma_tile<BC, D>(sV + s * C::KV_BYTES, tm_v, j * BC, bh, full_v + 8 * s);
+        tma_tile<BC, D>(sV + s * C::KV_BYTES, tm_v, kv_row0 + (j0 + j) * BC, bkv, full_v + 8 * s);
       }
     }
     return;
@@ -228,12 +297,25 @@ __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorM
   auto turn_pass = [&] {
     if constexpr (PINGPONG) named_arrive(1 + (cw ^ 1), 256);
   };
+  auto finish = [&](RowState<C>& st) {
+    if constexpr (GEN) {
+      epilogue<T, C>(st, smem, o + o_base, lse_g, q0, 64 * cw + 16 * warp, sq, g, t, lane, scale, o_stride);
+    } else {
+      epilogue<T, C>(st, smem, o + static_cast<size_t>(bh) * Sq * D, lse + static_cast<size_t>(bh) * Sq, q0,
+                     64 * cw + 16 * warp, Sq, g, t, lane, scale);
+    }
+  };
+  RowState<C> st;
+  st.init();
+  if (GEN && n_kv == 0) {  // no row of the block sees a key: zeros and lse -inf (block-uniform)
+    mbar_wait(bar_q, 0);   // the epilogue stages O through the Q tile: let its TMA land first
+    finish(st);
+    return;
+  }
   if constexpr (PINGPONG) {
     if (cw == 0) named_arrive(1, 256);
   }
 
-  RowState<C> st;
-  st.init();
   float s[BC / 2];
   uint32_t p[C::KP][4];
   float alpha[2];
@@ -248,7 +330,7 @@ __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorM
   wgmma_wait<0>();
   fence_regs(s);
   if (leader) mbar_arrive(empty_k);
-  mask_tile<C, CAUSAL>(s, 0, Sk, warp_row0, g, t);
+  mask_any<C, CAUSAL, GEN>(s, j0 * BC, Sk, kr, warp_row0, g, t);
   softmax_tile<C>(st, s, scale_log2, alpha);  // O = 0: no rescale needed
   pack_p<BF16, C>(p, s);
 
@@ -271,7 +353,7 @@ __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorM
       wgmma_wait<1>();  // S_j is ready; PV_{j-1} may still run
       fence_regs(s);
       if (leader) mbar_arrive(empty_k + 8 * sj);
-      mask_tile<C, CAUSAL>(s, j * BC, Sk, warp_row0, g, t);
+      mask_any<C, CAUSAL, GEN>(s, (j0 + j) * BC, Sk, kr, warp_row0, g, t);
       softmax_tile<C>(st, s, scale_log2, alpha);
       wgmma_wait<0>();
       fence_regs(st.acc_o);
@@ -286,7 +368,7 @@ __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorM
         mbar_arrive(empty_k + 8 * sj);
         mbar_arrive(empty_v + 8 * sp);
       }
-      mask_tile<C, CAUSAL>(s, j * BC, Sk, warp_row0, g, t);
+      mask_any<C, CAUSAL, GEN>(s, (j0 + j) * BC, Sk, kr, warp_row0, g, t);
       softmax_tile<C>(st, s, scale_log2, alpha);
       rescale_o<C>(st, alpha);
     }
@@ -307,25 +389,24 @@ __device__ __forceinline__ void ws_body(const CUtensorMap* tm_q, const CUtensorM
     fence_regs(st.acc_o);
     fence_regs_u(p);
   }
-  epilogue<T, C>(st, smem, o + static_cast<size_t>(bh) * Sq * D, lse + static_cast<size_t>(bh) * Sq, q0,
-                 64 * cw + 16 * warp, Sq, g, t, lane, scale);
+  finish(st);
 }
 #endif  // FAPROF_SM90A
 
 #if FAPROF_SM90A
 #define FAPROF_WS_BODY(PINGPONG, OVERLAP) \
-  ws_body<T, C, CAUSAL, PINGPONG, OVERLAP>(&tm_q, &tm_k, &tm_v, o, lse, Sq, Sk, scale, scale_log2)
+  ws_body<T, C, CAUSAL, PINGPONG, OVERLAP, GEN>(&tm_q, &tm_k, &tm_v, o, lse, Sq, Sk, scale, scale_log2, gp)
 #else
 #define FAPROF_WS_BODY(PINGPONG, OVERLAP) __trap()  // sm_90a only; the launcher refuses other devices
 #endif
 
 // One __global__ per step, so that ncu and nsys tell the steps apart by kernel name.
 #define FAPROF_WS_KERNEL(NAME, PINGPONG, OVERLAP)                                                            \
-  template <typename T, class C, bool CAUSAL>                                                                \
+  template <typename T, class C, bool CAUSAL, bool GEN = false>                                              \
   __global__ void __launch_bounds__(Ws<C>::THREADS, 1)                                                       \
       NAME(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,                \
            const __grid_constant__ CUtensorMap tm_v, T* __restrict__ o, float* __restrict__ lse, int Sq, int Sk, \
-           float scale, float scale_log2) {                                                                  \
+           float scale, float scale_log2, Fa3Gen gp) {                                                       \
     FAPROF_WS_BODY(PINGPONG, OVERLAP);                                                                       \
   }
 FAPROF_WS_KERNEL(fa3_wgmma_c_kernel, false, false)
@@ -358,8 +439,40 @@ cudaError_t launch_ws(const Args& a) {
   if (err != cudaSuccess) return err;
   const dim3 grid((a.Sq + C::BR - 1) / C::BR, a.H, a.B);
   kernel<<<grid, Ws<C>::THREADS, Ws<C>::SMEM, a.stream>>>(mq, mk, mv, static_cast<T*>(a.o), a.lse, a.Sq, a.Sk,
-                                                           a.scale, a.scale * kLog2e);
+                                                           a.scale, a.scale * kLog2e,
+                                                           Fa3Gen{1, a.H, -1, -1, 0, nullptr, nullptr, 0, 0});
   return cudaGetLastError();
+}
+
+// Step (e) for Fa3Gen's problems: K/V tensor maps over [B·Hkv, Sk, D].
+template <typename T, class C, bool CAUSAL>
+cudaError_t launch_e_gen(const Args& a, const Fa3Gen& gp) {
+  constexpr bool BF16 = std::is_same<T, __nv_bfloat16>::value;
+  CUtensorMap mq, mk, mv;
+  cudaError_t err;
+  if (gp.cu_q != nullptr) {  // packed [total, heads, D]: one plane per head, rows are tokens
+    err = make_map_packed(&mq, a.q, BF16, gp.total_q, a.H, C::D, C::BR);
+    if (err == cudaSuccess) err = make_map_packed(&mk, a.k, BF16, gp.total_k, gp.Hkv, C::D, C::BC);
+    if (err == cudaSuccess) err = make_map_packed(&mv, a.v, BF16, gp.total_k, gp.Hkv, C::D, C::BC);
+  } else {
+    err = make_map(&mq, a.q, BF16, a.B * a.H, a.Sq, C::D, C::BR);
+    if (err == cudaSuccess) err = make_map(&mk, a.k, BF16, a.B * gp.Hkv, a.Sk, C::D, C::BC);
+    if (err == cudaSuccess) err = make_map(&mv, a.v, BF16, a.B * gp.Hkv, a.Sk, C::D, C::BC);
+  }
+  if (err != cudaSuccess) return err;
+  auto kernel = fa3_wgmma_e_kernel<T, C, CAUSAL, true>;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Ws<C>::SMEM);
+  if (err != cudaSuccess) return err;
+  const dim3 grid((a.Sq + C::BR - 1) / C::BR, a.H, a.B);
+  kernel<<<grid, Ws<C>::THREADS, Ws<C>::SMEM, a.stream>>>(mq, mk, mv, static_cast<T*>(a.o), a.lse, a.Sq, a.Sk,
+                                                           a.scale, a.scale * kLog2e, gp);
+  return cudaGetLastError();
+}
+
+template <class C>
+cudaError_t dispatch_e_gen(const Args& a, const Fa3Gen& gp, bool causal, bool bf16) {
+  if (bf16) return causal ? launch_e_gen<__nv_bfloat16, C, true>(a, gp) : launch_e_gen<__nv_bfloat16, C, false>(a, gp);
+  return causal ? launch_e_gen<__half, C, true>(a, gp) : launch_e_gen<__half, C, false>(a, gp);
 }
 
 template <WsStep STEP, class C>
@@ -397,4 +510,26 @@ cudaError_t faprof_fa3_wgmma_d_fwd(const void* q, const void* k, const void* v, 
 cudaError_t faprof_fa3_wgmma_e_fwd(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
                                    int Sq, int Sk, int D, float scale, bool causal, bool bf16, cudaStream_t stream) {
   return faprof_fa3::fwd_ws<faprof_fa3::WsStep::E>(q, k, v, o, lse, B, H, Sq, Sk, D, scale, causal, bf16, stream);
+}
+
+/// Step (e) for the problems beyond 2022's (faprof_kernels.h, FaprofAttnEx): GQA/MQA, causal and
+/// windows aligned to either corner, dense or packed varlen (no soft-cap: the launcher returns
+/// cudaErrorInvalidValue). Dense: q/o [B, H, Sq, D], k/v [B, Hkv, Sk, D], lse [B, H, Sq]; varlen: q/o
+/// [total_q, H, D], k/v [total_k, Hkv, D], lse [H, total_q], Sq/Sk the longest sequence's lengths.
+cudaError_t faprof_fa3_wgmma_e_fwd_ex(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
+                                      int Sq, int Sk, int D, float scale, bool causal, bool bf16,
+                                      const FaprofAttnEx& ex, cudaStream_t stream) {
+  using namespace faprof_fa3;
+  const Args a{q, k, v, o, lse, B, H, Sq, Sk, scale, stream};
+  bool nothing_to_do = false;
+  const cudaError_t err = validate(a, D, &nothing_to_do);
+  if (err != cudaSuccess || nothing_to_do) return err;
+  if (ex.Hkv <= 0 || H % ex.Hkv != 0 || static_cast<long long>(B) * ex.Hkv > 2147483647LL) return cudaErrorInvalidValue;
+  if ((ex.cu_seqlens_q == nullptr) != (ex.cu_seqlens_k == nullptr) || ex.softcap != 0.f) return cudaErrorInvalidValue;
+  if (ex.cu_seqlens_q != nullptr && (ex.total_q <= 0 || ex.total_k <= 0)) return cudaErrorInvalidValue;
+  // A window side past Sq + Sk keys is the same mask, and keeps i + off ± side far from int overflow.
+  const auto side = [&](int w) { return w < 0 ? -1 : static_cast<int>(std::min<long long>(w, 0LL + Sq + Sk)); };
+  const Fa3Gen gp{H / ex.Hkv, ex.Hkv, side(ex.window_left), side(ex.window_right), ex.bottom_right ? 1 : 0,
+                  ex.cu_seqlens_q, ex.cu_seqlens_k, ex.total_q, ex.total_k};
+  return D == 64 ? dispatch_e_gen<CfgWs<64>>(a, gp, causal, bf16) : dispatch_e_gen<CfgWs<128>>(a, gp, causal, bf16);
 }

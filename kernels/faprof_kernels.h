@@ -77,6 +77,32 @@ cudaError_t faprof_fa2_mma_fwd(const void* q,  // [B, H, Sq, D] fp16 or bf16
                                int B, int H, int Sq, int Sk, int D, float scale, bool causal, bool bf16,
                                cudaStream_t stream);
 
+// The problems beyond 2022's (issue 36), for the launchers named *_fwd_ex: grouped-query heads,
+// the mask rule of faprof/model/mask.py (per sequence of sq queries and sk keys, off = sk - sq when
+// bottom_right else 0; query i sees key j iff (!causal || j <= i + off) && (left < 0 || j >= i + off
+// - left) && (right < 0 || j <= i + off + right); a query that sees no key writes zeros and lse
+// -inf), a logit soft-cap, and packed variable-length batches.
+struct FaprofAttnEx {
+  int Hkv;                  // KV heads; H % Hkv == 0, query head h reads KV head h / (H / Hkv)
+  bool bottom_right;        // align the causal diagonal and the window to the bottom-right corner
+  int window_left;          // keys before the diagonal a query sees (-1: unbounded)
+  int window_right;         // keys after the diagonal a query sees (-1: unbounded)
+  float softcap;            // > 0: scores become c·tanh(scale·s / c); 0: none
+  const int* cu_seqlens_q;  // varlen: int32 [B + 1] on the device, q/o rows of each sequence; null: dense
+  const int* cu_seqlens_k;  // varlen: int32 [B + 1], k/v rows of each sequence (both or neither)
+  int total_q;              // varlen: rows of q (lse is [H, total_q]); unused when dense
+  int total_k;              // varlen: rows of k and v; unused when dense
+};
+
+// fa2_mma for FaprofAttnEx problems (kernels/fa2_mma.cu): the same kernel instantiated with the
+// general mask, KV-head and layout arithmetic (2022's problems keep faprof_fa2_mma_fwd's code).
+// Dense: q/o [B, H, Sq, D], k/v [B, Hkv, Sk, D], lse [B, H, Sq]. Varlen: q/o [total_q, H, D], k/v
+// [total_k, Hkv, D], lse [H, total_q]; Sq and Sk are the longest sequence's lengths (the grid covers
+// ceil(Sq / 128) query tiles per sequence; a smaller Sq than a sequence's leaves its rows unwritten).
+cudaError_t faprof_fa2_mma_fwd_ex(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
+                                  int Sq, int Sk, int D, float scale, bool causal, bool bf16, const FaprofAttnEx& ex,
+                                  cudaStream_t stream);
+
 // ================================================================= backward (issue 13)
 // FlashAttention-2 backward (Dao 2023, Algorithm 2): delta = rowsum(dO ∘ O), then a grid over
 // key tiles that keeps dK and dV on chip and loops over query tiles, recomputing P from Q, K and
@@ -137,6 +163,14 @@ cudaError_t faprof_fa3_wgmma_d_fwd(const void* q, const void* k, const void* v, 
                                    int Sq, int Sk, int D, float scale, bool causal, bool bf16, cudaStream_t stream);
 cudaError_t faprof_fa3_wgmma_e_fwd(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
                                    int Sq, int Sk, int D, float scale, bool causal, bool bf16, cudaStream_t stream);
+
+// Step (e) for FaprofAttnEx problems (declared after the struct, above): GQA/MQA (TMA coordinates of
+// the KV head), causal and windows aligned to either corner with tile skipping, dense or packed
+// varlen (tensor maps over [total, heads, D], the sequence's start as the row coordinate); a soft-cap
+// returns cudaErrorInvalidValue. Layouts as faprof_fa2_mma_fwd_ex's.
+cudaError_t faprof_fa3_wgmma_e_fwd_ex(const void* q, const void* k, const void* v, void* o, float* lse, int B, int H,
+                                      int Sq, int Sk, int D, float scale, bool causal, bool bf16,
+                                      const FaprofAttnEx& ex, cudaStream_t stream);
 
 // ------------------------------------------------------------------- fa3 backward (issue 28)
 // Hopper backward steps (kernels/fa3_bwd_a.cu, fa3_bwd_b.cu, fa3_bwd_pre.cu): gradients of the fa3

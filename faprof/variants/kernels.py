@@ -12,6 +12,7 @@ Variant below.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from faprof.model.problem import AttentionProblem
@@ -147,6 +148,61 @@ fa2_wmma_fwd = _tc_fwd("fa2_wmma_fwd")
 fa2_mma_fwd = _tc_fwd("fa2_mma_fwd")
 
 
+# ------------------------------------------------- problems beyond 2022's (issue 36)
+#: Features the forward of fa2_mma runs (its GEN instantiation, kernels/fa2_mma.cu).
+FA2_MMA_FEATURES = frozenset({"gqa", "bottom_right", "window", "softcap", "varlen"})
+
+#: Features the forward of fa3_wgmma_e runs (its GEN instantiation, kernels/fa3_wgmma_ws.cu).
+FA3_E_FEATURES = frozenset({"gqa", "bottom_right", "window", "varlen"})
+
+
+def ex_lse_shape(problem: AttentionProblem) -> tuple[int, ...]:
+    """The LSE a *_fwd_ex op writes: [H, total_q] for a packed batch (FlashAttention's), else [B, H, Sq]."""
+    if problem.layout == "varlen":
+        return (problem.H, problem.total_q)
+    return (problem.B, problem.H, problem.Sq)
+
+
+def _with_features(op_name: str, classic: Callable) -> Callable:
+    """fn(q, k, v, causal, scale, out=None, return_lse=False, attn=None): `classic` (2022's op, and the
+    autograd path) for problems without features, torch.ops.faprof.<op_name> (the *_fwd_ex op) with
+    the problem's KV heads, mask, soft-cap and cu_seqlens otherwise."""
+
+    def fn(q, k, v, causal: bool, scale: float, out=None, return_lse: bool = False, attn=None):
+        if attn is None or not attn.problem.features():
+            return classic(q, k, v, causal, scale, out, return_lse)
+        import torch
+
+        p = attn.problem
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            raise ValueError(f"{op_name}: problems with {sorted(p.features())} run forward only (no backward)")
+        out = _alloc_out(q, out)
+        lse = torch.empty(ex_lse_shape(p), dtype=torch.float32, device=q.device)
+        left, right = attn.window
+        getattr(_ops(), op_name)(q, k, v, out, lse, bool(causal), float(scale), int(p.kv_heads),
+                                 bool(attn.bottom_right), int(left), int(right), float(p.softcap),
+                                 attn.cu_seqlens_q, attn.cu_seqlens_k, int(p.Sq), int(p.Sk))
+        return (out, lse) if return_lse else out
+
+    fn.__name__ = op_name
+    fn.__doc__ = (f"2022's problems: {getattr(classic, '__name__', 'the classic op')}; with attn= and problem "
+                  f"features: torch.ops.faprof.{op_name}.")
+    return fn
+
+
+def _forward_only_features(variant: str, check: Callable[[AttentionProblem], str | None]):
+    """`check`, plus: a problem with features (GQA, windows, ...) runs only forward."""
+
+    def wrapped(problem: AttentionProblem) -> str | None:
+        feats = problem.features()
+        if feats and problem.direction != "fwd":
+            return (f"{variant} runs {', '.join(sorted(feats))} forward only; its backward kernels are 2022's "
+                    "(equal heads, top-left causal, dense)")
+        return check(problem)
+
+    return wrapped
+
+
 def _tc_check(variant: str):
     head_dims = _head_dim_check(variant, TC_HEAD_DIMS)
 
@@ -250,11 +306,12 @@ def _register_tensor_core() -> None:
             "fa2_mma",
             "cuda",
             "FlashAttention-2 via mma.sync m16n8k16 + ldmatrix, swizzled smem, cp.async K/V pipeline, P in registers; "
-            "backward with atomic dQ",
-            kernel_bwd.differentiable("fa2_mma", fa2_mma_fwd),
-            check=mma_check,
+            "backward with atomic dQ; forward also GQA, bottom-right causal, windows, soft-cap, varlen",
+            _with_features("fa2_mma_fwd_ex", kernel_bwd.differentiable("fa2_mma", fa2_mma_fwd)),
+            check=_forward_only_features("fa2_mma", mma_check),
             source="kernels/fa2_mma.cu",  # backward: kernels/fa2_mma_bwd.cu
             tags=("tensor_core", "flash", "mma"),
+            features=FA2_MMA_FEATURES,
             **{**tc, "directions": kernel_bwd.ALL_DIRECTIONS},
         )
     )
@@ -335,13 +392,15 @@ def _register_fa3() -> None:
          "while O += P_{j-1} V_{j-1} runs (sm_90a)", ("tma", "warp_specialized", "pingpong", "overlap")),
     )
     for name, fn, what, extra in steps:
+        gen = name == "fa3_wgmma_e"  # the final step also runs GQA, bottom-right causal and windows
         register(
             Variant(
                 name,
                 "cuda",
-                what,
-                fn,
+                what + ("; also GQA, bottom-right causal, windows, varlen" if gen else ""),
+                _with_features("fa3_wgmma_e_fwd_ex", fn) if gen else fn,
                 check=_fa3_check(name),
+                features=FA3_E_FEATURES if gen else frozenset(),
                 source="kernels/fa3_wgmma_ws.cu" if "warp_specialized" in extra else "kernels/fa3_wgmma.cu",
                 tags=("tensor_core", "flash", "wgmma", "sm90a", *extra),
                 dtypes=("fp16", "bf16"),
