@@ -193,9 +193,19 @@ def _comment_above(src: str, name: str) -> str:
     return ""
 
 
+def _md(text: object) -> str:
+    """Text from the code as Markdown that renders as written: outside `code` spans, the characters
+    Markdown would read as emphasis, links or HTML are escaped (`__launch_bounds__` stays itself)."""
+    parts = str(text).split("`")
+    for i in range(0, len(parts), 2):
+        parts[i] = (parts[i].replace("\\", "\\\\").replace("*", "\\*").replace("_", "\\_")
+                    .replace("[", "\\[").replace("]", "\\]").replace("<", "&lt;").replace(">", "&gt;"))
+    return "`".join(parts) if len(parts) % 2 else str(text).replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _cell(text: object) -> str:
     """Text for a Markdown table cell."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    return _md(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _anchor(key: str) -> str:
@@ -308,15 +318,16 @@ def causes_page() -> str:
 
 
 def _cause_section(key: str, e: dict[str, Any]) -> list[str]:
-    out = [f"### {e['title']} {{#{_anchor(key)}}}", "", f"Key `{key}`, kind `{e['kind']}`."]
+    out = [f"### {_md(e['title'])} {{#{_anchor(key)}}}", "", f"Key `{key}`, kind `{e['kind']}`."]
     adv = e["advice"]
     if adv is not None:
-        out += ["", f"- **What it is:** {adv.meaning}", f"- **Points to:** {adv.points_to}", f"- **Fix:** {adv.fix}"]
+        out += ["", f"- **What it is:** {_md(adv.meaning)}", f"- **Points to:** {_md(adv.points_to)}",
+                f"- **Fix:** {_md(adv.fix)}"]
     rules = [r for r in e["rules"] if r["doc"] or r["reads"] or r["thresholds"]]
     if rules:
         out += ["", "**Named by:**", ""]
         for r in rules:
-            line = f"- `{r['ref']}`" + (f": {r['doc']}" if r["doc"] else "")
+            line = f"- `{r['ref']}`" + (f": {_md(r['doc'])}" if r["doc"] else "")
             if r["reads"]:
                 line += " Reads: " + ", ".join(f"`{x}`" for x in r["reads"]) + "."
             if r["thresholds"]:
@@ -325,12 +336,12 @@ def _cause_section(key: str, e: dict[str, Any]) -> list[str]:
     elif e["rules"]:
         out += ["", "**Named by:** " + ", ".join(f"`{r['ref']}`" for r in e["rules"])]
     if e["fixes"] and adv is None:
-        out += ["", "**Fix:**", ""] + [f"- {f}" for f in e["fixes"]]
+        out += ["", "**Fix:**", ""] + [f"- {_md(f)}" for f in e["fixes"]]
     if e["from_terms"]:
         out += ["", "**Said for the gap term:** " + ", ".join(f"[`{t}`](#{_anchor(t)})" for t in e["from_terms"])]
     if e["texts"]:
         out += ["", "**Said with** (the function that words it, and its text):", ""]
-        out += [f"- `{ref}`: {text}" for ref, text in e["texts"]]
+        out += [f"- `{ref}`: {_md(text)}" for ref, text in e["texts"]]
     if not e["rules"] and not e["texts"] and adv is None:
         out += ["", "No rule in this version names it (kept in `CAUSES` for bundles and reports that do)."]
     if e["claims"]:
@@ -392,18 +403,18 @@ def signatures_page() -> str:
            "explains at least `MIN_SHARE` of the wrong rows; the best one is the row's `bug_signature`. "
            "How to read them: [Why a kernel is wrong](../tutorials/wrong-kernel.md).", ""]
     for fam, e in entries.items():
-        out += [f"## {e['title']} {{#{_anchor(fam)}}}", "", f"Family `{fam}`.", ""]
+        out += [f"## {_md(e['title'])} {{#{_anchor(fam)}}}", "", f"Family `{fam}`.", ""]
         by_ref: dict[str, list[dict[str, Any]]] = {}
         for k in e["kinds"]:
             by_ref.setdefault(k["ref"], []).append(k)
         for ref, kinds in by_ref.items():
             doc = kinds[0]["doc"]
-            out.append(f"**`{ref}`**" + (f": {doc}" if doc else ""))
+            out.append(f"**`{ref}`**" + (f": {_md(doc)}" if doc else ""))
             out.append("")
-            out += [f"- `{k['kind']}`: {k['title']}" for k in kinds]
+            out += [f"- `{k['kind']}`: {_md(k['title'])}" for k in kinds]
             consts = [c for c in kinds[0]["constants"] if c in notes]
             if consts:
-                out += ["", "Decides with: " + "; ".join(f"`{c}` = {notes[c][0]!r} ({notes[c][1]})" for c in consts)]
+                out += ["", "Decides with: " + "; ".join(f"`{c}` = `{notes[c][0]!r}` ({_md(notes[c][1])})" for c in consts)]
             out.append("")
         if not e["kinds"]:
             out += ["No test in the code builds this family yet.", ""]
