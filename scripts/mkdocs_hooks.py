@@ -435,8 +435,8 @@ def table_columns() -> dict[str, tuple[str, ...]]:
 
 def _unit(col: str, label: str) -> str:
     m = re.search(r"\(([^)]*)\)\s*$", label)
-    if m and label != col:
-        return m.group(1)
+    if m and label != col and len(m.group(1).split()) <= 2 and " or " not in m.group(1):
+        return m.group(1)  # "median latency (ms)"; not "bound (compute or memory)"
     for suffix, unit in UNIT_SUFFIXES:
         if col.endswith(suffix) or col == suffix.lstrip("_"):
             return unit
@@ -450,8 +450,8 @@ def _example_types() -> dict[str, dict[str, str]]:
     from faprof.model import schema
 
     found: dict[str, dict[str, str]] = {}
-    folders = sorted((p.parent for p in (ROOT / "examples" / "runs").rglob("manifest.json")), reverse=True)
-    folders += sorted((p.parent for p in (ROOT / "tests" / "data").rglob("manifest.json")), reverse=True)
+    folders = [p.parent for base in ("examples/runs", "tests/data") for p in (ROOT / base).rglob("manifest.json")]
+    folders.sort(key=lambda f: f.name, reverse=True)  # run ids start with their UTC time: newest first
     for folder in folders:
         for table in schema.TABLES:
             f = folder / f"{table}.parquet"
