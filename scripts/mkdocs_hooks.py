@@ -503,7 +503,35 @@ def bundle_page() -> str:
     return "\n".join(out) + "\n"
 
 
+# --------------------------------------------------------------------------------- scenarios
+#: A hand-written page that holds this marker gets the table of every scenario in its place.
+SCENARIOS_MARKER = "<!-- faprof:scenarios -->"
+
+
+def scenarios_table() -> str:
+    """Every scenario faprof ships (`faprof list scenarios`): name, problems, baseline, description."""
+    import faprof.variants  # noqa: F401  (scenarios name variants: the registry must be filled)
+    from faprof.errors import FaprofError
+    from faprof.model.scenarios import list_scenarios, load_scenario
+
+    out = ["| scenario | problems | baseline | description |", "| --- | --- | --- | --- |"]
+    for name in list_scenarios():
+        try:
+            sc = load_scenario(name)
+            out.append(f"| `{name}` | {len(sc.problems)} | `{sc.baseline}` | {_cell(sc.description)} |")
+        except FaprofError as e:
+            out.append(f"| `{name}` | | | invalid: {_cell(e)} |")
+    return "\n".join(out)
+
+
 # ------------------------------------------------------------------------------------- hooks
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """Fill the generated tables into hand-written pages that ask for them."""
+    if SCENARIOS_MARKER in markdown:
+        markdown = markdown.replace(SCENARIOS_MARKER, scenarios_table())
+    return markdown
+
+
 def on_files(files: Any, config: Any) -> Any:
     """Add the generated pages to the site's files (MkDocs calls this before it builds the nav)."""
     from mkdocs.structure.files import File

@@ -113,6 +113,17 @@ def test_every_bundle_table_and_column_is_in_the_format_page(hooks):
     assert not missing, missing
 
 
+def test_every_scenario_is_in_the_scenarios_page(hooks):
+    from faprof.model.scenarios import list_scenarios
+
+    page = (DOCS / "guide" / "scenarios.md").read_text(encoding="utf-8")
+    assert hooks.SCENARIOS_MARKER in page
+    table = hooks.scenarios_table()
+    names = list_scenarios()
+    assert names and [n for n in names if f"| `{n}` |" not in table] == []
+    assert "invalid:" not in table, table
+
+
 def test_every_dashboard_page_has_its_screenshot_in_the_docs():
     browser = _load("faprof_app_browser_for_docs", ROOT / "tests" / "test_app_browser.py")
     guide = (DOCS / "guide" / "dashboard.md").read_text(encoding="utf-8")
