@@ -125,7 +125,18 @@ def _assigned_text(block: list[ast.stmt], name: str) -> str | None:
     return "".join(parts) if parts else None
 
 
-def _fix_near(const: ast.AST, parents: dict[ast.AST, ast.AST]) -> str | None:
+def _branch_texts(block: list[ast.stmt], name: str) -> list[str]:
+    """The texts assigned to `name` in the if/else branches of a statement list (one per branch)."""
+    out: list[str] = []
+    for st in block:
+        if isinstance(st, ast.If):
+            for branch in (st.body, st.orelse):
+                found = _assigned_text(branch, name)
+                out += [found] if found is not None else _branch_texts(branch, name)
+    return out
+
+
+def _fix_near(const: ast.AST, parents: dict[ast.AST, ast.AST]) -> str | list[str] | None:
     """The fix text that goes with one occurrence of a cause key: a `fix = ...` in the enclosing
     blocks, a literal fix argument of the Finding call it is in, or the string an `if ... == key:`
     branch returns."""
@@ -143,6 +154,9 @@ def _fix_near(const: ast.AST, parents: dict[ast.AST, ast.AST]) -> str | None:
         found = _assigned_text(block, "fix")
         if found is not None:
             return found
+        branches = _branch_texts(block, "fix")  # `if ...: fix = "a"` / `else: fix = "b"`, then the Finding
+        if branches:
+            return branches
     return None
 
 
@@ -173,9 +187,14 @@ def _reads(fn: ast.FunctionDef) -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(reads)), list(dict.fromkeys(thresholds))
 
 
-def _doc(fn: ast.FunctionDef) -> str:
-    """A function's docstring's first paragraph, on one line."""
+def _doc(fn: ast.FunctionDef, module: str = "") -> str:
+    """A function's docstring's first paragraph, on one line; for a function without one, its item
+    in the module docstring's list (`- name: what it does`), where there is one."""
     doc = ast.get_docstring(fn) or ""
+    if not doc and module:
+        mod_doc = inspect.getdoc(importlib.import_module(module)) or ""
+        m = re.search(rf"^- {re.escape(fn.name)}: (.*?)(?=^- |\n\n|\Z)", mod_doc, re.S | re.M)
+        doc = m.group(1).rstrip(" ;.\n") + "." if m else ""
     return " ".join(doc.split("\n\n")[0].split())
 
 
@@ -249,11 +268,12 @@ def cause_entries() -> dict[str, dict[str, Any]]:
             e = entries[node.value]
             ref = f"{module}.{fn.name}"
             if all(r["ref"] != ref for r in e["rules"]):
-                e["rules"].append({"ref": ref, "doc": _doc(fn), "reads": reads,
+                e["rules"].append({"ref": ref, "doc": _doc(fn, module), "reads": reads,
                                    "thresholds": [t for t in thresholds if t in THRESHOLDS]})
-            fix = _fix_near(node, parents)
-            if fix and fix.strip("…") and fix not in e["fixes"]:
-                e["fixes"].append(fix)
+            found = _fix_near(node, parents)
+            for fix in [found] if isinstance(found, str) else found or []:
+                if fix.strip("…") and fix not in e["fixes"]:
+                    e["fixes"].append(fix)
             term = _branch_key(node, parents, entries)
             if term and term != node.value and term not in e["from_terms"]:
                 e["from_terms"].append(term)
