@@ -7,7 +7,10 @@ running; fail on any Streamlit exception box or error alert, and on any chart wh
 overlap, run past the chart's edge, or whose legend entries are cut off (measured on the drawn SVG:
 plotly's automargin and angled ticks must have made room). The server is killed at the end.
 Screenshots of every page (1400x900 viewport, grown to the page's height) go to $FAPROF_SHOTS when it
-is set, else to the test's temporary folder (for looking at them by eye).
+is set, else to the test's temporary folder (for looking at them by eye). With FAPROF_DOCS_SHOTS=1 the
+first screen of each page (1400x900, scaled to 1050 px wide, 128 colours) is also written to
+docs/img/dashboard/<page>.png, the screenshots the documentation shows (tests/test_docs.py checks
+there is one per page).
 
 Skips, with the reason, when chromium or playwright is missing (CI installs chromium through
 scripts/setup.sh). Never runs `playwright install`: the browser is the system's.
@@ -15,6 +18,7 @@ scripts/setup.sh). Never runs `playwright install`: the browser is the system's.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import socket
@@ -54,6 +58,10 @@ PAGES: dict[str, tuple[str, bool | None]] = {
     "diff": ("Diff", True),
     "wrong": ("Wrong results", False),
 }
+
+DOCS_SHOTS = ROOT / "docs" / "img" / "dashboard"
+DOCS_SHOT_WIDTH = 1050
+"""Width of the documentation's screenshots: readable in the docs' content column, a few dozen KB each."""
 
 CHART = ".js-plotly-plot, [data-testid=stPlotlyChart]"
 VIEWPORT = {"width": 1400, "height": 900}
@@ -162,6 +170,21 @@ def _expects_chart(path: str, has_chart: bool | None) -> bool:
     return any(not runs.table(n).empty for n in names)
 
 
+def shot_name(path: str) -> str:
+    """The file name of a page's screenshot ('' is the overview)."""
+    return f"{path or 'overview'}.png"
+
+
+def _docs_shot(page, path: str) -> None:
+    """The first screen of the page, small, into docs/img/dashboard/ (FAPROF_DOCS_SHOTS=1 only)."""
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(page.screenshot(full_page=False))).convert("RGB")
+    img = img.resize((DOCS_SHOT_WIDTH, round(img.height * DOCS_SHOT_WIDTH / img.width)), Image.LANCZOS)
+    DOCS_SHOTS.mkdir(parents=True, exist_ok=True)
+    img.quantize(colors=128).save(DOCS_SHOTS / shot_name(path), optimize=True)
+
+
 def _wait_idle(page, timeout_s: float) -> None:
     """Until Streamlit's 'running' indicator has been gone for a moment (the script finished)."""
     deadline = time.monotonic() + timeout_s
@@ -206,11 +229,13 @@ def test_every_page_renders_in_chromium(server, tmp_path):
                     texts = page.locator(ERRORS).all_inner_texts()
                     problems.append(f"/{path}: {n_err} error box(es): {' | '.join(t[:300] for t in texts)}")
                 problems += [f"/{path}: {msg}" for msg in page.evaluate(GEOMETRY_JS)]
+                if os.environ.get("FAPROF_DOCS_SHOTS") == "1":
+                    _docs_shot(page, path)
                 height = page.evaluate("() => (document.querySelector('[data-testid=stMainBlockContainer]')"
                                        " || document.body).scrollHeight")
                 page.set_viewport_size({"width": VIEWPORT["width"], "height": min(max(900, int(height) + 120), 8000)})
                 page.wait_for_timeout(800)
-                page.screenshot(path=str(Path(shots) / f"{path or 'overview'}.png"), full_page=True)
+                page.screenshot(path=str(Path(shots) / shot_name(path)), full_page=True)
                 page.set_viewport_size(VIEWPORT)
         finally:
             browser.close()

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Runs the CPU steps of the tutorials in docs/tutorials/ (and getting-started) as a user types them,
+# in a scratch folder that links examples/, tests/ and scenarios/, and prints a table last: step,
+# the exit code the page says, the exit code it gave, seconds. The tutorials' Python file is taken
+# from the page itself (the first ```python block of triton-kernel.md). Not part of the test suite
+# (a few minutes on 2 cores); run it after changing a tutorial or the CLI: bash scripts/docs_tutorials_cpu.sh
+# Stages: `bash scripts/docs_tutorials_cpu.sh [dask]` also starts a local Dask scheduler and worker
+# on 127.0.0.1 (multi-gpu-dask.md step 2) and stops them.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PYTHON:-python3}
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+ln -s "$ROOT/examples" "$ROOT/tests" "$ROOT/scenarios" .
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+faprof() { "$PY" -m faprof "$@"; }
+ROWS=()
+step() {  # step NAME EXPECTED_RC COMMAND...
+  local name=$1 want=$2; shift 2
+  local t0=$SECONDS
+  "$@" > "$WORK/$name.log" 2>&1
+  local rc=$?
+  ROWS+=("$(printf '%-28s %4s %4s %5ss %s' "$name" "$want" "$rc" $((SECONDS - t0)) "$([ "$rc" = "$want" ] && echo ok || echo FAIL)")")
+  [ "$rc" = "$want" ] || tail -5 "$WORK/$name.log"
+}
+
+# getting-started.md
+step doctor 0 faprof doctor
+step list-scenarios 0 faprof list scenarios
+step profile-smoke 0 faprof profile --scenario smoke
+step show-latest 0 faprof show latest
+step report-latest 0 faprof report latest --format md
+
+# own-cuda-kernel.md (step 2 builds with nvcc: skipped without one)
+if command -v nvcc >/dev/null 2>&1; then
+  step cuda-build-check 0 env FAPROF_CUDA_ARCH=sm_90 "$PY" -m faprof profile --kernel examples/kernels/simple_attn.cu \
+    --scenario examples/kernels/kernels_small.toml
+fi
+step cuda-explain 0 faprof explain examples/runs/20261123T061814Z_nvidia-h100-80gb-hbm3_kernels-small --variant simple_attn --format text
+
+# triton-kernel.md: the page's own my_attn.py
+"$PY" - "$ROOT/docs/tutorials/triton-kernel.md" > my_attn.py <<'EOF'
+import re, sys
+print(re.search(r"^```python\n(.*?)^```", open(sys.argv[1]).read(), re.S | re.M).group(1), end="")
+EOF
+step triton-cpu-profile 0 faprof profile --kernel my_attn.py:my_attn --scenario smoke --variants torch_standard,sdpa_math
+step triton-explain 0 faprof explain examples/runs/20261123T061902Z_nvidia-h100-80gb-hbm3_kernels-small --variant triton_attn --format text
+
+# read-a-diagnosis.md
+RUN=tests/data/accounting/20261125T041303Z_nvidia-h100-80gb-hbm3_l4-causal
+step diag-show 0 faprof show $RUN
+step diag-explain 0 faprof explain $RUN
+step diag-against 0 faprof explain $RUN --variant fa2_mma --against sdpa_cudnn --shape b16_h8_sq512_sk512_d64_fp16_causal_fwd --format text
+step diag-report-focus 0 faprof report $RUN --focus fa2_mma --format md --out "$WORK/fa2_mma_report"
+
+# wrong-kernel.md: the bug the page plants, made as the page says
+sed 's/j > i,/j > i + 1,/; s/^def my_attn(/def my_attn_buggy(/; s/^my_attn\./my_attn_buggy./' my_attn.py > my_attn_buggy.py
+step wrong-profile 3 faprof profile --kernel my_attn_buggy.py:my_attn_buggy --scenario smoke --variants torch_standard
+step wrong-explain 0 faprof explain latest --variant my_attn_buggy --format text
+grep -q "causal mask shifted by one" "$WORK/wrong-explain.log" || ROWS+=("wrong-explain: the signature 'causal mask shifted by one' was not named  FAIL")
+step wrong-gpu-bundle 0 faprof explain tests/data/wrong_bundle/20261125T044351Z_nvidia-h100-80gb-hbm3_wrong-gpu --variant wrong_batch_offset --format text
+
+# ci-gate.md
+G=tests/data/gate/h100
+step gate-same 0 faprof gate $G/same/20261125T025732Z_nvidia-h100-80gb-hbm3_h100-headline $G/same/20261125T025800Z_nvidia-h100-80gb-hbm3_h100-headline \
+  --markdown gate.md --junit gate.xml --json gate.json
+step gate-slow 1 faprof gate $G/slow/20261125T025832Z_nvidia-h100-80gb-hbm3_h100-headline $G/slow/20261125T030031Z_nvidia-h100-80gb-hbm3_h100-headline
+
+# compare-gpus.md
+step compare 0 faprof compare examples/runs/20261123T082512Z_nvidia-h100-80gb-hbm3_l4-causal examples/runs/h200x2/20261123T081739Z_nvidia-h200_l4-causal
+
+# multi-gpu-dask.md step 2: a scheduler and one worker on the loopback address, stopped at the end
+if [ "${1:-}" = "dask" ]; then
+  PORT=$((20000 + RANDOM % 20000))
+  dask scheduler --host 127.0.0.1 --port "$PORT" --dashboard-address 127.0.0.1:0 > sched.log 2>&1 &
+  SCHED=$!
+  sleep 5
+  dask worker "tcp://127.0.0.1:$PORT" --nthreads 1 --dashboard-address 127.0.0.1:0 > worker.log 2>&1 &
+  WORKER=$!
+  sleep 8
+  step dask-cluster 0 faprof profile --scenario smoke --variants torch_standard,sdpa_math --cluster "tcp://127.0.0.1:$PORT"
+  kill "$WORKER" "$SCHED" 2>/dev/null
+  wait "$WORKER" "$SCHED" 2>/dev/null
+fi
+
+printf '%-28s %4s %4s %6s\n' step want rc time
+printf '%s\n' "${ROWS[@]}"
+! printf '%s\n' "${ROWS[@]}" | grep -q FAIL
