@@ -136,8 +136,8 @@ def test_fan_out_end_to_end_with_a_stand_in_ncu(tmp_path, monkeypatch):
     the plan names both GPUs, each part gets its own TMPDIR (or the shared one), and the record
     keeps each part's profiling window."""
     import gzip
-    import sys
 
+    from fakes import PY_HEADER
     from test_ncu_collect import DATA, FAKE_NCU, GPU, _fake_exe, _reader
 
     from faprof import run as runner
@@ -152,7 +152,7 @@ def test_fan_out_end_to_end_with_a_stand_in_ncu(tmp_path, monkeypatch):
     # the stand-in also notes the TMPDIR it ran with (where a real ncu keeps nsight-compute-lock)
     anchor = 'with open(os.environ["FAKE_NCU_ARGS"], "w") as f:'
     assert anchor in FAKE_NCU
-    exe.write_text(FAKE_NCU.format(py=sys.executable).replace(anchor, (
+    exe.write_text(FAKE_NCU.format(header=PY_HEADER).replace(anchor, (
         "open(os.path.join(os.environ['FAKE_TMP_LOG'], str(os.getpid())), 'w').write(os.environ.get('TMPDIR', ''))\n"
         + anchor)))
     (tmp_path / "tmplog").mkdir()

@@ -254,6 +254,7 @@ def _flex_variants() -> list[Variant]:
         features=frozenset(FEATURES),
         path_of=flex.flex_path,
         in_all=False,
+        deterministic=(),  # a timed call's output differed bitwise from the checked one's on the H100
         source="torch.nn.attention.flex_attention (torch.compile on the GPU)",
     )]
 
