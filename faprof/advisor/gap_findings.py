@@ -97,10 +97,11 @@ def _idle_fix(call: Call) -> str:
           f"bandwidth" if isinstance(gbps, int | float) and isinstance(copy, int | float) and ok(gbps) and ok(copy)
           and copy > 0 else "")
     splits = max(2, math.ceil(4 * sms / max(grid, 1.0)))
-    return (f"split the KV sequence over blocks (split-KV / flash-decoding): a memory-bound problem (Sq="
+    return (f"split the KV sequence over more blocks (split-KV / flash-decoding): a memory-bound problem (Sq="
             f"{call.problem('Sq')}, Sk={call.problem('Sk')}) runs {grid:.0f} blocks on {sms:.0f} SMs, so "
-            f"{sms - grid:.0f} SMs load nothing{bw}; about {splits} splits per (sequence, KV head), each writing its "
-            "partial output and log-sum-exp, and a combine step that rescales and sums them")
+            f"{sms - grid:.0f} SMs load nothing{bw}; about {splits}x the blocks (each (sequence, KV head)'s keys "
+            "split that many more ways), each split writing its partial output and log-sum-exp, and a combine step "
+            "that rescales and sums them")
 
 
 def _meaning(t: Term) -> str:

@@ -364,9 +364,10 @@ def too_few_ctas(lz: Launch, call: Call, ctx: Context) -> Finding | None:
         ev = (f"memory-bound problem (Sq={sq}, Sk={sk}) on a grid of {grid:.0f} blocks for {sms:.0f} SMs: "
               f"{sms - grid:.0f} SMs never load a byte{got}; {_share_text(lz)}")
         splits = max(2, math.ceil(T("TOO_FEW_CTAS_PER_SM") * 4 * sms / max(grid, 1.0)))
-        fix = (f"split the KV sequence over blocks (split-KV / flash-decoding): about {splits} splits of the "
-               f"Sk={sk} keys per (sequence, KV head) give every SM several blocks of loads in flight; each split "
-               "writes its partial output and log-sum-exp, and a small combine step rescales and sums them")
+        fix = (f"split the KV sequence over more blocks (split-KV / flash-decoding): about {splits}x the blocks "
+               f"(the Sk={sk} keys of each (sequence, KV head) split that many more ways) give every SM several "
+               "blocks of loads in flight; each split writes its partial output and log-sum-exp, and a small "
+               "combine step rescales and sums them")
     return _f(call, lz, "too_few_ctas", lz.share * (1 - grid / sms), ev, fix, "too_few_ctas")
 
 
