@@ -125,6 +125,20 @@ def _shape_label(r) -> str:
     return problem_label(r)
 
 
+def _say_marked(df, flag: str, reason: str, say, words: str) -> None:
+    """Rows whose `flag` column is set: a count line, five of them with their `reason`, and a pointer."""
+    if flag not in df:
+        return
+    rows = df[df[flag].fillna(False).astype(bool)]
+    if rows.empty:
+        return
+    say(f"  {len(rows)} row(s) {words}:", style="yellow")
+    for _, r in rows.head(5).iterrows():
+        say(f"    {r['variant']} {_shape_label(r)}: {r.get(reason)}", style="yellow")
+    if len(rows) > 5:
+        say(f"    ... and {len(rows) - 5} more (the bundle's {reason} column)", style="yellow")
+
+
 def print_timing_note(df) -> None:
     """Which clock timed the rows, and rows measured while the GPU throttled (they carry a flag)."""
     if "timer" not in df:
@@ -137,24 +151,10 @@ def print_timing_note(df) -> None:
     notes = sorted({str(n) for n in df.get("timer_note", []) if isinstance(n, str) and n})
     for n in notes[:3]:
         say(f"  timer fallback: {n}", style="yellow")
-    if "unstable" in df:
-        shaky = df[df["unstable"].fillna(False).astype(bool)]
-        if not shaky.empty:
-            say(f"  {len(shaky)} row(s) have unstable timings (their medians may not repeat; compare does not test them):",
-                style="yellow")
-            for _, r in shaky.head(5).iterrows():
-                say(f"    {r['variant']} {_shape_label(r)}: {r.get('unstable_reason')}", style="yellow")
-            if len(shaky) > 5:
-                say(f"    ... and {len(shaky) - 5} more (the bundle's unstable_reason column)", style="yellow")
-    if "timing_flagged" in df:
-        gamed = df[df["timing_flagged"].fillna(False).astype(bool)]
-        if not gamed.empty:
-            say(f"  {len(gamed)} row(s) have flagged timings (the call's work is not all where the timer looks):",
-                style="yellow")
-            for _, r in gamed.head(5).iterrows():
-                say(f"    {r['variant']} {_shape_label(r)}: {r.get('timing_flag_reason')}", style="yellow")
-            if len(gamed) > 5:
-                say(f"    ... and {len(gamed) - 5} more (the bundle's timing_flag_reason column)", style="yellow")
+    _say_marked(df, "unstable", "unstable_reason", say,
+                "have unstable timings (their medians may not repeat; compare does not test them)")
+    _say_marked(df, "timing_flagged", "timing_flag_reason", say,
+                "have flagged timings (the call's work is not all where the timer looks)")
     if "throttled" in df:
         thr = df[df["throttled"].fillna(False).astype(bool)]
         if not thr.empty:

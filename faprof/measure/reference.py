@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from faprof.measure import layouts
+from faprof.model.mask import allowed_rows as mask_rows
 from faprof.model.problem import AttentionProblem, torch_dtype
 from faprof.variants.torch_variants import masked_scores as _scores
 from faprof.variants.torch_variants import standard_attention as _standard_attention
@@ -151,20 +152,7 @@ class LayoutResult:
 def allowed_rows(problem: AttentionProblem, rows, sq: int, sk: int):
     """[len(rows), sk] bool: the keys query rows `rows` (of a sequence of sq queries, sk keys) see,
     by faprof.model.mask's rule."""
-    import torch
-
-    m = problem.mask
-    i = rows.unsqueeze(1)
-    j = torch.arange(sk, device=rows.device).unsqueeze(0)
-    off = m.offset(sq, sk)
-    ok = torch.ones(len(rows), sk, dtype=torch.bool, device=rows.device)
-    if m.causal:
-        ok &= j <= i + off
-    if m.left >= 0:
-        ok &= j >= i + off - m.left
-    if m.right >= 0:
-        ok &= j <= i + off + m.right
-    return ok
+    return mask_rows(problem.mask, rows, sq, sk)
 
 
 def _block(problem: AttentionProblem, q, k, v, ok):

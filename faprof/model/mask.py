@@ -103,10 +103,18 @@ def allowed(mask: MaskSpec, sq: int, sk: int):
     """The boolean [sq, sk] matrix of the pairs the mask lets through (torch), for references and tests."""
     import torch
 
-    i = torch.arange(sq).unsqueeze(1)
-    j = torch.arange(sk).unsqueeze(0)
+    return allowed_rows(mask, torch.arange(sq), sq, sk)
+
+
+def allowed_rows(mask: MaskSpec, rows, sq: int, sk: int):
+    """[len(rows), sk] bool (torch): the keys that query rows `rows` (a 1-D integer tensor, on the device
+    the result should be on) of a sequence of sq queries and sk keys see."""
+    import torch
+
+    i = rows.unsqueeze(1)
+    j = torch.arange(sk, device=rows.device).unsqueeze(0)
     off = mask.offset(sq, sk)
-    ok = torch.ones(sq, sk, dtype=torch.bool)
+    ok = torch.ones(len(rows), sk, dtype=torch.bool, device=rows.device)
     if mask.causal:
         ok &= j <= i + off
     if mask.left >= 0:
