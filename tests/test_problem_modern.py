@@ -105,6 +105,7 @@ def test_shape_ids_tell_the_new_fields_apart():
     ({"H": 32, "Hkv": 5}, "not a multiple of Hkv=5"),
     ({"window": (-2, 0)}, "negative size"),
     ({"seqlens_q": (3, 9)}, "does not match B=2 and Sq=8"),
+    ({"seqlens_q": (3, 8, 4), "causal": True}, "3 lengths"),  # checked before the mask reads the lengths
     ({"page_size": 4, "Sq": 1, "block_table": ((0, 1), (2, 9))}, "outside the pool"),
     ({"page_size": 4, "Sq": 1, "block_table": ((0, 1), (1, 2))}, "to two sequences"),
     ({"page_size": 4, "direction": "bwd"}, "forward pass only"),

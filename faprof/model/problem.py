@@ -115,8 +115,8 @@ class AttentionProblem:
         if not isinstance(self.causal, bool):
             raise FaprofError(f"problem field causal must be true or false, got {self.causal!r}")
         self._check_heads()
+        self._check_lengths()  # before the mask: whether its corner matters depends on the lengths
         self._check_mask()
-        self._check_lengths()
 
     def _check_heads(self) -> None:
         if self.Hkv is None:
