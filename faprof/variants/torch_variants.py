@@ -61,14 +61,27 @@ def _sdpa_mask(attn: AttnArgs | None, causal: bool, q):
     if p.total_pairs() == p.B * p.Sq * p.Sk:
         return None, False, gqa  # the mask hides nothing (decode of one token): no mask, the fastest paths
     if p.window is not None:
-        from faprof.model.mask import allowed
-
-        return allowed(p.mask, p.Sq, p.Sk).to(q.device), False, gqa
+        return _window_mask(p, q.device), False, gqa
     if p.causal and p.mask_align == "bottom_right":
         from torch.nn.attention.bias import causal_lower_right
 
         return causal_lower_right(p.Sq, p.Sk), False, gqa
     return None, p.causal, gqa
+
+
+_WINDOW_MASKS: dict[tuple[str, str], object] = {}
+
+
+def _window_mask(p: AttentionProblem, device):
+    """The [Sq, Sk] boolean mask SDPA needs for a window, built once per problem and device (a user would
+    build it once too; 268 MB at S = 16k, so not inside every timed call)."""
+    from faprof.model.mask import allowed
+
+    key = (p.shape_id, str(device))
+    if key not in _WINDOW_MASKS:
+        _WINDOW_MASKS.clear()  # one problem at a time
+        _WINDOW_MASKS[key] = allowed(p.mask, p.Sq, p.Sk).to(device)
+    return _WINDOW_MASKS[key]
 
 
 def _sdpa_fn(backend_name: str | None):
