@@ -381,16 +381,23 @@ def signature_entries() -> dict[str, dict[str, Any]]:
         consts = [n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and re.fullmatch(r"[A-Z][A-Z0-9_]+", n.id)]
         parents = _parents(fn)
         for node in ast.walk(fn):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            # Alt(family, kind, title, ...) / Signature(family, kind, title, ...), or a (family, kind, title, ...)
+            # tuple a family collects its alternatives in (faprof/measure/signatures/layout.py)
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                     and node.func.id in ("Alt", "Signature") and len(node.args) >= 3):
+                args = node.args
+            elif (isinstance(node, ast.Tuple) and len(node.elts) >= 3 and isinstance(node.elts[1], ast.Constant)
+                  and isinstance(node.elts[1].value, str)):
+                args = node.elts
+            else:
                 continue
-            fam = node.args[0]
+            fam = args[0]
             if not (isinstance(fam, ast.Constant) and fam.value in out):
                 continue
-            kind = _text(node.args[1]) or "…"
-            title = _text(node.args[2])
-            if title is None and isinstance(node.args[2], ast.Name):
-                title = next((t for b in _blocks_up(node, parents) if (t := _assigned_text(b, node.args[2].id))), "…")
+            kind = _text(args[1]) or "…"
+            title = _text(args[2])
+            if title is None and isinstance(args[2], ast.Name):
+                title = next((t for b in _blocks_up(node, parents) if (t := _assigned_text(b, args[2].id))), "…")
             out[fam.value]["kinds"].append({"kind": kind, "title": title or "…", "ref": f"{module}.{fn.name}",
                                             "doc": _doc(fn), "constants": list(dict.fromkeys(consts))})
     return out
