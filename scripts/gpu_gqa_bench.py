@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_modern_baselines import BOUND, reference, time_call  # noqa: E402  (the same method, one copy)
 
 import faprof.variants  # noqa: E402, F401  (registers the variants)
-from faprof.measure import layouts  # noqa: E402
+from faprof.measure import harness, layouts  # noqa: E402
 from faprof.model import variant as registry  # noqa: E402
 from faprof.model.problem import AttentionProblem  # noqa: E402
 from faprof.model.scenarios import load_scenario  # noqa: E402
@@ -103,13 +103,7 @@ def main() -> int:
     ap.add_argument("--out", default="/tmp")
     ap.add_argument("--no-check", action="store_true", help="skip the correctness check (faster)")
     a = ap.parse_args()
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    fbuf, rbuf = torch.empty(l2 // 2, device="cuda"), torch.ones(l2 // 2, device="cuda")
-    sink = torch.empty((), device="cuda")
-
-    def flush():
-        fbuf.fill_(1.0)
-        torch.sum(rbuf, dim=0, out=sink)
+    flush = harness.L2Flusher(torch.cuda.get_device_properties(0).L2_cache_size)
 
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, reps {a.reps}, L2 flushed")
     problems = bar_problems()

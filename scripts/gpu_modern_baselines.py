@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 import faprof.variants  # noqa: F401  (registers the variants)
-from faprof.measure import layouts
+from faprof.measure import env, harness, layouts
 from faprof.model import variant as registry
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import load_scenario
@@ -42,23 +42,6 @@ def reference(p: AttentionProblem, q, k, v, args):
                  for h in range(p.kv_heads)]
         outs.append(torch.cat(parts, dim=0))
     return layouts.assemble_q(p, outs)
-
-
-def copy_gbs(nbytes: int = 1 << 30) -> float:
-    a = torch.empty(nbytes // 2, dtype=torch.float16, device="cuda")
-    b = torch.empty_like(a)
-    for _ in range(3):
-        b.copy_(a)
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ts = []
-    for _ in range(10):
-        e0.record()
-        b.copy_(a)
-        e1.record()
-        torch.cuda.synchronize()
-        ts.append(e0.elapsed_time(e1))
-    return 2 * nbytes / (statistics.median(ts) * 1e-3) / 1e9
 
 
 def time_call(fn, reps: int, flush) -> float:
@@ -83,15 +66,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--out", default="/tmp")
     a = ap.parse_args()
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    fbuf, rbuf = torch.empty(l2 // 2, device="cuda"), torch.ones(l2 // 2, device="cuda")
-    sink = torch.empty((), device="cuda")
-
-    def flush():
-        fbuf.fill_(1.0)
-        torch.sum(rbuf, dim=0, out=sink)
-
-    ceiling = copy_gbs()
+    flush = harness.L2Flusher(torch.cuda.get_device_properties(0).L2_cache_size)
+    ceiling = env.measure_ceilings()["copy_gbs"]  # the run's device-to-device copy, read + written
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, copy ceiling {ceiling:.0f} GB/s")
     rows = []
     for scn in a.scenarios.split(","):

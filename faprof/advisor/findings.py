@@ -151,3 +151,17 @@ def big(x: float) -> str:
         if abs(x) >= div:
             return f"{x / div:.3g}{suffix}"
     return f"{x:,.0f}"
+
+
+def split_kv_fix(sq, sk, grid: float, sms: float, gbps, copy) -> str:
+    """The fix for a memory-bound problem (decode) on fewer blocks than SMs: split the KV sequence over
+    more blocks, with the grid against the SMs and, when measured, the bandwidth against the copy ceiling.
+    One text for the rule (too_few_ctas) and the gap term (idle SMs)."""
+    have_bw = all(isinstance(x, int | float) and not math.isnan(x) for x in (gbps, copy)) and copy > 0
+    bw = (f"; the call moves {gbps:.0f} GB/s of the minimum traffic, {pct(gbps / copy)} of the measured copy "
+          "bandwidth" if have_bw else "")
+    splits = max(2, math.ceil(4 * sms / max(grid, 1.0)))
+    return (f"split the KV sequence over more blocks (split-KV / flash-decoding): a memory-bound problem (Sq={sq}, "
+            f"Sk={sk}) runs {grid:.0f} blocks on {sms:.0f} SMs, so {sms - grid:.0f} SMs load nothing{bw}; about "
+            f"{splits}x the blocks (each (sequence, KV head)'s keys split that many more ways), each split writing "
+            "its partial output and log-sum-exp, and a combine step that rescales and sums them")

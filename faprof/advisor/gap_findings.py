@@ -17,7 +17,7 @@ import math
 
 from faprof.advisor.differential import Gap, Term
 from faprof.advisor.evidence import Call, ok
-from faprof.advisor.findings import CAUSES, Finding, num, pct
+from faprof.advisor.findings import CAUSES, Finding, num, pct, split_kv_fix
 from faprof.advisor.partition import AHEAD, Part, Partition, partition
 from faprof.advisor.partition import CLAIMS as PARTITION_CLAIMS
 from faprof.advisor.partition import MECHANISMS as PARTITION_MECHANISMS
@@ -92,16 +92,8 @@ def _idle_fix(call: Call) -> str:
     grid, sms = lz.grid, lz.sms
     if not (ok(grid) and ok(sms)) or grid >= sms:
         return generic
-    gbps, copy = call.problem("gbps"), call.problem("copy_gbs")
-    bw = (f"; the call moves {num(gbps, '.0f')} GB/s of the minimum traffic, {pct(gbps / copy)} of the measured copy "
-          f"bandwidth" if isinstance(gbps, int | float) and isinstance(copy, int | float) and ok(gbps) and ok(copy)
-          and copy > 0 else "")
-    splits = max(2, math.ceil(4 * sms / max(grid, 1.0)))
-    return (f"split the KV sequence over more blocks (split-KV / flash-decoding): a memory-bound problem (Sq="
-            f"{call.problem('Sq')}, Sk={call.problem('Sk')}) runs {grid:.0f} blocks on {sms:.0f} SMs, so "
-            f"{sms - grid:.0f} SMs load nothing{bw}; about {splits}x the blocks (each (sequence, KV head)'s keys "
-            "split that many more ways), each split writing its partial output and log-sum-exp, and a combine step "
-            "that rescales and sums them")
+    return split_kv_fix(call.problem("Sq"), call.problem("Sk"), grid, sms, call.problem("gbps"),
+                        call.problem("copy_gbs"))
 
 
 def _meaning(t: Term) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from faprof.advisor.accounting import WARP_SIZE, launch_account
 from faprof.advisor.evidence import Call, Launch, nansum, ok
 from faprof.advisor.evidence import _num as _numf
-from faprof.advisor.findings import LIMITER_ADVICE, STALL_ADVICE, Finding, big, num, pct
+from faprof.advisor.findings import LIMITER_ADVICE, STALL_ADVICE, Finding, big, num, pct, split_kv_fix
 from faprof.advisor.pairs import tile_pairs
 from faprof.advisor.thresholds import value as T
 from faprof.model import gpus
@@ -363,11 +363,7 @@ def too_few_ctas(lz: Launch, call: Call, ctx: Context) -> Finding | None:
                f"bandwidth ({copy:.0f} GB/s)" if ok(gbps) and ok(copy) and copy > 0 else "")
         ev = (f"memory-bound problem (Sq={sq}, Sk={sk}) on a grid of {grid:.0f} blocks for {sms:.0f} SMs: "
               f"{sms - grid:.0f} SMs never load a byte{got}; {_share_text(lz)}")
-        splits = max(2, math.ceil(T("TOO_FEW_CTAS_PER_SM") * 4 * sms / max(grid, 1.0)))
-        fix = (f"split the KV sequence over more blocks (split-KV / flash-decoding): about {splits}x the blocks "
-               f"(the Sk={sk} keys of each (sequence, KV head) split that many more ways) give every SM several "
-               "blocks of loads in flight; each split writes its partial output and log-sum-exp, and a small "
-               "combine step rescales and sums them")
+        fix = split_kv_fix(sq, sk, grid, sms, gbps, copy)
     return _f(call, lz, "too_few_ctas", lz.share * (1 - grid / sms), ev, fix, "too_few_ctas")
 
 

@@ -65,7 +65,7 @@ def _dense_mods(problem: AttentionProblem, device):
     sq = torch.tensor(problem.Sq, device=device)
     sk = torch.tensor(problem.Sk, device=device)
     return _mask_mod(problem, lambda b, q: sq, lambda b, k: sk, lambda b, q: q, lambda b, k: k,
-                     lambda b, q, k: torch.ones_like(q, dtype=torch.bool) & torch.ones_like(k, dtype=torch.bool))
+                     lambda b, q, k: q >= 0)  # one sequence: every key is the query's
 
 
 def _varlen_mods(problem: AttentionProblem, args: AttnArgs, device):
