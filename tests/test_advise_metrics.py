@@ -77,3 +77,16 @@ def test_the_recorded_faprof_set_report_holds_every_requested_sm90_metric(tmp_pa
         if c.request and c.for_cc("9.0") and not any(n in names for n in c.for_cc("9.0")):
             missing.append(f"{key}: {c.for_cc('9.0')}")
     assert not missing, "requested but absent from the H100 recording: " + "; ".join(missing)
+
+
+def test_the_metrics_the_rules_read_are_in_a_recording_made_after_they_were_added():
+    """tests/data/decode_bundle (H100, 2026-11-27, faprof set) was recorded after the accounting's L2 and
+    shared-memory counters joined the catalogue: every metric a rule reads that the faprof set requests on
+    sm_90 is in its ncu_metrics table, NOT_IN_FIXTURE_YET's included."""
+    import pandas as pd
+
+    bundle = next((Path(__file__).parent / "data" / "decode_bundle").glob("*decode-small"))
+    names = set(pd.read_parquet(bundle / "ncu_metrics.parquet")["metric"])
+    missing = [key for key in sorted(metric_keys()) if (c := catalogue.CATALOGUE[key]).request and c.for_cc("9.0")
+               and not any(n in names for n in c.for_cc("9.0"))]
+    assert not missing, "requested but absent from the 2026-11-27 H100 recording: " + ", ".join(missing)
