@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from faprof.analysis import aliases
+from faprof.analysis.speed import bound_of
 from faprof.report import fmt as f
 from faprof.report import tables as rt
 from faprof.report.blocks import Block, best, geomean, largest_shape, shape_label, timed
@@ -41,11 +42,8 @@ def _peak_words(r: pd.Series) -> str:
 
 def memory_bound(block: Block) -> bool:
     """Whether the block's problems are memory-bound (decode): its headline is then GB/s against the
-    measured copy ceiling, not TFLOP/s. Bundles from before rows had a bound are compute-bound."""
-    if "bound" not in block.rows.columns:
-        return False
-    bounds = set(block.rows["bound"].dropna())
-    return bounds == {"memory"}
+    measured copy ceiling, not TFLOP/s (faprof.analysis.bound_of; old bundles are compute-bound)."""
+    return bound_of(block.rows) == "memory"
 
 
 def rate_words(r: pd.Series, memory: bool) -> str:
