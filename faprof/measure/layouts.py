@@ -22,7 +22,6 @@ from faprof.model.problem import AttentionProblem, torch_dtype
 from faprof.variants.definition import (  # noqa: F401  (re-exported: one import for inputs and the definition)
     AttnArgs,
     SeqView,
-    assemble_kv,
     assemble_lse,
     assemble_q,
     attend,
@@ -122,23 +121,3 @@ def reference_forward(problem: AttentionProblem, q, k, v, args: AttnArgs | None,
             lses.append(lse)
     out = assemble_q(problem, outs)
     return (out, assemble_lse(problem, lses)) if with_lse else out
-
-
-def reference_backward(problem: AttentionProblem, q, k, v, dout, args: AttnArgs | None, dev, dt):
-    """(o, dq, dk, dv) of `problem` from the definition, gradients in q's and k's layouts."""
-    import torch
-
-    if problem.layout == "paged":
-        raise FaprofError("faprof models the forward pass only for a paged KV cache")
-    outs, gq, gk, gv = [], [], [], []
-    for sv in sequence_views(problem, q, k, v, args):
-        qs, ks, vs = (t.detach().to(dev, dt).requires_grad_(True) for t in (sv.q, sv.k, sv.v))
-        with torch.enable_grad():
-            o = attend(problem, qs, ks, vs, sv.b)
-            dq, dk, dv = torch.autograd.grad(o, (qs, ks, vs), sequence_q(problem, dout, sv.b).to(dev, dt))
-        outs.append(o.detach())
-        gq.append(dq)
-        gk.append(dk)
-        gv.append(dv)
-    return (assemble_q(problem, outs), assemble_q(problem, gq), assemble_kv(problem, gk),
-            assemble_kv(problem, gv))

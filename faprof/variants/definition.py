@@ -138,16 +138,6 @@ def assemble_q(problem: AttentionProblem, parts: list, like=None):
     return torch.stack(parts)
 
 
-def assemble_kv(problem: AttentionProblem, parts: list):
-    """Per-sequence [Hkv, sk_b, D] tensors back into k's layout (dense or varlen; a paged pool has no
-    backward in faprof's model)."""
-    import torch
-
-    if problem.layout == "varlen":
-        return torch.cat([p.transpose(0, 1) for p in parts], dim=0)
-    return torch.stack(parts)
-
-
 def assemble_lse(problem: AttentionProblem, parts: list):
     """Per-sequence LSE [H, sq_b] into the LSE layout: [B, H, Sq] (dense, paged) or [H, total_q] (varlen,
     FlashAttention's)."""
