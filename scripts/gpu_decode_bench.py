@@ -22,7 +22,7 @@ once per KV head (2 * B * Hkv * Sk * D * elt) over the time; the HBM ceiling is 
 is the fastest PyTorch row of the shape (masked or not) over the kernel's time. max|err| compares each
 output with decode_splitkv's (same mask only), so a disagreement shows on the rows.
 
-Then a split-count sweep at three shapes: decode_splitkv with forced split counts around the
+Then a split-count sweep at the SWEEP_SHAPES: decode_splitkv with forced split counts around the
 heuristic's choice (marked *).
 
     python scripts/gpu_decode_bench.py [--out FILE.json] [--dtypes bf16,fp16] [--quick]
@@ -44,7 +44,9 @@ SCENARIO = "llama3_70b_decode"
 #: The issue's headline shape (B16 Hq32 Hkv8 Sq1 Sk8192), run in every dtype and with HEADLINE_PAGES.
 HEADLINE = (16, 32, 8, 1, 8192)
 HEADLINE_PAGES = (16, 256)
-SWEEP_SHAPES = [(16, 32, 8, 1, 8192), (1, 64, 8, 1, 32768), (16, 64, 8, 4, 8192)]
+SWEEP_SHAPES = [(16, 32, 8, 1, 8192), (16, 32, 8, 1, 1024), (1, 32, 8, 1, 8192), (1, 32, 8, 1, 1024),
+                (1, 64, 8, 1, 32768), (16, 64, 8, 1, 8192), (16, 64, 8, 1, 32768), (64, 64, 8, 1, 1024),
+                (16, 64, 8, 4, 8192), (16, 64, 8, 4, 1024), (1, 64, 8, 4, 32768)]
 SWEEP_SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 D = 128
 #: The math backend repeats K/V per query head (enable_gqa) and materializes the scores: only below this.
@@ -280,10 +282,14 @@ def sweep(dt, dtype: str, time_us, gen) -> list[dict]:
 
 
 def print_tables(rows: list[dict], sweep_rows: list[dict], ceil_tbs: float, device: str) -> None:
-    print(f"\n== split-count sweep ({device}; * = the heuristic's choice)")
+    print(f"\n== split-count sweep ({device}; splits:µs, * = the heuristic's choice, best last)")
+    by: dict[str, list[dict]] = {}
     for r in sweep_rows:
-        print(f"{r['shape']:<34} splits {r['splits']:>4}{'*' if r['chosen'] else ' '} {r['us']:>9.1f} us "
-              f"{r['tbs']:>6.2f} TB/s")
+        by.setdefault(r["shape"], []).append(r)
+    for shape, rs in by.items():
+        cells = " ".join(f"{r['splits']}{'*' if r['chosen'] else ''}:{r['us']:.1f}" for r in rs)
+        best = min(rs, key=lambda r: r["us"])
+        print(f"{shape:<34} {cells}  | best {best['splits']} {best['us']:.1f} us {best['tbs']:.2f} TB/s")
     print(f"\n== decode: {device}; HBM ceiling (1 GiB device copy, read+write) {ceil_tbs:.2f} TB/s; "
           "TB/s = K/V bytes read once / time")
     print(f"{'shape':<34} {'variant':<28} {'us':>9} {'TB/s':>6} {'%ceil':>6} {'vs best torch':>13} "
