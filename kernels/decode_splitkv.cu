@@ -552,8 +552,8 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(
 // Host side
 // ------------------------------------------------------------------------------------------------
 // The split heuristic's constants (faprof_decode_splitkv_plan).
-constexpr int kSplitWaves = 1;        // at most one wave of resident CTAs: every split streams from the start
-constexpr int kMinSplitKeys = 256;    // 4 tiles: below this a split is mostly its prologue and epilogue
+constexpr int kSplitCtasPerSm = 1;    // one streaming CTA per SM saturates HBM (H100 sweep: 1 split at 128 CTAs beat 2-128)
+constexpr int kMinSplitKeys = 128;    // 2 tiles: shorter splits are all prologue and epilogue (B=1 Sk=1024: 8 splits best)
 constexpr int kMinSplitKeysPerRow = 16;  // partial O write + read (8 B x rows x D) <= 1/8 of K/V (4 B x keys x D)
 constexpr int kMaxDevices = 64;
 
@@ -651,19 +651,23 @@ cudaError_t run(const Params& p, int m, bool pdl, cudaStream_t stream) {
 
 }  // namespace faprof_decode
 
-// The split heuristic. base = B * Hkv * row_tiles CTAs exist without splitting; slots = kSplitWaves x
-// SMs x CTAs per SM (the occupancy calculator's) can be resident at once, so num_splits =
-// floor(slots / base) (1 when base fills the slots): the most splits whose CTAs all stream from the
-// start, with no second wave that starts late and ends last (a memory-bound CTA's time is its bytes,
-// so equal splits that all start together also end together). Each split must stay long enough to pay for its partial output: at least kMinSplitKeys keys
-// and kMinSplitKeysPerRow keys per packed row (the partial O is written in fp32 and read back once,
-// 8 B x rows x D, against 4 B x keys x D of K/V: at 16 keys per row that is at most 1/8 more
-// traffic, most of it an L2 round trip). Capped by kMaxSplits and by one 64-key tile per split;
-// keys_per_split is rounded up to whole tiles and num_splits recomputed from it, so no split is
-// empty on a full-length sequence.
+// The split heuristic. base = B * Hkv * row_tiles CTAs exist without splitting. Splitting only pays
+// where base leaves SMs idle: one CTA per SM already keeps two 32 KB tiles in flight per SM, which
+// saturates HBM, while every extra split costs its prologue, its partial output and the combine. So
+// num_splits = floor(kSplitCtasPerSm x SMs / base), 1 when base covers the SMs. Measured on the H100
+// (132 SMs, bf16, D=128, scripts/gpu_decode_bench.py's sweep): at B=16 Hkv=8 (128 CTAs) one split
+// was fastest at every Sk and Sq (176 µs at Sk=8192 against 181-227 µs for 2-128 splits); at B=1
+// (8 CTAs) 16 splits (128 CTAs) were fastest at Sk=8192 and 32768. Each split keeps at least
+// kMinSplitKeys keys and kMinSplitKeysPerRow keys per packed row (the partial O is written in fp32
+// and read back once, 8 B x rows x D, against 4 B x keys x D of K/V: at 16 keys per row that is at
+// most 1/8 more traffic, most of it an L2 round trip). Capped by kMaxSplits and by one 64-key tile
+// per split; keys_per_split is rounded up to whole tiles and num_splits recomputed from it, so no
+// split is empty on a full-length sequence.
 cudaError_t faprof_decode_splitkv_plan(int B, int H, int Hkv, int Sq, int Sk, int D, bool paged, bool bf16,
                                        int requested_splits, int* num_splits, int* keys_per_split) {
   using namespace faprof_decode;
+  (void)paged;  // the plan is the same for both layouts and dtypes (one CTA per SM); kept for the ABI
+  (void)bf16;
   if (B < 1 || H < 1 || Hkv < 1 || Sq < 1 || Sk < 1 || H % Hkv != 0 || (D != 64 && D != 128))
     return cudaErrorInvalidValue;
   int dev = 0, sms = 0;
@@ -676,11 +680,8 @@ cudaError_t faprof_decode_splitkv_plan(int B, int H, int Hkv, int Sq, int Sk, in
   const int tiles = (Sk + kBN - 1) / kBN;
   long long splits = requested_splits;
   if (splits <= 0) {
-    int per_sm = 0;
-    err = resident_ctas_per_sm(dev, D, m, paged, bf16, &per_sm);
-    if (err != cudaSuccess) return err;
-    const long long slots = static_cast<long long>(kSplitWaves) * sms * per_sm;
-    splits = base >= slots ? 1 : slots / base;  // the most splits whose CTAs are all resident at once
+    const long long target = static_cast<long long>(kSplitCtasPerSm) * sms;
+    splits = base >= target ? 1 : target / base;  // the most splits that keep to one CTA per SM
     const int min_keys = rows * kMinSplitKeysPerRow > kMinSplitKeys ? rows * kMinSplitKeysPerRow : kMinSplitKeys;
     const long long by_length = Sk / min_keys > 1 ? Sk / min_keys : 1;
     if (splits > by_length) splits = by_length;
