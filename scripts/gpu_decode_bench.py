@@ -102,7 +102,7 @@ def paged_copy(k, v, page: int, gen):
     for t in (k, v):
         t = torch.nn.functional.pad(t, (0, 0, 0, pad)) if pad else t
         blocks = t.view(B, Hkv, nb, page, D).permute(0, 2, 3, 1, 4).reshape(B * nb, page, Hkv, D)
-        pool = torch.empty_like(blocks)
+        pool = torch.empty(blocks.shape, dtype=blocks.dtype, device=blocks.device)  # empty_like keeps a view's strides
         pool[perm] = blocks
         pools.append(pool)
     table = perm.view(B, nb).to(torch.int32)
