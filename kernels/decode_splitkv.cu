@@ -655,7 +655,7 @@ cudaError_t run(const Params& p, int m, bool pdl, cudaStream_t stream) {
 // where base leaves SMs idle: one CTA per SM already keeps two 32 KB tiles in flight per SM, which
 // saturates HBM, while every extra split costs its prologue, its partial output and the combine. So
 // num_splits = floor(kSplitCtasPerSm x SMs / base), 1 when base covers the SMs. Measured on the H100
-// (132 SMs, bf16, D=128, scripts/gpu_decode_bench.py's sweep): at B=16 Hkv=8 (128 CTAs) one split
+// (132 SMs, bf16, D=128, scripts/gpu/gpu_decode_bench.py's sweep): at B=16 Hkv=8 (128 CTAs) one split
 // was fastest at every Sk and Sq (176 µs at Sk=8192 against 181-227 µs for 2-128 splits); at B=1
 // (8 CTAs) 16 splits (128 CTAs) were fastest at Sk=8192 and 32768. Each split keeps at least
 // kMinSplitKeys keys and kMinSplitKeysPerRow keys per packed row (the partial O is written in fp32

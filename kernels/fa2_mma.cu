@@ -28,7 +28,7 @@
 //     (cu_seqlens, row strides H·D / Hkv·D, blocks past a sequence's end exit). 2022's problems keep
 //     the GEN = false code (the same ptxas registers and spills as before GEN existed).
 //
-// Configs (see the launcher; chosen from H100 timings against alternatives, scripts/tc_bench.py):
+// Configs (see the launcher; chosen from H100 timings against alternatives, scripts/gpu/tc_bench.py):
 //   D=64:  128x128, 4 warps x 32 rows, Q re-read from smem (beat 128x64 with Q in registers by ~5%);
 //   D=128: 128x64, 4 warps x 32 rows, Q re-read from swizzled smem each tile (O 128 + S 64 fp32
 //          registers/thread leave no room for Q, as in FA2);
@@ -681,9 +681,9 @@ cudaError_t faprof_fa2_mma_fwd_ex(const void* q, const void* k, const void* v, v
 }
 
 #ifdef FAPROF_TC_CTYPES
-// Entry points for scripts/tc_bench.py (ctypes; built only with -DFAPROF_TC_CTYPES, never in the
+// Entry points for scripts/gpu/tc_bench.py (ctypes; built only with -DFAPROF_TC_CTYPES, never in the
 // extension). `config` < 0 is the default launcher; 0.. pick alternative fp16 tile configs to tune
-// (the list is mirrored in scripts/tc_bench.py TUNE_CONFIGS).
+// (the list is mirrored in scripts/gpu/tc_bench.py TUNE_CONFIGS).
 namespace faprof_fa2_mma {
 using TuneD128Lazy = MmaConfig<128, 128, 64, 4, false, 2, true>;
 using TuneD64Lazy = MmaConfig<64, 128, 128, 4, false, 2, true>;

@@ -27,7 +27,7 @@
 // sdS [BN][BM] (dSᵀ: rows are keys, columns queries); two buffers of {lse2[BM], delta[BM]} (fp32).
 //
 // Fragment layouts relied on (the wgmma m64nNk16 f32 accumulator, fa3_common.cuh's header; verified
-// on the H100 by the forward and by scripts/wgmma_diag.py):
+// on the H100 by the forward and by scripts/gpu/wgmma_diag.py):
 //   * accumulator register i = 4·nt + 2·h + e of lane (g = lane/4, t = lane%4) in warp w of the
 //     warpgroup holds row 16·w + g + 8·h, column 8·nt + 2·t + e;
 //   * so registers 8·kk .. 8·kk+7 of Sᵀ (n8 tiles 2kk, 2kk+1), packed in pairs, are the m16n8k16 A

@@ -5,7 +5,7 @@
 #   - .whl/*.whl: Python packages the GPU image lacks (cupti-python for CUPTI kernel timing),
 #     installed into /tmp/site;
 #   - this source tree first on PYTHONPATH, and one extension build cache for every script.
-# A script that runs another one (gpu_final.sh) does the unpacking and installing once.
+# A script that runs another one (scripts/gpu/gpu_final.sh) does the unpacking and installing once.
 export PYTHONUNBUFFERED=1
 if ls .device/debs/*.deb >/dev/null 2>&1 && [ -z "${FAPROF_DEVICE_DEBS:-}" ]; then
   mkdir -p /tmp/dw && for f in .device/debs/*.deb; do dpkg -x "$f" /tmp/dw; done

@@ -24,7 +24,7 @@ ADVISOR = Path(__file__).parent.parent / "faprof" / "advisor"
 FIXTURE = Path(__file__).parent / "data" / "ncu" / "faprof_set.ncu-rep.gz"
 #: Concepts the faprof set requests since the fixture was recorded (issue 33: bytes by memory level),
 #: checked against ncu's --query-metrics lists by tests/test_ncu.py; the lead's next H100 recording of
-#: the fixture (scripts/record_ncu_faprof_fixture.sh) holds them, and then this set empties.
+#: the fixture (scripts/record/record_ncu_faprof_fixture.sh) holds them, and then this set empties.
 NOT_IN_FIXTURE_YET = {"l2_sectors_read", "l2_sectors_write", "l2_sectors_atom", "l2_sectors_red",
                       "peak_l2_bytes_per_cycle", "l2_clock", "peak_smem_wavefronts_per_cycle"}
 CCS = ("8.0", "8.9", "9.0")

@@ -1,5 +1,5 @@
 """The advisor on the planted-fault kernels (tests/planted), offline, from a bundle recorded on an
-H100 by scripts/record_planted.sh and committed under tests/data/planted/.
+H100 by scripts/record/record_planted.sh and committed under tests/data/planted/.
 
 Each planted kernel is compared with its clean twin (`CONTROL_OF`), as a user asks "why is mine slower
 than that one": on every shape where the defect costs time (the kernel is slower than its twin by more
@@ -22,7 +22,7 @@ from faprof.store import Bundle, find_bundles
 
 ROOT = Path(__file__).parent
 PLANTED_DATA = ROOT / "data" / "planted"
-RECORD = "scripts/record_planted.sh (on an H100; unpack its planted_bundle.tgz under tests/data/planted/)"
+RECORD = "scripts/record/record_planted.sh (on an H100; unpack its planted_bundle.tgz under tests/data/planted/)"
 
 
 def _planted():
@@ -166,7 +166,7 @@ def test_a_defect_found_is_placed_on_a_source_line(bundle):
 def test_the_primary_causes_estimated_gain_against_the_measured_gap_to_its_twin(bundle):
     """GPA's estimated-vs-achieved check: the twin is the fix applied, so the primary cause's estimated gain
     (its part of the gap's partition, net of the dilution it causes) is checked against the measured gap.
-    The table and its median and worst error are docs/explain/accounting.md's (scripts/accounting_table.py).
+    The table and its median and worst error are docs/explain/accounting.md's (scripts/analysis/accounting_table.py).
     Guard: the median error stays where the 2026-11-25 H100 recording put it (15%), under 25%."""
     from faprof.advisor.validate import error_summary, estimate_table
 

@@ -8,14 +8,14 @@ Three layers, so that a failure says where it is:
    form the backward adds to the forward's: K = 64 (the backward's dV/dK at D=128 and its Sᵀ/dPᵀ at
    D=64) and an MN-major A through the transpose-A bit (dQ = dS·K reads dS from the dSᵀ tile),
    against float64 torch.matmul of the same rounded inputs. A layout error is of order 1 here
-   (scripts/wgmma_diag.py says which descriptor offsets would pass).
+   (scripts/gpu/wgmma_diag.py says which descriptor offsets would pass).
 2. The awkward-shape grid of tests/test_bwd_kernels_gpu.py (its `check`: the harness's own path,
    fresh randn Q, K, V, dO, the variant's fn under autograd on NaN-poisoned memory, O, dQ, dK, dV
    against float64 autograd on the CPU (fp32 on the GPU for the big case) under the dtype's
    per-element rule and FlashAttention's 3x-PyTorch rule): Sq = 1, tails of every tile size
    (17, 113, 203, 1000) and exact tiles (128), Sq != Sk both ways, causal with Sq > Sk and Sq < Sk,
    B·H > 1, D = 64 and 128, fp16 and bf16, each step. Test ids name the step, so `-k fa3_bwd_b`
-   runs one (scripts/gpu_bwd3_check.sh runs one pytest per step under a timeout: a hang in a
+   runs one (scripts/gpu/gpu_bwd3_check.sh runs one pytest per step under a timeout: a hang in a
    barrier names its step). Sq = 1000 and 2048 run 8-32 query tiles per block, so the 2- and
    3-stage rings of steps c/d wrap several times.
 3. Against faprof's other backward on the same GPU: fa2_mma's deterministic path on the same
@@ -87,7 +87,7 @@ def test_bwd_wgmma_gemm(testonly_ops, dtype, form, mn_major, N, K):
     ref = (a.double().t() if a_mn else a.double()) @ (b.double() if mn_major else b.double().t())
     err = float(((c.double() - ref).abs() / (1 + ref.abs())).max())
     assert not torch.isnan(c).any(), "accumulator elements left unwritten"
-    assert err <= GEMM_TOL, f"max error {err:.2e} (run scripts/wgmma_diag.py for where)"
+    assert err <= GEMM_TOL, f"max error {err:.2e} (run scripts/gpu/wgmma_diag.py for where)"
 
 
 # ------------------------------------------------------------------------- the awkward-shape grid

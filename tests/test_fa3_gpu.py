@@ -7,11 +7,11 @@ Two layers, so that a failure says where it is:
    from shared-memory descriptors) and RS (A from registers, as P), B K-major (as K in Q·Kᵀ) and
    MN-major (transpose-B, as V in P·V), K = 16 (one instruction) and 128 (eight steps over two
    128-byte swizzle blocks), N = 64 and 128, fp16 and bf16. A wrong descriptor, swizzle or fragment
-   layout gives errors of order 1 here (scripts/wgmma_diag.py says which offsets would pass).
+   layout gives errors of order 1 here (scripts/gpu/wgmma_diag.py says which offsets would pass).
 2. The awkward-shape attention grid of tests/test_tc_kernels_gpu.py (its `check`: NaN-poisoned
    outputs with guard tails, a float64 reference, the same tolerances) on each fa3 step, D = 64
    and 128 (the head dims the steps support). Each test's id names its step (fa3_wgmma_a ... _e),
-   so `-k fa3_wgmma_c` runs one step; scripts/gpu_wgmma_check.sh runs one pytest per step under a
+   so `-k fa3_wgmma_c` runs one step; scripts/gpu/gpu_wgmma_check.sh runs one pytest per step under a
    timeout, so that a hang in a barrier names the step.
 
 On a GPU that is not compute capability 9.0 these skip, and test_refuses_other_archs checks the
@@ -60,7 +60,7 @@ def test_wgmma_gemm(testonly_ops, dtype, N, K, mn_major, rs):
     # fp32 accumulation of K <= 128 exact products: ~1e-6; a layout bug is of order 1.
     err = float(((c.double() - ref).abs() / (1 + ref.abs())).max())
     assert not torch.isnan(c).any(), "accumulator elements left unwritten"
-    assert err <= 1e-3, f"max error {err:.2e} (run scripts/wgmma_diag.py for where)"
+    assert err <= 1e-3, f"max error {err:.2e} (run scripts/gpu/wgmma_diag.py for where)"
 
 
 # ---------------------------------------------------------------------------------- attention

@@ -5,7 +5,7 @@ shape's difference between the runs) and, on simulated runs with known row noise
 being unbiased; Smyth's prior degrees of freedom against simulated variances drawn from the
 scaled-F model with a known d0. The shipped floors (`faprof/data/gate_noise.toml`) must be what the
 estimator gives on the bundles each floor names (recorded runs: tests/data/gate/h100 from
-`scripts/gpu_gate_check.sh same slow` on the lent H100, examples/runs/h200x2 run1-3 on an H200).
+`scripts/gpu/gpu_gate_check.sh same slow` on the lent H100, examples/runs/h200x2 run1-3 on an H200).
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def test_a_gpu_without_a_floor_borrows_the_noisiest_and_says_how_to_record_one()
     floors = load_floors()
     f, note = floor_for("NVIDIA L4", floors)
     assert f.gpu_name == "NVIDIA H100 80GB HBM3"  # 1.35% a row against the H200's 0.33%
-    assert "NVIDIA L4" in note and "scripts/gate_noise_floor.py" in note and "--noise-floor" in note
+    assert "NVIDIA L4" in note and "scripts/analysis/gate_noise_floor.py" in note and "--noise-floor" in note
     assert floor_for("NVIDIA H200", floors) == (next(x for x in floors if x.gpu_name == "NVIDIA H200"), "")
     assert floor_for("NVIDIA H200", [])[0] is NO_FLOOR
 
@@ -188,7 +188,7 @@ def test_a_missing_floor_file_is_an_error(tmp_path):
 
 
 def test_recorded_runs_reestimate_from_the_script(tmp_path):
-    """scripts/gate_noise_floor.py writes what `estimate` gives, keeping another GPU model's floor in the file."""
+    """scripts/analysis/gate_noise_floor.py writes what `estimate` gives, keeping another GPU model's floor in the file."""
     import runpy
     import sys
 
@@ -199,7 +199,7 @@ def test_recorded_runs_reestimate_from_the_script(tmp_path):
     old, sys.argv = sys.argv, argv
     try:
         with pytest.raises(SystemExit) as e:
-            runpy.run_path(str(ROOT / "scripts" / "gate_noise_floor.py"), run_name="__main__")
+            runpy.run_path(str(ROOT / "scripts" / "analysis" / "gate_noise_floor.py"), run_name="__main__")
     finally:
         sys.argv = old
     assert e.value.code == 0

@@ -1,7 +1,7 @@
 """The gate with between-run noise, on the H100 runs where the within-run gate cried wolf (faprof issue 27).
 
 Method: four recorded runs of `h100_headline` from one commit on the lent H100
-(tests/data/gate/h100, written by `scripts/gpu_gate_check.sh same slow` on 2026-11-25): `same/` two
+(tests/data/gate/h100, written by `scripts/gpu/gpu_gate_check.sh same slow` on 2026-11-25): `same/` two
 runs of fa3_wgmma_e, fa2_mma, sdpa_cudnn and sdpa_flash; `slow/` fa2_mma, sdpa_flash and the test
 kernel gk, the second run with gk slowed (every 16th K/V tile processed twice). fa2_mma and
 sdpa_flash are the same code in all four runs, fa3_wgmma_e and sdpa_cudnn in the two `same/` runs:

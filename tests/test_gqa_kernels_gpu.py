@@ -13,7 +13,7 @@ float64 on the GPU. A failure names the case and the worst element: its sequence
 and column, the kernel's and the reference's values, and whether the row sees any key; rows that see
 no key must be exactly zero with LSE -inf.
 
-`-k fa2_mma` or `-k fa3_wgmma_e` runs one kernel; scripts/gpu_gqa_bench.sh runs these tests before
+`-k fa2_mma` or `-k fa3_wgmma_e` runs one kernel; scripts/gpu/gpu_gqa_bench.sh runs these tests before
 its benchmark.
 """
 

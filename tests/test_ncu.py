@@ -505,7 +505,7 @@ def test_ranges_attribute_every_kernel_of_the_faprof_target(reports):
 
 
 def test_backward_kernels_launched_by_autograds_thread_are_attributed(reports):
-    """bwd_basic (scripts/record_ncu_bwd_fixture.sh): fa2_mma and fa2_mma_det, bwd and fwd_bwd calls.
+    """bwd_basic (scripts/record/record_ncu_bwd_fixture.sh): fa2_mma and fa2_mma_det, bwd and fwd_bwd calls.
     The backward kernels carry no push/pop range of faprof's (autograd's thread launched them); the
     start/end ranges place them, so every kernel of every call is attributed, in launch order."""
     df, plan = _report(reports, "bwd_basic")

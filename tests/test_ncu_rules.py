@@ -1,7 +1,7 @@
 """ncu's rule results and the advisor's counters, read offline from reports recorded on an H100.
 
 Method: the fixtures of tests/data/ncu (recorded with `--set basic` and `--set full` plus faprof's
-metrics; see scripts/record_ncu_fixtures.sh) are read with the PyPI `ncu-report` package. Rule
+metrics; see scripts/record/record_ncu_fixtures.sh) are read with the PyPI `ncu-report` package. Rule
 results are checked against what the kernels are known to do: fa_full's fa2 launch has a grid of
 4 blocks on the H100's 132 SMs, and ncu's LaunchConfiguration rule estimates the speedup of filling
 the GPU as 1 - 4/132; tiny_smem reads shared memory with a 32-word stride (32-way bank conflicts);
@@ -168,7 +168,7 @@ FAPROF_SET = DATA / "faprof_set.ncu-rep.gz"
 
 @pytest.mark.skipif(
     not FAPROF_SET.exists(),
-    reason="faprof_set fixture not recorded yet (scripts/record_ncu_faprof_fixture.sh)",
+    reason="faprof_set fixture not recorded yet (scripts/record/record_ncu_faprof_fixture.sh)",
 )
 def test_faprof_set_fixture(tmp_path):
     """The report `faprof profile --ncu` wrote on the H100: its sections, stalls, rules and counters."""

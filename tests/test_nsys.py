@@ -4,7 +4,7 @@ collect()'s paths, and the SQLite parser on real exports recorded on an H100.
 Method: command lines are compared as exact lists. nsys and ldd are replaced by small scripts (ldd
 replays the output recorded on the H100; a fake nsys replays the recorded report, plan and export).
 The parser reads the real exports under tests/data/nsys/, recorded by
-scripts/record_nsys_fixtures.sh on an H100 with nsys 2025.3.1 (export schema 3.20.3), next to the
+scripts/record/record_nsys_fixtures.sh on an H100 with nsys 2025.3.1 (export schema 3.20.3), next to the
 `.nsys-rep` each came from: `smoke.*` (torch_standard, sdpa_flash, sdpa_math, naive, fa2 on the
 smoke scenario, 10 calls each, plus the harness' measurements.parquet of the same run) and
 `no_kernels.*` (a capture that starts but launches nothing). Its joins are checked against plain

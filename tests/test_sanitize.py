@@ -6,7 +6,7 @@ The CPU parser tests use short strings BUILT HERE from the line format that NVID
 Sanitizer documentation describes (the ===== prefix, a report's first line, indented `at ... in
 FILE:LINE` continuation lines, the summary lines). They are not recorded tool output: no GPU or
 compute-sanitizer exists on the CPU machine. Real output is checked by the GPU tests below and by
-scripts/gpu_kernel_check.sh, which keeps the tool's raw text in each bundle.
+scripts/gpu/gpu_kernel_check.sh, which keeps the tool's raw text in each bundle.
 """
 
 from __future__ import annotations

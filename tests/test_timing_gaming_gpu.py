@@ -8,7 +8,7 @@ Each is measured by `harness.measure` with CUPTI (and the stream trick with CUDA
 fallback timer that only sees the current stream) next to the honest twin `gaming_control` in the
 same process. "Timed in full" is: the reported median at least HONEST_SHARE of the twin's (the
 twin's CUPTI median moves by a few percent run to run); "flagged" is the flag with its reason.
-scripts/gpu_timing_gaming.sh runs this file and prints the table of the same measurements.
+scripts/gpu/gpu_timing_gaming.sh runs this file and prints the table of the same measurements.
 """
 
 from __future__ import annotations

@@ -219,7 +219,7 @@ def compare(run_a: str, run_b: str | None, gpu_a: str | None, gpu_b: str | None,
 @click.option("--confirm", is_flag=True, help="Re-time the kernels with slower or undecided rows on this machine (a second "
               "candidate run) before deciding: a slowdown must hold in both runs.")
 @click.option("--noise-floor", "noise_floor", help="The between-run noise floors (a TOML file written by "
-              "scripts/gate_noise_floor.py), or 'none' to judge on the runs' own samples and rows only "
+              "scripts/analysis/gate_noise_floor.py), or 'none' to judge on the runs' own samples and rows only "
               "(default: faprof's recorded floors).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"), show_default=True,
               help="Folder for the bundles this command writes (a CANDIDATE scenario's run, re-timed rows).")

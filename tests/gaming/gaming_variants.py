@@ -6,7 +6,7 @@ the harness gives one) plus a fixed floor of work a timer cannot miss honestly: 
 moves or skips that work so that a naive timer reads less than the call costs.
 tests/test_timing_gaming.py (CPU) and tests/test_timing_gaming_gpu.py (GPU) run them through
 `faprof.measure.harness.measure`, and check each is flagged with its reason or timed in full (the
-reported median at least the honest twin's); scripts/gpu_timing_gaming.sh prints the table.
+reported median at least the honest twin's); scripts/gpu/gpu_timing_gaming.sh prints the table.
 Load with `--user-variants tests/gaming/gaming_variants.py`.
 
 =======================  =========================================================  ===========

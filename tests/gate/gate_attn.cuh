@@ -1,4 +1,4 @@
-// TEST ONLY: the kernel behind `faprof gate`'s GPU check (scripts/gpu_gate_check.sh, tests/test_gate_kernels.py).
+// TEST ONLY: the kernel behind `faprof gate`'s GPU check (scripts/gpu/gpu_gate_check.sh, tests/test_gate_kernels.py).
 //
 // gate_attn.cu and gate_attn_slow.cu both launch the kernel below; they differ in one runtime
 // argument, `extra_every`. With 0 (gate_attn.cu) the kernel is a plain attention forward; with

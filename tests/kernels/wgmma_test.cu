@@ -14,7 +14,7 @@
 // D=128 (K = 64 query rows); two blocks of 4 steps each), N in {64, 128}; fp16 or bf16. lbo/sbo
 // (bytes, < 0: the kernel's own choice) override B's descriptor offsets, a_lbo/a_sbo those of an
 // MN-major A, so that a failing layout can be diagnosed by trying the alternatives in one GPU run
-// (scripts/wgmma_diag.py).
+// (scripts/gpu/wgmma_diag.py).
 //
 // Built only by tests/kernels/testonly_variants.py as its own small extension (torch.ops.faprof_test.*),
 // never part of faprof's; the CPU build tests (tests/test_build.py, test_fa3_build.py) compile it for sm_80, sm_89 and sm_90a.

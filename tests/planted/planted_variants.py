@@ -3,7 +3,7 @@
 Each kernel is a FlashAttention forward with one deliberate performance defect (results stay within
 rounding, so they pass faprof's correctness check), beside a clean control of the same design; the
 diagnosis must name each defect as its primary finding from the hardware counters alone
-(tests/test_advise_planted.py, on a bundle recorded on an H100 by scripts/record_planted.sh). The
+(tests/test_advise_planted.py, on a bundle recorded on an H100 by scripts/record/record_planted.sh). The
 kernels are built as their own small extension (`faprof_planted_ext`, ops torch.ops.faprof_planted.*)
 the first time one runs, so faprof's own build does not grow. Three designs:
 
@@ -48,7 +48,7 @@ planted_small_tile         64 query rows x 32 keys per block (fa2_mma's D=256   
 =========================  ===================================================  ======================
 
 The last three (issue 33: evidence classes read from bytes by memory level) are not in the bundle
-recorded on 2026-11-25; scripts/record_planted.sh records them with the others. Their expected
+recorded on 2026-11-25; scripts/record/record_planted.sh records them with the others. Their expected
 costs are not estimated here: they depend on the L2's replacement and the memory system's queues,
 which only the recording measures.
 

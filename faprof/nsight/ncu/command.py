@@ -8,8 +8,8 @@ Section sets `faprof profile --ncu SET` and `faprof ncu RUN --set SET` take:
   local-memory spill traffic, global sectors per request, shared wavefronts and bank conflicts...;
   `faprof.nsight.ncu.catalogue.requested_metrics`). No source counters (PC sampling, SASS patching), no
   PM sampling and no memory-workload tables: on the H100 those tables alone took 30 replay passes
-  per kernel, the whole set with them 33 and without them 22 (`scripts/ncu_passes.py`,
-  `scripts/ncu_cost.py`); the two rules they carry (shared-memory conflicts, cache access pattern)
+  per kernel, the whole set with them 33 and without them 22 (`scripts/gpu/ncu_passes.py`,
+  `scripts/gpu/ncu_cost.py`); the two rules they carry (shared-memory conflicts, cache access pattern)
   read counters the catalogue requests anyway, and the advisor reads those counters itself.
 - `basic`, `detailed`, `full`: Nsight Compute's own sets (ncu's `--set`), plus the same metrics.
 

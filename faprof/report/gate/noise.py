@@ -20,7 +20,7 @@ moderated-variance model). The gate (`faprof.report.gate.pool`) uses the floor a
 variant's own rows update.
 
 The recorded floors are data (`faprof/data/gate_noise.toml`, written by
-`scripts/gate_noise_floor.py` from the bundles it names; `tests/test_gate_noise.py` recomputes
+`scripts/analysis/gate_noise_floor.py` from the bundles it names; `tests/test_gate_noise.py` recomputes
 them). A GPU model without a recorded floor gets the noisiest recorded one, with a note.
 """
 
@@ -301,7 +301,7 @@ def estimate(run_sets: Sequence[RunSet], note: str = "") -> NoiseFloor:
 def _check_floor(t: dict[str, Any], where: str) -> NoiseFloor:
     for key, typ in _FLOOR_KEYS.items():
         if key not in t:
-            raise FaprofError(f"{where}: key '{key}' is missing (re-write the file with scripts/gate_noise_floor.py)")
+            raise FaprofError(f"{where}: key '{key}' is missing (re-write the file with scripts/analysis/gate_noise_floor.py)")
         if not isinstance(t[key], typ) or isinstance(t[key], bool):
             raise FaprofError(f"{where}: key '{key}' has the wrong type ({type(t[key]).__name__})")
     d0 = t["prior_df"]
@@ -339,7 +339,7 @@ def load_floors(path: str | Path | None = None) -> list[NoiseFloor]:
         raise FaprofError(f"noise floor file {p} is not TOML: {e}") from None
     tables = data.get("floor")
     if not isinstance(tables, list) or not tables:
-        raise FaprofError(f"{p}: expected one or more [[floor]] tables (write them with scripts/gate_noise_floor.py)")
+        raise FaprofError(f"{p}: expected one or more [[floor]] tables (write them with scripts/analysis/gate_noise_floor.py)")
     return [_check_floor(t, f"{p} [[floor]] {i + 1}") for i, t in enumerate(tables)]
 
 
@@ -380,11 +380,11 @@ def floor_for(gpu_name: str, floors: Sequence[NoiseFloor]) -> tuple[NoiseFloor, 
     worst = max(floors, key=lambda f: math.hypot(f.row_sd, f.offset_sd))
     return worst, (f"no between-run noise floor recorded for {gpu_name}: using {worst.gpu_name}'s "
                    f"(row {worst.row_sd:.2%}, offset {worst.offset_sd:.2%}), the noisiest recorded; record yours "
-                   "from two or more runs of one commit with scripts/gate_noise_floor.py and pass --noise-floor")
+                   "from two or more runs of one commit with scripts/analysis/gate_noise_floor.py and pass --noise-floor")
 
 
 def to_toml(floors: Sequence[NoiseFloor], header: str = "") -> str:
-    """Floors as the TOML `load_floors` reads (the data file `scripts/gate_noise_floor.py` writes)."""
+    """Floors as the TOML `load_floors` reads (the data file `scripts/analysis/gate_noise_floor.py` writes)."""
     def q(s: str) -> str:
         return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 

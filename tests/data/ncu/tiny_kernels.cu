@@ -18,7 +18,7 @@
 // Usage: tiny_kernels PLAN_JSON [ffma,hmma,smem]   (writes the plan: every measured launch with its
 //        expected work; the optional list picks the kernels measured, all by default)
 // Build: nvcc -O3 -lineinfo -arch=sm_90 -o tiny_kernels tiny_kernels.cu   (see
-//        scripts/record_ncu_fixtures.sh)
+//        scripts/record/record_ncu_fixtures.sh)
 
 #include <cstdio>
 #include <cstdlib>

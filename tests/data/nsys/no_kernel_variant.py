@@ -1,6 +1,6 @@
 """A user variant that runs 'on the GPU' but launches no kernel: it returns its query tensor.
 
-Used by scripts/record_nsys_fixtures.sh to record a real nsys capture that starts (the target
+Used by scripts/record/record_nsys_fixtures.sh to record a real nsys capture that starts (the target
 calls cudaProfilerStart and pushes its NVTX ranges) and holds no kernels at all.
 """
 
