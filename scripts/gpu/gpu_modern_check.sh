@@ -15,7 +15,8 @@
 #   bench     scripts/gpu/gpu_decode_bench.py --quick (decode_splitkv against PyTorch's paths and a copy)
 #   decode    llama3_70b_decode --ncu
 #   prefill   llama3_8b_prefill --ncu;  window: mistral_window --ncu;  varlen: varlen_packed --ncu
-# Each stage has its own time limit (a scenario past it keeps the rows it finished).
+# Each stage has its own time limit (a scenario past it keeps the rows it finished). SCN_ARGS: extra
+# `faprof profile` options for the scenario stages, e.g. SCN_ARGS="--budget 0.3 --ncu-shapes smallest,largest".
 set -u
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/../.."
@@ -72,7 +73,8 @@ run_scn() {  # label, limit_s, args... (without flex when the probe failed)
     local scn; scn=$(printf '%s\n' "$@" | grep -A1 -- '--scenario' | tail -1)
     extra=(--variants "$($PY -c "import sys, faprof.variants; from faprof.model.scenarios import load_scenario; print(','.join(v for v in load_scenario(sys.argv[1]).variants if v != 'flex'))" "$scn")")
   fi
-  timeout -k 10 "$limit" $FP profile "$@" "${extra[@]}" --timeout ${TASK_TIMEOUT:-120} --out "$OUT/runs" > "$L" 2>&1
+  # shellcheck disable=SC2086
+  timeout -k 10 "$limit" $FP profile "$@" "${extra[@]}" ${SCN_ARGS:-} --timeout ${TASK_TIMEOUT:-120} --out "$OUT/runs" > "$L" 2>&1
   local rc=$?
   tail -25 "$L"
   summary+=("$label: exit $rc in $(( $(stamp) - t )) s; $(status_of "$L")")
