@@ -438,8 +438,10 @@ def test_kernels_table_values_for_naive(smoke_kernels):
 def test_per_call_and_gaps_add_up(smoke_kernels):
     calls = nsys.per_call(smoke_kernels)
     assert len(calls) == 13 * SMOKE_ITERS
-    sums = smoke_kernels.groupby(["variant", "shape_id", "iteration"])["duration_ns"].sum()
-    assert calls.set_index(["variant", "shape_id", "iteration"])["gpu_ns"].sort_index().equals(sums.sort_index())
+    # the recording's kernels run one after another on one stream: busy time is the sum of durations
+    sums = smoke_kernels.groupby(["variant", "shape_id", "iteration"])["duration_ns"].sum().astype("int64")
+    got_ns = calls.set_index(["variant", "shape_id", "iteration"])["gpu_ns"].astype("int64")
+    assert got_ns.sort_index().equals(sums.sort_index())
     assert (calls["wall_ns"] >= calls["gpu_ns"]).all() and (calls["host_ns"] > 0).all()
     gaps = nsys.idle_gaps(smoke_kernels)
     assert len(gaps) == len(smoke_kernels) - len(calls)  # k kernels per call leave k - 1 gaps
@@ -641,3 +643,25 @@ def test_the_facade_is_the_parts():
     assert nsys.load_sqlite is nsys_read.load_sqlite and nsys.summarize is tables.summarize
     assert nsys.nsys_command is command.nsys_command
     assert set(nsys.__all__) <= set(dir(nsys))
+
+
+def test_per_call_counts_overlapping_kernels_once(smoke_kernels):
+    """A kernel started before the previous one ends (programmatic dependent launch) is not counted
+    twice: the call's gpu_ns is the union of its kernels' intervals."""
+    calls = nsys.per_call(smoke_kernels)
+    key = ["variant", "shape_id", "iteration"]
+    multi = smoke_kernels.groupby(key).filter(lambda g: len(g) >= 2)
+    one = multi.set_index(key).index[0]
+    k = smoke_kernels.set_index(key).loc[one].sort_values("start_ns").reset_index()
+    shifted = smoke_kernels.copy()
+    sel = (shifted[key].apply(tuple, axis=1) == one) & (shifted["start_ns"] == k.loc[1, "start_ns"])
+    # the second kernel now starts half-way through the first, its end unchanged
+    shifted.loc[sel, "start_ns"] = k.loc[0, "start_ns"] + k.loc[0, "duration_ns"] // 2
+    shifted.loc[sel, "duration_ns"] = shifted.loc[sel, "end_ns"] - shifted.loc[sel, "start_ns"]
+    got = nsys.per_call(shifted).set_index(key).loc[one, "gpu_ns"]
+    before = calls.set_index(key).loc[one, "gpu_ns"]
+    summed = int(shifted[sel | (shifted[key].apply(tuple, axis=1) == one)]["duration_ns"].sum())
+    assert got < summed  # the overlap is not counted twice
+    # originally back to back: the second kernel's own duration is replaced by what it adds past the first's end
+    e0, e1 = k.loc[0, "end_ns"], k.loc[1, "end_ns"]
+    assert got == before - k.loc[1, "duration_ns"] + max(0, e1 - e0)

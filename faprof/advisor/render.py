@@ -80,7 +80,7 @@ def render_markdown(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per
             for _, r in g.sort_values("rank").iterrows():
                 star = "**" if r["primary"] else ""
                 parts.append(f"| {r['rank']} | {star}{_md(r['title'])}{star} | {_md(r['kernel'])[:40]} | "
-                             f"{_md(share_text(r))} | {_md(r['evidence'])} | {_md(r.get('source') or '')} | "
+                             f"{_md(share_text(r))} | {_md(r['evidence'])} | {_md(_where(r, ''))} | "
                              f"{_md(r['fix'])} |")
             parts.append("")
         return "\n".join(parts) + "\n"
@@ -96,9 +96,15 @@ def render_markdown(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per
             also = [x for x in str(r["shapes"]).split(", ") if x and x not in prim]
             parts.append(f"| {_md(who(r))} | {_md(r['title'])} | {_md(r['primary_shapes']) or '—'} | "
                          f"{_md(', '.join(also)) or '—'} | {_gain(r['max_gain_pct'])} | {_md(r['evidence'])} | "
-                         f"{_md(r.get('source') or '—')} | {_md(r['fix'])} |")
+                         f"{_md(_where(r))} | {_md(r['fix'])} |")
         parts.append("")
     return "\n".join(parts) + "\n"
+
+
+def _where(r: Any, missing: str = "—") -> str:
+    """A finding's source location, or `missing` where it has none (None, NaN or empty in the table)."""
+    src = r.get("source")
+    return src if isinstance(src, str) and src else missing
 
 
 def render_text(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per_shape: bool = False,
@@ -122,7 +128,7 @@ def render_text(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per_sha
                 out.append(f"  {mark}  {r['title']}" + share_text(r, "  ")
                            + (f"  [{str(r['kernel'])[:48]}]" if r["kernel"] else ""))
                 para("evidence", r["evidence"])
-                if isinstance(r.get("source"), str) and r.get("source"):
+                if _where(r, ""):
                     para("where", r["source"])
                 para("fix", r["fix"])
             out.append("")
@@ -137,7 +143,7 @@ def render_text(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per_sha
             out.append(f"  {r['title']}" + (f"  up to ~{gain}" if gain else "")
                        + (f"  primary on {prim}" if prim else f"  on {r['shapes']}"))
             para("evidence", r["evidence"])
-            if isinstance(r.get("source"), str) and r.get("source"):
+            if _where(r, ""):
                 para("where", r["source"])
             para("fix", r["fix"])
         out.append("")
@@ -164,5 +170,5 @@ def rich_table(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per_shap
     for _, r in s.iterrows():
         cause = f"[bold]{r['title']}[/]" if r["primary_shapes"] else str(r["title"])
         t.add_row(f"{who(r)}\n({r['dtype'] or ''})", cause, str(r["primary_shapes"]) or "—",
-                  _gain(r["max_gain_pct"]), str(r["evidence"]), str(r.get("source") or "—"), str(r["fix"]))
+                  _gain(r["max_gain_pct"]), str(r["evidence"]), _where(r), str(r["fix"]))
     return t

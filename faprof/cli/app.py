@@ -143,7 +143,7 @@ def print_timing_note(df) -> None:
     """Which clock timed the rows, and rows measured while the GPU throttled (they carry a flag)."""
     if "timer" not in df:
         return
-    names = {"cupti": "CUPTI kernel time per call (sum of the call's kernel durations)",
+    names = {"cupti": "CUPTI kernel time per call (union of the call's kernel intervals)",
              "cuda_event": "CUDA events around each call (fallback: a few-µs floor per call)", "host": "host clock (CPU rows)"}
     timers = [t for t in dict.fromkeys(df["timer"].dropna()) if t]
     if timers:

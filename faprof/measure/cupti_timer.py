@@ -9,7 +9,10 @@ pop after); CUPTI links every kernel launched inside to that id through its corr
 kernels are attributed to calls exactly, whatever else (the L2 flush, the GPU-side lead) runs
 between them. Per call this gives two figures:
 
-- `sum`: the sum of the call's kernel durations (GPU busy time; what nsys' per-call kernel time is);
+- `sum`: the call's GPU busy time: the union of its kernels' intervals, which is the sum of their
+  durations unless kernels overlap (a kernel launched with programmatic dependent launch starts
+  before its predecessor ends and waits; summing would count that overlap twice: see
+  faprof.measure.intervals). nsys' per-call kernel time (faprof.nsight.nsys.tables) is the same figure;
 - `span`: first kernel start to last kernel end (includes gaps between the call's kernels).
 
 Why cupti-python and not torch's profiler (Kineto): Kineto records the same CUPTI activities,
@@ -34,6 +37,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+from faprof.measure.intervals import busy_ns
 
 #: Environment variables that tell this process runs under an NVIDIA profiler (which owns CUPTI).
 PROFILER_ENV = ("NSYS_PROFILING_SESSION_ID", "NV_NSIGHT_INJECTION_TRANSPORT_TYPE", "NV_COMPUTE_PROFILER_PERFWORKS_DIR",
@@ -297,7 +302,7 @@ class KernelTimer:
             per[ext].append((start, end))
         self.last_counts = {"kernels": len(kernels), "links": len(links), "api": len(api),
                             "by_window": by_window, "unlinked": unlinked}
-        return {cid: CallTime(sum_ns=sum(e - s for s, e in ks), span_ns=max(e for _, e in ks) - min(s for s, _ in ks),
+        return {cid: CallTime(sum_ns=busy_ns(ks), span_ns=max(e for _, e in ks) - min(s for s, _ in ks),
                               kernels=len(ks)) for cid, ks in per.items()}
 
     def close(self) -> None:

@@ -1,6 +1,7 @@
 """The measuring harness: correctness against a reference first (faprof.correctness), then timing.
 
-GPU time per call (the `median_ms` of every GPU row) is the sum of the call's kernel durations
+GPU time per call (the `median_ms` of every GPU row) is the time the call's kernels run (the union
+of their intervals: the sum of their durations unless they overlap, faprof.measure.intervals)
 from CUPTI activity records (faprof.cupti_timer), kernels attributed to calls by correlation id;
 the first-start to last-end span is kept beside it (`span_ms`). CUDA events around each call are
 kept as call latency (`event_ms`), and are the fallback timer where CUPTI cannot be used (the row's

@@ -23,7 +23,7 @@ from faprof.report import fmt as f
 #: A row's FLOPs count as following a convention when within this relative distance of it (rounding).
 FLOP_MATCH_REL = 1e-6
 
-TIMER_WORDS = {"cupti": "CUPTI kernel time per call (the sum of the call's kernel durations)",
+TIMER_WORDS = {"cupti": "CUPTI kernel time per call (the time the call's kernels run: the union of their intervals)",
                "cuda_event": "CUDA events around each call", "event": "CUDA events around each call",
                "host": "the host clock (time.perf_counter)"}
 TIMER_SHORT = {"cupti": "CUPTI kernel times", "cuda_event": "CUDA events", "event": "CUDA events",

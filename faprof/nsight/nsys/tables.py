@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from faprof.measure.intervals import busy_ns
 from faprof.model.schema import TIMED
 
 #: Columns of nsys_summary.parquet, in order.
@@ -31,7 +32,8 @@ _PAIR = ["variant", "shape_id"]
 def per_call(kernels: pd.DataFrame) -> pd.DataFrame:
     """One row per call (variant, shape_id, iteration).
 
-    Columns: kernels (launched by the call), gpu_ns (sum of kernel durations), wall_ns (first launch
+    Columns: kernels (launched by the call), gpu_ns (GPU busy time: the union of the kernels' intervals,
+    the sum of their durations unless they overlap, as with programmatic dependent launch), wall_ns (first launch
     call's start to the last kernel's end), host_ns (the call's `iter<i>` range: host time),
     first_launch_ns (first launch call's start to the first kernel's start), idle_ns (GPU idle
     between the call's consecutive kernels, summed; overlapping kernels count 0).
@@ -44,7 +46,7 @@ def per_call(kernels: pd.DataFrame) -> pd.DataFrame:
     g = kernels.sort_values([*_CALL, "start_ns"]).groupby(_CALL, sort=False)
     out = pd.DataFrame({
         "kernels": g.size(),
-        "gpu_ns": g["duration_ns"].sum(),
+        "gpu_ns": g[["start_ns", "end_ns"]].apply(lambda k: busy_ns(zip(k["start_ns"], k["end_ns"], strict=True))),
         "wall_ns": g["end_ns"].max() - g["api_start_ns"].min(),
         "host_ns": g["iter_end_ns"].first() - g["iter_start_ns"].first(),
         "first_launch_ns": g["start_ns"].first() - g["api_start_ns"].first(),
