@@ -18,14 +18,14 @@ from collections.abc import Iterable
 def busy_ns(intervals: Iterable[tuple[int, int]]) -> int:
     """Length of the union of [start, end) intervals (any order, overlapping or not)."""
     total = 0
-    cur_s = cur_e = None
-    for s, e in sorted(intervals):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
+    spans = sorted(intervals)
+    if not spans:
+        return 0
+    cur_s, cur_e = spans[0]
+    for s, e in spans[1:]:
+        if s > cur_e:  # a gap: close the current run of overlapping kernels
+            total += cur_e - cur_s
             cur_s, cur_e = s, e
         elif e > cur_e:
             cur_e = e
-    if cur_e is not None:
-        total += cur_e - cur_s
-    return int(total)
+    return int(total + cur_e - cur_s)
