@@ -18,6 +18,7 @@ Order of work for one call:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from typing import Any
@@ -28,7 +29,7 @@ from faprof.advisor.accounting import missing_counters
 from faprof.advisor.differential import decompose, fold_aliases, level_with, reference_for
 from faprof.advisor.evidence import Call, calls_from, ok, tables_from
 from faprof.advisor.evidence import _num as number
-from faprof.advisor.findings import CAUSES, KINDS, Finding
+from faprof.advisor.findings import CAUSES, KINDS, Finding, pct
 from faprof.advisor.gap_findings import CLAIMS, gap_findings
 from faprof.advisor.rules_call import CALL_RULES, CALL_RULES_FIRST, merge_ncu_rules
 from faprof.advisor.rules_kernel import KERNEL_RULES, KERNEL_TERM_RULES, Context
@@ -78,6 +79,7 @@ def _absolute(call: Call, ctx: Context) -> list[Finding]:
     # a stall a mechanism of the same kernel explains is that mechanism's (spills -> long_scoreboard ...)
     claimed = {(f.kernel, t) for f in found if f.cause in CLAIMS for t in CLAIMS[f.cause] if not t.endswith("*")}
     found = [f for f in found if not (f.cause.startswith("stall:") and (f.kernel, f.cause) in claimed)]
+    found = _within_headroom(call, found)
     keep = []
     for f in found:
         if ok(f.gain):
@@ -86,6 +88,42 @@ def _absolute(call: Call, ctx: Context) -> list[Finding]:
         elif f.kind in ("correctness", "note", "defect", "limit"):  # a cause whose size cannot be estimated
             keep.append(f)
     return keep
+
+
+def headroom(call: Call) -> tuple[float, str]:
+    """(share of the call's time above its floor, what the floor is) from the row's position against
+    the run's measured ceiling: the copy bandwidth for a memory-bound problem, the matmul ceiling for a
+    compute-bound one; (NaN, '') where the row has neither."""
+    m = call.measurement
+    bound = m.get("bound")
+    col, what = {"memory": ("pct_copy", "the measured copy bandwidth"),
+                 "compute": ("pct_measured_ceiling", "the measured matmul ceiling")}.get(str(bound), ("", ""))
+    level = number(m.get(col)) if col else math.nan
+    if not ok(level):
+        return math.nan, ""
+    return max(0.0, 1.0 - level / 100.0), f"{level:.0f}% of {what} ({bound}-bound problem)"
+
+
+def _within_headroom(call: Call, found: list[Finding]) -> list[Finding]:
+    """No finding claims more of the call's time than lies above its ceiling (a decode kernel at the
+    copy bandwidth cannot gain 40% by hiding memory latency: its bytes take the time); a call within
+    AT_BOUND_HEADROOM of its ceiling says so, as a note."""
+    room, where = headroom(call)
+    if not ok(room):
+        return found
+    out = []
+    for f in found:
+        if f.unit == "call" and ok(f.gain) and f.gain > room and f.kind not in ("correctness", "note"):
+            f = dataclasses.replace(f, gain=room, evidence=f"{f.evidence} (at most {pct(room)} of the call's "
+                                    f"time lies above its ceiling: {where})")
+        out.append(f)
+    if room <= T("AT_BOUND_HEADROOM"):
+        out.append(Finding(call.variant, call.shape_id, "at_bound", math.nan,
+                           f"{where}: the kernel moves (or computes) what the problem needs at the rate the "
+                           f"machine was measured to sustain; at most {pct(room)} of its time lies above that",
+                           "none within the kernel at this size: fewer bytes (a narrower K/V cache dtype, fewer "
+                           "KV heads read) or fewer FLOPs change the floor itself", "call:at_bound"))
+    return out
 
 
 def _gain(f: Finding) -> float:

@@ -51,6 +51,7 @@ CAUSES: dict[str, tuple[str, str]] = {
     "missing_counters": ("accounting not possible", "note"),
     "ahead": ("where it is ahead of the reference", "note"),
     "level": ("level with the comparator (within noise)", "note"),
+    "at_bound": ("at its bound (the measured ceiling)", "note"),
     # ---- accounting terms (faprof.advisor.differential / accounting), one per warp state and pipe
     **{f"stall:{r}": (f"warps stalled: {r.replace('_', ' ')}", "term") for r in catalogue.STALL_ADVICE
        if r != "selected"},

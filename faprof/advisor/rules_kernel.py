@@ -111,11 +111,21 @@ def uncoalesced_global(lz: Launch, call: Call, ctx: Context) -> Finding | None:
         how = f"{spr:.1f} sectors per global load request (at most {limit:.0f} for any coalesced access)"
     else:
         return None
+    # The waste is a share of the sectors plain loads and stores move; cp.async (LDGSTS) moves its own,
+    # coalesced or not, and those count in the traffic the waste is a share of (a decode kernel whose
+    # 4-byte block-table loads use one sector in eight while cp.async streams the K/V cache wastes
+    # almost nothing of its traffic).
+    async_sectors = nansum(lz.metric("global_ldgsts_sectors_bypass"), lz.metric("global_ldgsts_sectors_access"))
+    async_text = ""
+    if ok(async_sectors) and async_sectors > 0 and ok(sectors) and sectors > 0:
+        plain = sectors / (sectors + async_sectors)
+        share *= plain
+        async_text = f"; plain loads/stores move {pct(plain)} of the global sectors (cp.async the rest)"
     if share < T("UNCOALESCED_MIN_SHARE"):
         return None
     busy = _busy_memory(lz)
     spr_text = f"; {sectors / requests:.1f} sectors per load request" if ok(requests) and requests > 0 and ok(sectors) else ""
-    ev = (f"{how} ({pct(share)}){spr_text}; memory pressure {pct(busy)}"
+    ev = (f"{how}{async_text} ({pct(share)} of the global sectors){spr_text}; memory pressure {pct(busy)}"
           + (f" (stalls: {_stall_text(lz)})" if lz.stalls else "") + f"; {_share_text(lz)}")
     fix = ("let consecutive lanes read consecutive 16-byte chunks of a row (one warp = whole 128-byte lines), "
            "vectorize to 16 bytes per thread, or stage tiles with cp.async/TMA")

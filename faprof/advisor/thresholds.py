@@ -19,6 +19,7 @@ class Threshold:
 THRESHOLDS: dict[str, Threshold] = {
     # ---- ranking
     "PRIMARY_MIN_GAIN": Threshold(0.05, "share of the call", "a cause must explain at least this much of the call's time to be the primary one; below it the roofline position is primary"),
+    "AT_BOUND_HEADROOM": Threshold(0.05, "share of the call", "a call within this share of its measured ceiling (copy bandwidth for a memory-bound problem, matmul for a compute-bound one) is at its bound: no cause can claim more of its time than lies above the ceiling"),
     "MIN_GAIN": Threshold(0.02, "share of the call", "findings that would save less than this are dropped (small kernels get findings only when they matter)"),
     "SMALL_KERNEL_SHARE": Threshold(0.10, "share of the call", "a kernel below this share of the call's GPU time gets no roofline-position finding"),
     # ---- memory
