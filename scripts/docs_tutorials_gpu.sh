@@ -146,7 +146,7 @@ if wanted ci-gate; then
     B=$(bundle_of "$LAST_LOG"); [ -n "$B" ] && RUNS+=("$B")
   done
   if [ "${#RUNS[@]}" = 3 ]; then
-    step ci-gate 0 10 60 python scripts/gate_noise_floor.py --runs "${RUNS[@]}" --out perf/noise.toml
+    step ci-gate 0 10 60 python scripts/analysis/gate_noise_floor.py --runs "${RUNS[@]}" --out perf/noise.toml
     mkdir -p perf && cp -r "${RUNS[0]}" perf/baseline && rm -rf perf/baseline/raw
     export GITHUB_STEP_SUMMARY="$WORK/step_summary.md"
     # the workflow turns exit 4 (undecided) into a warning: the page's want is 0 or 4
