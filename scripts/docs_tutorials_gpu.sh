@@ -75,7 +75,7 @@ step() {
   local rc=$?
   local note=""
   [[ "|$want|" == *"|$rc|"* ]] || note="FAIL: see $(basename "$log")"
-  [ "$rc" = 124 ] && note="FAIL: hit the step's ${limit}s limit"
+  { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && note="FAIL: hit the step's ${limit}s limit"
   row "$tut" "$want" "$rc" "$((SECONDS - t))" "$text" "$note"
   [ -n "$note" ] && tail -5 "$log"
   LAST_LOG=$log
@@ -84,7 +84,7 @@ step() {
 not_run() { N=$((N + 1)); row "$1" "$2" "-" "-" "$3" "not run: $4"; }
 bundle_of() { grep -aoE "bundle: [^ ]+" "$1" | tail -1 | cut -d' ' -f2; }
 
-# 0. faprof's extension, built once (cold ~13 s on the H100) so no step's limit pays for it
+# 0. faprof's extension, built once (cold the first time) so no step's limit pays for it
 step setup 0 30 180 faprof build --load
 
 # own-cuda-kernel.md steps 3 and 5 (step 2, the build check, is CPU)
