@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the CPU steps of the tutorials in docs/tutorials/ (and getting-started) as a user types them,
 # in a scratch folder that links examples/, tests/ and scenarios/, and prints a table last: step,
-# the exit code the page says, the exit code it gave, seconds. The tutorials' Python file is taken
-# from the page itself (the first ```python block of triton-kernel.md). Not part of the test suite
+# the exit code the page says, the exit code it gave, seconds. Files a page tells the user to write
+# are taken from the page itself (the first ```python block of triton-kernel.md; the ```toml blocks
+# and the Python check of modern-problems.md). Not part of the test suite
 # (a few minutes on 2 cores); run it after changing a tutorial or the CLI: bash scripts/docs_tutorials_cpu.sh
 # Stages: `bash scripts/docs_tutorials_cpu.sh [dask]` also starts a local Dask scheduler and worker
 # on 127.0.0.1 (multi-gpu-dask.md step 2) and stops them.
@@ -69,6 +70,35 @@ step gate-slow 1 faprof gate $G/slow/20261125T025832Z_nvidia-h100-80gb-hbm3_h100
 
 # compare-gpus.md
 step compare 0 faprof compare examples/runs/20261123T082512Z_nvidia-h100-80gb-hbm3_l4-causal examples/runs/h200x2/20261123T081739Z_nvidia-h200_l4-causal
+
+# modern-problems.md: the page's my_decode.toml, my_varlen.toml (its ```toml blocks) and its Python check
+"$PY" - "$ROOT/docs/tutorials/modern-problems.md" <<'EOF'
+import re, sys
+text = open(sys.argv[1]).read()
+decode, varlen = re.findall(r"^```toml\n(.*?)^```", text, re.S | re.M)[:2]
+open("my_decode.toml", "w").write(decode)
+open("my_varlen.toml", "w").write(varlen)
+open("modern_work.py", "w").write(re.search(r"^```python\n(from faprof.*?)^```", text, re.S | re.M).group(1))
+EOF
+if command -v nvcc >/dev/null 2>&1; then
+  step modern-build-check 0 env FAPROF_CUDA_ARCH=sm_90 "$PY" -m faprof profile --kernel examples/kernels/gqa_decode.cu \
+    --scenario my_decode.toml
+  grep -q "status: skipped=20, unsupported=4" "$WORK/modern-build-check.log" \
+    || ROWS+=("modern-build-check: not the 'status: skipped=20, unsupported=4' the page shows  FAIL")
+fi
+bad() { sed "$1" "$2" > bad.toml && faprof profile --scenario bad.toml; }
+step modern-bad-hkv 2 bad 's/^Hkv = 8/Hkv = 6/' my_decode.toml
+step modern-bad-window 2 bad 's/window = \[1023, 0\]/window = [-2, 0]/' my_decode.toml
+step modern-bad-seqlens 2 bad 's/257, 3000\]/257]/' my_decode.toml
+step modern-work 0 "$PY" modern_work.py
+DRUN=tests/data/decode_bundle/20261127T200816Z_nvidia-h100-80gb-hbm3_decode-small
+step modern-show 0 faprof show $DRUN
+step modern-report 0 faprof report $DRUN --format md --out "$WORK/decode_report"
+step modern-explain 0 faprof explain $DRUN --variant gqa_decode --against sdpa_flash \
+  --shape b1_h32kv8_sq1_sk8192_d128_bf16_causal_br_fwd --format text
+grep -q "split the KV sequence" "$WORK/modern-explain.log" || ROWS+=("modern-explain: split-KV was not named  FAIL")
+step modern-varlen 0 faprof profile --scenario my_varlen.toml
+step modern-bad-total 2 bad 's/total_q = 445/total_q = 512/' my_varlen.toml
 
 # multi-gpu-dask.md step 2: a scheduler and one worker on the loopback address, stopped at the end
 if [ "${1:-}" = "dask" ]; then
