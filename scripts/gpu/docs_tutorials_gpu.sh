@@ -9,13 +9,13 @@
 # into $OUT/bundles.tgz; a table prints last: tutorial, step (the command), the exit code the page
 # says, the one it gave, seconds.
 #
-#   bash scripts/docs_tutorials_gpu.sh [TUTORIAL ...]      e.g. modern-problems ci-gate; default: all
-#   FULL=1 BUDGET_S=560 bash scripts/docs_tutorials_gpu.sh compare-gpus multi-gpu-dask
+#   bash scripts/gpu/docs_tutorials_gpu.sh [TUTORIAL ...]      e.g. modern-problems ci-gate; default: all
+#   FULL=1 BUDGET_S=560 bash scripts/gpu/docs_tutorials_gpu.sh compare-gpus multi-gpu-dask
 #
 # Pages with no GPU step (read-a-diagnosis) get a row saying so. getting-started.md is not a tutorial
 # page (its GPU command is the README's `faprof profile --scenario l4_causal`, like compare-gpus step 1).
 set -uo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 OUT=${OUT:-/tmp/faprof_out}
 mkdir -p "$OUT/logs"
