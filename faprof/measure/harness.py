@@ -127,6 +127,14 @@ def sm_clock_mhz() -> float:
     return _spin_rate(int(cycles_per_us() * 2000))
 
 
+#: The GPU spin (µs) host_enqueue_ms runs under each call, so an enqueue never waits for the GPU ...
+ENQUEUE_SPIN_US = 2000
+
+#: ... unless the call itself synchronizes (a cudaFree when the caching allocator trims, a copy to
+#: the host): an enqueue this share of the spin or longer waited for the GPU, so it is not host cost.
+ENQUEUE_BLOCKED_SHARE = 0.5
+
+
 def host_enqueue_ms(fn: Callable[[], Any], calls: int = 5) -> float:
     """Median host time to *enqueue* one call (no synchronize): the launch cost the CPU pays."""
     import torch
@@ -134,7 +142,7 @@ def host_enqueue_ms(fn: Callable[[], Any], calls: int = 5) -> float:
     xs = []
     for _ in range(calls):
         torch.cuda.synchronize()
-        torch.cuda._sleep(int(cycles_per_us() * 2000))  # keep the GPU busy so enqueue never blocks on it
+        torch.cuda._sleep(int(cycles_per_us() * ENQUEUE_SPIN_US))  # keep the GPU busy so enqueue never blocks on it
         t = time.perf_counter()
         fn()
         xs.append((time.perf_counter() - t) * 1e3)
@@ -241,9 +249,13 @@ def time_cuda(fn: Callable[[], Any], settings: TimingSettings, flusher: L2Flushe
             smp.timer, _ = _open_timer(settings)  # the loop fell back to events: CUPTI may still see the whole device
         # drained calls (faprof.measure.integrity): GPU work the loop missed makes the row timed again drained
         d = integrity.drain(fn, smp.timer, flusher)
+        # a drained call's host time less its enqueue cost is its GPU work; an enqueue that waited for
+        # the GPU is not host cost, and subtracting it hid a side stream's whole kernel time (H100,
+        # gaming_stream under CUDA events: 0.75 ms drained, 0.002 ms timed, not flagged, 2026-11-27)
+        host_cost = enqueue_ms if enqueue_ms < ENQUEUE_BLOCKED_SHARE * ENQUEUE_SPIN_US / 1e3 else 0.0
         primary, flag = integrity.retime_if_missed(d, fn, smp.timer, flusher, primary, used,
                                                    lambda xs, t0: _stop_reason(xs, settings, t0), settings.max_repeats,
-                                                   smp.outside_ns / 1e6 / max(1, smp.calls), enqueue_ms)
+                                                   smp.outside_ns / 1e6 / max(1, smp.calls), host_cost)
         if flag is not None:
             used, stop_reason = flag["timer"], flag["stop"]
     finally:

@@ -56,7 +56,8 @@ def main() -> int:
             rows.append({"kernel": name, "games": gv.GAMES[name], "asked timer": timer, "timer": r["timer"],
                          "reported ms": r["median_ms"], "honest ms": honest,
                          "reported / honest": r["median_ms"] / honest if honest else float("nan"),
-                         "drained ms": r.get("drained_ms"), "status": "ok" if r["correct"] else "wrong",
+                         "drained ms": r.get("drained_ms"), "enqueue ms": r.get("host_enqueue_ms"),
+                         "status": "ok" if r["correct"] else "wrong",
                          "flag": r["timing_flag_reason"] or ""})
     a.out.mkdir(parents=True, exist_ok=True)
     with open(a.out / "timing_gaming.csv", "w", newline="") as fh:
@@ -69,7 +70,8 @@ def main() -> int:
           f"{'status':6} flag")
     for r in rows:
         print(f"{r['kernel']:22} {r['games']:32} {r['asked timer']:6} {r['timer']:14} {r['reported ms']:9.4f} "
-              f"{r['honest ms']:9.4f} {r['reported / honest']:6.2f} {r['status']:6} {r['flag'][:110]}")
+              f"{r['honest ms']:9.4f} {r['reported / honest']:6.2f} {r['status']:6} {r['flag'][:110]}"
+              + (f" [enqueue {r['enqueue ms']:.3g} ms]" if isinstance(r['enqueue ms'], float) else ""))
     return 0
 
 
