@@ -41,6 +41,7 @@ def test_expected_wall_and_the_plan_name_the_gpus_and_both_outcomes():
     assert "GPUs 0, 1" in lines[0] and "GPU 0: 1 pair(s), ~10 kernel(s)" in lines[0]
     assert "~40 s if the GPUs profile at once" in lines[1] and "~52 s if ncu serializes" in lines[1]
     assert "shared lock file" in ncu_split.plan_lines(parts, e, "shared", "x")[1]
+    assert "serializes kernel profiling across processes" in lines[2] and "51.1 s against 56.3 s" in lines[2]
 
 
 def test_lock_switch_sets_tmpdir_per_part_or_keeps_it():

@@ -120,6 +120,13 @@ def expected_wall(parts: Sequence[PartPlan], seconds_per_kernel: float, overhead
             "serial": overhead_s + sum(ks) * seconds_per_kernel}
 
 
+#: What the plan says about scaling, from Nsight Compute's documentation and a measurement.
+SERIALIZES = ("Nsight Compute serializes kernel profiling across processes, whatever the lock file (its "
+              "Profiling Guide: some GPU and driver objects can only be acquired by a single process at a time); "
+              "on two H100s the l4_causal ncu stage took 51.1 s against 56.3 s on one (docs/measure/ncu-multi-gpu.md): "
+              "expect the serialized figure")
+
+
 def plan_lines(parts: Sequence[PartPlan], expected: Mapping[str, float], mode: str, eta_source: str) -> list[str]:
     """The fan-out's plan as printed: the GPUs, each one's share, the two predicted wall times."""
     share = "; ".join(f"GPU {p.gpu}: {p.pairs} pair(s), ~{p.kernels} kernel(s)" for p in parts)
@@ -130,6 +137,7 @@ def plan_lines(parts: Sequence[PartPlan], expected: Mapping[str, float], mode: s
         f"ncu fan-out over GPUs {gpus}: {share} (split by expected kernels)",
         f"ncu fan-out: {lock}; expected ~{expected['parallel']:.0f} s if the GPUs profile at once, "
         f"~{expected['serial']:.0f} s if ncu serializes them ({eta_source})",
+        f"ncu fan-out: {SERIALIZES}",
     ]
 
 
