@@ -1,8 +1,8 @@
-"""The results of scripts/gpu_flex_probe.sh: flex's rows on decode_small per stage, and where a hung one sat.
+"""The results of scripts/gpu/gpu_flex_probe.sh: flex's rows on decode_small per stage, and where a hung one sat.
 
-  python3 scripts/flex_probe_table.py stage NAME RUNS_DIR WALL_S EXIT_CODE RESULTS.jsonl
+  python3 scripts/gpu/flex_probe_table.py stage NAME RUNS_DIR WALL_S EXIT_CODE RESULTS.jsonl
       prints the stage's rows (and the stacks a hung worker dumped), appends its summary to RESULTS.jsonl
-  python3 scripts/flex_probe_table.py table RESULTS.jsonl
+  python3 scripts/gpu/flex_probe_table.py table RESULTS.jsonl
       prints one line per stage, then one RESULT line
 
 A row's wall time is the task's (its check, its adversarial probes, its timing); its `path` says how many

@@ -4,7 +4,7 @@
 # limit and a stage limit. A row that does not answer in time is failed with where its worker sat (the
 # worker's Python stacks, dumped before it is killed); the first such dump is printed. Table last.
 #
-#   bash scripts/gpu_flex_probe.sh [stage ...]          (OUT=/tmp/out; default stages: worker inproc)
+#   bash scripts/gpu/gpu_flex_probe.sh [stage ...]          (OUT=/tmp/out; default stages: worker inproc)
 #
 # stages:
 #   worker   faprof profile --scenario examples/kernels/decode_small.toml --variants flex, in a worker
@@ -17,7 +17,7 @@
 # would find its kernels compiled, as the first probe's --no-isolate run after the worker run did).
 set -u
 export PYTHONUNBUFFERED=1
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/faprof_out}
 [ -f scripts/device_env.sh ] && source scripts/device_env.sh
 PY=python3
@@ -51,11 +51,11 @@ for stage in $STAGES; do
   rc=$?
   wall=$(( $(date +%s) - t ))
   tail -5 "$W/logs/$stage.log"
-  $PY scripts/flex_probe_table.py stage "$stage" "$W/$stage/runs" "$wall" "$rc" "$RESULTS"
+  $PY scripts/gpu/flex_probe_table.py stage "$stage" "$W/$stage/runs" "$wall" "$rc" "$RESULTS"
 done
 rm -rf "$CACHES"
 (cd "$W" && tar czf bundles.tgz --exclude='*/raw/*' ./*/runs 2>/dev/null; tar czf logs.tgz logs)
 rm -rf "$W"/*/runs "$W/logs"
 echo
 echo "=== flex on decode_small: rows per stage (row limit ${TASK_TIMEOUT} s, stage limit ${STAGE_LIMIT} s) ==="
-$PY scripts/flex_probe_table.py table "$RESULTS"
+$PY scripts/gpu/flex_probe_table.py table "$RESULTS"
