@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
-#: The signal a worker dumps its stacks on (SIGUSR1: nothing faprof loads uses it; absent on Windows).
+#: The signal a worker dumps its stacks on (SIGUSR1; absent on Windows, where no dump is asked for).
 DUMP_SIGNAL = getattr(signal, "SIGUSR1", None)
 
 #: How long the parent waits for a dump. faulthandler writes it in milliseconds; a worker blocked in
