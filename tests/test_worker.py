@@ -83,6 +83,10 @@ def test_profile_run_survives_variants_that_kill_or_hang_the_worker(tmp_path):
     df = bundle.measurements().set_index("variant")
     assert df.loc["test_dies", "status"] == "failed" and "exit code 7" in df.loc["test_dies", "reason"]
     assert df.loc["test_hangs", "status"] == "failed" and "no answer within 10 s" in df.loc["test_hangs", "reason"]
+    # where it hung: the variant's own line in the reason, every stack in the run's log
+    assert "bad_variants.py:10 in hangs" in df.loc["test_hangs", "reason"], df.loc["test_hangs", "reason"]
+    log = "\n".join(bundle.manifest().get("log", []))
+    assert "test_hangs on" in log and 'bad_variants.py", line 10 in hangs' in log
     assert df.loc["torch_standard", "status"] == "ok" and df.loc["torch_standard", "max_abs_err"] < 1e-5
     assert df.loc["sdpa_math", "status"] == "ok"
     assert bundle.manifest()["status"] == "complete"

@@ -90,6 +90,8 @@ def run_one(runner, bundle: Bundle, scenario: Scenario, variant, problem: Attent
     try:
         outcome = ("ok", runner.call(task, timeout_s=options.task_timeout_s))
     except WorkerDied as e:
+        if e.stacks:  # a hung worker's every thread, for the record (the row's reason names the innermost frames)
+            bundle.log(f"{variant.name} on {problem.shape_id}: the worker's stacks before it was killed:\n{e.stacks}")
         if retry and not str(e).startswith("no answer within"):
             return pool.Retry(str(e))
         outcome = ("died", str(e))

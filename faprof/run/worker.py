@@ -9,7 +9,9 @@ waits with a timeout:
 - the task raises a CUDA error that poisons the context -> the worker answers, then exits, and
   the parent starts a fresh one for the next task;
 - the worker dies (segfault, os._exit, OOM-kill) or does not answer within the timeout -> the
-  parent kills it, reports `WorkerDied` with the reason, and starts a fresh one.
+  parent kills it, reports `WorkerDied` with the reason, and starts a fresh one. Before killing a
+  worker that did not answer, the parent has it dump its Python stacks (faprof.run.stacks): the
+  reason names where it sat, and `WorkerDied.stacks` holds every thread's stack.
 
 The timeout is the task's own: it starts when the worker says it has begun the task. A fresh
 worker first imports torch and faprof (seconds, and far more on a loaded machine), which is
@@ -30,7 +32,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from faprof import variants
-from faprof.run import tasks
+from faprof.run import stacks, tasks
 from faprof.run.tasks import is_fatal
 
 #: At most this long for a fresh worker to import torch and faprof and say it is ready, and for a
@@ -41,10 +43,17 @@ START_TIMEOUT_S = 300.0
 class WorkerDied(Exception):
     """The worker process died or hung while running a task."""
 
+    def __init__(self, message: str, stacks: str = ""):
+        super().__init__(message)
+        self.stacks = stacks
+        """A hung worker's Python stacks, every thread (faulthandler's text), '' when it died or sent none."""
 
-def _worker_main(conn, user_variant_specs: list[str], environ: dict[str, str] | None = None) -> None:
+
+def _worker_main(conn, user_variant_specs: list[str], environ: dict[str, str] | None = None,
+                 stacks_path: str | None = None) -> None:
     # Before anything can initialise CUDA: CUDA_VISIBLE_DEVICES pins this worker to its GPU.
     os.environ.update(environ or {})
+    stacks.arm(stacks_path)  # first: a start that hangs in an import is dumped too
 
     for spec in user_variant_specs:
         variants.load_user_variants(spec)
@@ -103,11 +112,14 @@ class Worker:
         self.proc: Any = None
         self.conn: Any = None
         self.restarts = 0
+        self.stacks_path: str | None = None
+        """The running worker's stacks file (faprof.run.stacks), removed when the worker is reaped."""
 
     def start(self) -> None:
         parent, child = self.ctx.Pipe()
-        self.proc = self.ctx.Process(target=_worker_main, args=(child, self.user_variant_specs, self.environ),
-                                     daemon=True)
+        self.stacks_path = stacks.new_file()
+        self.proc = self.ctx.Process(target=_worker_main, daemon=True,
+                                     args=(child, self.user_variant_specs, self.environ, self.stacks_path))
         with _without_main_module():
             self.proc.start()
         child.close()
@@ -134,11 +146,13 @@ class Worker:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                where, dump = self._stacks()
                 self._kill()
                 if started:
-                    raise WorkerDied(f"no answer within {timeout_s:.0f} s (hung?); the worker was killed and restarted")
+                    raise WorkerDied(f"no answer within {timeout_s:.0f} s (hung?); the worker was killed and "
+                                     f"restarted; where it sat: {where}", dump)
                 raise WorkerDied(f"the worker did not start the task within {START_TIMEOUT_S:.0f} s; it was killed "
-                                 "and restarted")
+                                 f"and restarted; where it sat: {where}", dump)
             try:
                 ready = self.conn.poll(min(remaining, 0.5))
             except (EOFError, OSError):
@@ -168,6 +182,13 @@ class Worker:
                 self.restarts += 1
                 raise WorkerDied(f"the worker process died (exit code {code})")
 
+    def _stacks(self) -> tuple[str, str]:
+        """(where the live worker's task thread sits, in one line; every thread's stack) before a kill."""
+        if self.proc is None or not self.proc.is_alive():
+            return "unknown (it had exited)", ""
+        dump = stacks.request(self.proc.pid, self.stacks_path)
+        return stacks.summary(dump, stacks.main_ident(self.stacks_path)), dump.strip()
+
     def _reap(self) -> int | None:
         if self.proc is None:
             return None
@@ -177,6 +198,8 @@ class Worker:
             self.proc.join(timeout=10)
         code = self.proc.exitcode
         self.proc = None
+        stacks.discard(self.stacks_path)
+        self.stacks_path = None
         return code
 
     def _kill(self) -> None:

@@ -12,12 +12,22 @@ On the GPU flex runs compiled (`torch.compile`, one Triton kernel); the block ma
 kernel are built on the first call of a problem, which the harness never times (its correctness
 check and warm-up come first), and the time it took is said once in the row's `path`. On the CPU it
 runs eagerly (unfused), which the path says too.
+
+One (flex, shape) task calls flex on several problems: its own, then each adversarial probe (smaller
+derived problems, faprof.measure.adversarial), then its own again for timing. Each problem keeps its
+own compiled function and block mask (the last FLEX_KEEP_PROBLEMS problems), so the timed problem is
+compiled once, a probe shape that recurs in the next task is not compiled again, and no problem's
+graphs count against another's recompile limit (resetting dynamo for each new problem instead cost
+nine cold compiles per decode task, the timed problem's twice).
 """
 
 from __future__ import annotations
 
+import itertools
 import time
+import types
 import warnings
+from collections import OrderedDict
 from typing import Any
 
 from faprof.model.problem import AttentionProblem
@@ -26,8 +36,22 @@ from faprof.variants.definition import AttnArgs
 #: Flex's default sparse block size (tokens per block of the block mask).
 FLEX_BLOCK = 128
 
-_COMPILED: dict[str, Any] = {}
-_STATE: dict[tuple, dict[str, Any]] = {}
+#: Problems whose compiled flex and block mask are kept, least recently used dropped first: a task
+#: calls about ten (its own and its probes'), and the next task's probes mostly have the same shapes.
+FLEX_KEEP_PROBLEMS = 24
+
+#: Device types flex runs compiled on. The CPU runs eagerly: inductor's C++ build of one flex shape
+#: (B1 H4 Sq4 Sk1024 D128 fp32, torch 2.13) took 44 s cold on a 2-core host, far more than eager flex.
+COMPILED_ON = ("cuda",)
+
+#: Inductor's compile_threads while flex compiles. 1 compiles in this process, with no pool of compile
+#: subprocesses: one flex graph is one or two Triton kernels, little for a pool to share out, and a
+#: worker that stays one process is dumped whole when it hangs. None leaves inductor's own choice.
+COMPILE_THREADS: int | None = 1
+
+_PROBLEMS: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
+_UNSAID = {"n": 0, "s": 0.0}  # compiles (and their first calls' seconds) no row's path has counted yet
+_NAMES = itertools.count(1)  # each problem's compiled copy of _call gets a name of its own
 
 
 def available() -> bool:
@@ -129,22 +153,18 @@ def _views(problem: AttentionProblem, q, k, v):
 
 
 def _state(problem: AttentionProblem, q, kv_len: int, args: AttnArgs | None) -> dict[str, Any]:
-    """The block mask and mods of a problem on q's device, built once (the first, untimed call)."""
+    """The block mask and compiled flex of a problem on q's device, built on its first call (untimed)."""
     # The index tensor itself (held by the state, so its identity cannot be reused) tells a new draw of the
     # problem from the same one: no copy of the table to the host, no sync, inside a timed call.
     key = (problem.shape_id, str(q.device))
     table = _index_tensor(args)
-    if key in _STATE and _STATE[key]["table"] is table:
-        return _STATE[key]
-    import torch
+    st = _PROBLEMS.get(key)
+    if st is not None:
+        _PROBLEMS.move_to_end(key)
+        if st["table"] is table:
+            return st
     from torch.nn.attention.flex_attention import create_block_mask
 
-    if q.device.type == "cuda":
-        # Each problem compiles flex anew (its mask and shapes); past dynamo's recompile limit (8) it would
-        # silently run flex eagerly, unfused (seen on the H100: 40x slower, out of memory on long
-        # sequences). One problem at a time: forget the last one's compiled graphs.
-        torch._dynamo.reset()
-        _COMPILED.clear()
     t0 = time.perf_counter()
     device = q.device
     if problem.layout == "varlen" and args is not None:
@@ -155,9 +175,15 @@ def _state(problem: AttentionProblem, q, kv_len: int, args: AttnArgs | None) -> 
         mods, B, qlen = _dense_mods(problem, device), problem.B, problem.Sq
     trivial = not problem.causal and problem.window is None and problem.layout == "dense"
     block_mask = None if trivial else create_block_mask(mods, B, None, qlen, kv_len, device=str(device))
-    _STATE.clear()  # one problem at a time: the harness runs a problem's rows together
-    _STATE[key] = {"block_mask": block_mask, "mask_s": time.perf_counter() - t0, "first_call_s": None, "table": table}
-    return _STATE[key]
+    if st is not None:  # a new draw of a problem kept: its mask anew, its compiled kernel kept (same shapes)
+        st.update(block_mask=block_mask, table=table)
+        return st
+    st = {"block_mask": block_mask, "mask_s": time.perf_counter() - t0, "first_call_s": None, "table": table,
+          "fn": _compiled(q.device.type), "score_mod": _score_mod(problem)}
+    _PROBLEMS[key] = st
+    while len(_PROBLEMS) > FLEX_KEEP_PROBLEMS:
+        _PROBLEMS.popitem(last=False)
+    return st
 
 
 def _index_tensor(args: AttnArgs | None):
@@ -167,20 +193,31 @@ def _index_tensor(args: AttnArgs | None):
     return args.block_table if args.block_table is not None else args.cu_seqlens_q
 
 
-def _flex(device_type: str):
+def _call(attend, q, k, v, **kw):
+    """The unit torch.compile compiles: flex_attention's call (a copy per problem, see _compiled)."""
+    return attend(q, k, v, **kw)
+
+
+def _compiled(device_type: str):
+    """flex_attention compiled for one problem (eager where COMPILED_ON leaves the device out).
+
+    Dynamo keeps compiled graphs per code object, checks them in turn on every call, and past its
+    recompile limit (8) runs that code eagerly, unfused, without failing (seen on the H100: 40x
+    slower, out of memory on long sequences). So each problem gets a copy of `_call` with a code
+    object of its own: one graph per code object, nothing to reset between problems."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    if device_type != "cuda":
-        return flex_attention
-    if "cuda" not in _COMPILED:
-        import torch
-        import torch._inductor.config as inductor_config
+    if device_type not in COMPILED_ON:
+        return lambda q, k, v, **kw: flex_attention(q, k, v, **kw)
+    import torch
+    import torch._inductor.config as inductor_config
 
-        # Compile in this process: inductor's pool of compile workers did not come back inside faprof's
-        # worker processes on the H100 (a smoke row sat until its stage's time limit).
-        inductor_config.compile_threads = 1
-        _COMPILED["cuda"] = torch.compile(flex_attention, dynamic=False)
-    return _COMPILED["cuda"]
+    if COMPILE_THREADS is not None:
+        inductor_config.compile_threads = COMPILE_THREADS
+    code = _call.__code__.replace(co_name=f"flex_problem_{next(_NAMES)}")
+    fn = types.FunctionType(code, _call.__globals__, code.co_name)
+    compiled = torch.compile(fn, dynamic=False)
+    return lambda q, k, v, **kw: compiled(flex_attention, q, k, v, **kw)
 
 
 def flex_fn(q, k, v, causal: bool, scale: float, out=None, attn: AttnArgs | None = None):
@@ -194,14 +231,17 @@ def flex_fn(q, k, v, causal: bool, scale: float, out=None, attn: AttnArgs | None
     with warnings.catch_warnings():
         # eager flex on the CPU warns that it is unfused on every call; the row's path says so once
         warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-        o = _flex(q.device.type)(fq, fk, fv, score_mod=_score_mod(problem), block_mask=st["block_mask"],
-                                 scale=scale, enable_gqa=problem.kv_heads != problem.H)
+        o = st["fn"](fq, fk, fv, score_mod=st["score_mod"], block_mask=st["block_mask"], scale=scale,
+                     enable_gqa=problem.kv_heads != problem.H)
     if st["first_call_s"] is None:
         if q.device.type == "cuda":
             import torch
 
             torch.cuda.synchronize()
-        st["first_call_s"] = time.perf_counter() - t0
+        st["first_call_s"] = first = time.perf_counter() - t0
+        if q.device.type in COMPILED_ON:
+            _UNSAID["n"] += 1
+            _UNSAID["s"] += first
     if problem.layout == "varlen":
         return o.squeeze(0).transpose(0, 1)
     return o
@@ -209,10 +249,18 @@ def flex_fn(q, k, v, causal: bool, scale: float, out=None, attn: AttnArgs | None
 
 def flex_path(problem: AttentionProblem, q, k, v, attn: AttnArgs | None) -> str:
     """What the flex row ran: compiled or eager, and the one-off costs kept out of its timing."""
-    st = next(iter(_STATE.values()), None)
+    st = _PROBLEMS.get((problem.shape_id, str(q.device)))
     costs = ""
     if st is not None and st["first_call_s"] is not None:
-        costs = f"; first call {st['first_call_s']:.1f} s (compile), block mask {st['mask_s']:.2f} s, neither timed"
+        what = "compile" if q.device.type in COMPILED_ON else "eager"
+        costs = f"; first call {st['first_call_s']:.1f} s ({what}), block mask {st['mask_s']:.2f} s, neither timed"
+    if _UNSAID["n"]:  # the harness asks once per row, after the row's checks: these are its compiles
+        n = _UNSAID["n"]
+        costs += (f"; {n} compile{'s' if n != 1 else ''} since the previous flex row (this row's problem and "
+                  f"probe shapes not compiled before), {_UNSAID['s']:.1f} s in all")
+        _UNSAID.update(n=0, s=0.0)
     if q.device.type == "cuda":
         return "fused: flex_attention compiled to one Triton kernel" + costs
+    if q.device.type in COMPILED_ON:
+        return f"flex_attention compiled for the {q.device.type} (inductor)" + costs
     return "eager flex_attention on the CPU (unfused reference path)" + costs
