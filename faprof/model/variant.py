@@ -121,12 +121,12 @@ class Variant:
         missing = sorted(problem.features() - set(self.features))
         if missing:
             return False, f"{self.name} does not run {', '.join(_FEATURE_TEXT[f] for f in missing)}"
-        if self.resolved_device(cuda_available) == "cuda" and not cuda_available:
-            return False, "needs an NVIDIA GPU with CUDA; none is available here (see `faprof doctor`)"
-        if self.check is not None:
+        if self.check is not None:  # what the variant cannot run anywhere comes before what this machine lacks
             reason = self.check(problem)
             if reason:
                 return False, reason
+        if self.resolved_device(cuda_available) == "cuda" and not cuda_available:
+            return False, "needs an NVIDIA GPU with CUDA; none is available here (see `faprof doctor`)"
         return True, ""
 
 
