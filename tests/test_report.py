@@ -145,7 +145,7 @@ def _method(md: str) -> str:
 
 def test_the_method_is_the_manifests(l4_md, tmp_path):
     text = _method(l4_md)  # 2026-11-23 morning: one stop rule for GPU and CPU rows
-    assert "CUPTI kernel time per call (the sum of the call's kernel durations) for 65 rows" in text
+    assert "CUPTI kernel time per call (the time the call's kernels run: the union of their intervals) for 65 rows" in text
     assert "the host clock (time.perf_counter) for 10 rows" in text
     assert "until the median's 95% CI was within ±0.5% of the median, at least 10 calls (30 for calls under 0.1 ms), " \
            "at most 2000, or 2 s per pair; CPU rows (host clock) under the same rule" in text

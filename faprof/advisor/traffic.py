@@ -21,15 +21,13 @@ Every figure reads counters and the problem's shape, never a kernel's name.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import pandas as pd
 
 from faprof.advisor.evidence import Call, Launch, _num, nansum, ok
-from faprof.errors import FaprofError
+from faprof.model.problem import AttentionProblem
 
 #: Bytes of one L1/L2 sector.
 SECTOR_BYTES = 32
@@ -95,35 +93,10 @@ class Traffic:
 
 
 #: Problem fields that are integers (a parquet row may hold them as floats).
-_INT_FIELDS = ("B", "H", "Sq", "Sk", "D", "Hkv", "page_size", "pool_blocks")
-
-
-def _missing(v: Any) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
-
-
 def problem_of(call: Call):
-    """The call's AttentionProblem, from its measurement row (whatever fields the problem type has:
-    `AttentionProblem.from_dict` restores sequences); None when the row lacks them or they do not form one."""
-    from faprof.model.problem import AttentionProblem
-
-    row = call.measurement
-    d: dict[str, Any] = {}
-    try:
-        for f in dataclasses.fields(AttentionProblem):
-            v = row.get(f.name)
-            if v is None or _missing(v):
-                continue
-            if f.name in _INT_FIELDS:
-                v = int(v)
-            elif f.name == "causal":
-                v = bool(v)
-            elif hasattr(v, "tolist"):  # numpy arrays and scalars from parquet
-                v = v.tolist()
-            d[f.name] = v
-        return AttentionProblem.from_dict(d)
-    except (TypeError, ValueError, FaprofError):
-        return None
+    """The call's AttentionProblem, from its measurement row (AttentionProblem.from_row); None when the
+    row lacks fields or they do not form one."""
+    return AttentionProblem.from_row(call.measurement)
 
 
 def _sum(call: Call, key: str) -> float:

@@ -20,8 +20,10 @@ fwd_bwd is 3.5x.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 from faprof.errors import FaprofError
 from faprof.model.mask import ALIGNS, MaskSpec
@@ -54,6 +56,13 @@ LAYOUTS = ("dense", "varlen", "paged")
 #: Features beyond 2022's problem (equal heads, top-left causal or none, one length per batch,
 #: contiguous K/V); a variant declares which it supports (`Variant.features`).
 FEATURES = ("gqa", "bottom_right", "window", "softcap", "varlen", "paged")
+
+
+#: Problem fields stored as integers (parquet may hand them back as floats or numpy scalars) ...
+_INT_FIELDS = ("B", "H", "Sq", "Sk", "D", "Hkv", "page_size", "pool_blocks")
+
+#: ... and as JSON lists in table rows (`to_row`).
+_JSON_FIELDS = ("window", "seqlens_q", "seqlens_k", "block_table")
 
 
 @dataclass(frozen=True)
@@ -318,6 +327,47 @@ class AttentionProblem:
         if d.get("block_table") is not None:
             d["block_table"] = tuple(tuple(int(x) for x in row) for row in d["block_table"])
         return cls(**d)
+
+    def to_row(self) -> dict[str, Any]:
+        """The problem as a table row's columns (schema.PROBLEM_COLUMNS): the fields, the mask's name and
+        the layout; sequences as JSON lists (parquet columns of one type). `from_row` inverts it."""
+        def js(v: Any) -> str | None:
+            return json.dumps([list(x) if isinstance(x, tuple) else x for x in v]) if v is not None else None
+
+        return {
+            **{k: getattr(self, k) for k in ("B", "H", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale")},
+            "Hkv": self.kv_heads, "mask": self.mask_name, "layout": self.layout, "window": js(self.window),
+            "softcap": self.softcap, "page_size": self.page_size, "pool_blocks": self.pool_blocks,
+            "block_table": js(self.block_table) if self.block_table else None, "seqlens_q": js(self.seqlens_q),
+            "seqlens_k": js(self.seqlens_k), "total_q": self.total_q, "total_k": self.total_k,
+        }
+
+    @classmethod
+    def from_row(cls, row: Any) -> AttentionProblem | None:
+        """The problem a table row describes (`to_row`'s columns, parquet's numpy values included; rows
+        of older bundles without the newer columns give their defaults); None when the row lacks fields
+        or they do not form one."""
+        d: dict[str, Any] = {}
+        try:
+            for f in fields(cls):
+                v = row.get(f.name)
+                if v is None or (isinstance(v, float) and math.isnan(v)):
+                    continue
+                if f.name in _INT_FIELDS:
+                    v = int(v)
+                elif f.name == "causal":
+                    v = bool(v)
+                elif isinstance(v, str) and f.name in _JSON_FIELDS:
+                    v = json.loads(v)
+                elif hasattr(v, "tolist"):  # numpy arrays and scalars from parquet
+                    v = v.tolist()
+                d[f.name] = v
+            mask = row.get("mask")
+            if "mask_align" not in d and isinstance(mask, str) and mask.startswith("causal_br"):
+                d["mask_align"] = "bottom_right"  # the mask's name carries the alignment
+            return cls.from_dict(d)
+        except (TypeError, ValueError, FaprofError):
+            return None
 
     # ------------------------------------------------------------- sequences
     def q_lens(self) -> tuple[int, ...]:

@@ -15,7 +15,6 @@ from typing import Any
 import pandas as pd
 
 from faprof.analysis import aliases
-from faprof.errors import FaprofError
 from faprof.model.plan import alias_names
 from faprof.model.problem import AttentionProblem
 from faprof.report import fmt as f
@@ -77,16 +76,13 @@ def flop_convention(df: pd.DataFrame) -> str:
     """Which FLOP count the rows' `flops` follow: 'exact' (4·B·H·D per unmasked query-key pair),
     'halved' (causal as 4·B·H·Sq·Sk·D / 2, FlashAttention's convention), 'mixed' or 'unknown'."""
     seen = set()
-    for r in df.dropna(subset=["flops"]).drop_duplicates("shape_id").itertuples():
-        try:
-            p = AttentionProblem(B=int(r.B), H=int(r.H), Sq=int(r.Sq), Sk=int(r.Sk), D=int(r.D), dtype=str(r.dtype),
-                                 causal=bool(r.causal), direction=str(r.direction))
-        except (FaprofError, ValueError, TypeError):
+    for _, r in df.dropna(subset=["flops"]).drop_duplicates("shape_id").iterrows():
+        p = AttentionProblem.from_row(r)  # every field of the problem: masks, windows, varlen lengths
+        if p is None:
             continue
         exact = p.flops()
-        full = AttentionProblem(B=p.B, H=p.H, Sq=p.Sq, Sk=p.Sk, D=p.D, dtype=p.dtype, causal=False,
-                                direction=p.direction).flops()
-        got = float(r.flops)
+        full = p.with_(causal=False, window=None).flops()
+        got = float(r["flops"])
         if math.isclose(got, exact, rel_tol=FLOP_MATCH_REL):
             seen.add("exact" if p.causal else "either")
         elif p.causal and math.isclose(got, full / 2, rel_tol=FLOP_MATCH_REL):

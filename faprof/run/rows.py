@@ -7,7 +7,6 @@ the same columns and derived figures whichever ran it.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -36,23 +35,9 @@ def base_row(bundle: Bundle, scenario: Scenario, variant: Variant, problem: Atte
     row.update(
         run_id=bundle.run_id, scenario=scenario.name, group=scenario.group_of(problem.shape_id),
         variant=variant.name, variant_kind=variant.kind, compute=variant.compute,
-        shape_id=problem.shape_id, label=problem.label, **problem_columns(problem),
+        shape_id=problem.shape_id, label=problem.label, **problem.to_row(),
     )
     return row
-
-
-def problem_columns(problem: AttentionProblem) -> dict[str, Any]:
-    """The row's problem columns (schema.PROBLEM_COLUMNS): the fields, the mask's name and the layout."""
-    def js(v):
-        return json.dumps(list(v)) if v is not None else None
-
-    return {
-        **{k: getattr(problem, k) for k in ("B", "H", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale")},
-        "Hkv": problem.kv_heads, "mask": problem.mask_name, "layout": problem.layout, "window": js(problem.window),
-        "softcap": problem.softcap, "page_size": problem.page_size, "pool_blocks": problem.pool_blocks,
-        "block_table": json.dumps([list(r) for r in problem.block_table]) if problem.block_table else None, "seqlens_q": js(problem.seqlens_q),
-        "seqlens_k": js(problem.seqlens_k), "total_q": problem.total_q, "total_k": problem.total_k,
-    }
 
 
 def _derived(problem: AttentionProblem, variant: Variant, row: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
