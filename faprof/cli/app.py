@@ -85,13 +85,18 @@ def _variant_label(r: Any) -> str:
 
 
 def results_table(df, baseline: str, title: str | None = None) -> Table:
-    """The profile table: variant, shape, status, median ms, TFLOP/s, % of peak, speedup, max error."""
+    """The profile table: variant, shape, status, median ms, (GB/s and % of the measured copy where a
+    problem is memory-bound,) TFLOP/s, % of peak, speedup, max error."""
     t = Table(title=title, show_lines=False, header_style="bold")
     multi = "gpu_name" in df.columns and df["gpu_name"].nunique() > 1  # a bundle of several GPU models
     if multi:
         t.add_column("GPU", justify="left")
+    # memory-bound problems (decode) are measured by bandwidth: their GB/s and share of the run's measured
+    # copy bandwidth lead, TFLOP/s and % of peak follow (a decode kernel at the copy limit is at 1% of peak)
+    memory = "bound" in df.columns and bool((df["bound"] == "memory").any())
+    rate_cols = ((("GB/s", "right"), ("% copy", "right")) if memory else ()) + (("TFLOP/s", "right"), ("% peak", "right"))
     for col, just in (("variant", "left"), ("shape", "left"), ("status", "left"), ("median ms", "right"),
-                      ("95% CI of median", "right"), ("TFLOP/s", "right"), ("% peak", "right"),
+                      ("95% CI of median", "right"), *rate_cols,
                       ("speedup", "right"), ("max err", "right"), ("ref", "left")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for _, r in df.iterrows():
@@ -103,7 +108,9 @@ def results_table(df, baseline: str, title: str | None = None) -> Table:
         shaky = " [yellow]unstable[/]" if r.get("unstable") is True or str(r.get("unstable")) == "True" else ""
         t.add_row(
             *([str(r["gpu_name"])] if multi else []), _variant_label(r), _shape_label(r), f"[{STATUS_STYLE.get(status, '')}]{status}[/]{shaky}",
-            fmt(r.get("median_ms"), ".4g"), ci, fmt(r.get("tflops"), ".3g"), fmt(r.get("pct_peak"), ".1f"),
+            fmt(r.get("median_ms"), ".4g"), ci,
+            *((fmt(r.get("gbps"), ",.0f"), fmt(r.get("pct_copy"), ".1f")) if memory else ()),
+            fmt(r.get("tflops"), ".3g"), fmt(r.get("pct_peak"), ".1f"),
             (fmt(speed, ".2f") + "x") if speed is not None and not _isnan(speed) else "",
             fmt(r.get("max_abs_err"), ".1e"), _ref_short(r.get("reference")),
         )
