@@ -86,6 +86,22 @@ def clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+#: Characters of one label line (the shape id of a varlen or windowed problem can be longer: it wraps).
+LABEL_LINE_CHARS = 60
+
+
+def _wrap_id(shape_id: str) -> str:
+    """A shape id on one line, or on two, broken at the underscore nearest the middle, when longer than
+    LABEL_LINE_CHARS (never clipped: two problems may differ only in the middle of their ids)."""
+    if len(shape_id) <= LABEL_LINE_CHARS:
+        return shape_id
+    cuts = [i for i, ch in enumerate(shape_id) if ch == "_"]
+    if not cuts:
+        return shape_id
+    i = min(cuts, key=lambda c: abs(c - len(shape_id) // 2))
+    return shape_id[:i] + "<br>" + shape_id[i:]
+
+
 def ncu_key(df: pd.DataFrame) -> pd.Series:
     """'variant · problem · kernel' labels for Nsight Compute rows (bars and legends); '#launch' is
     added where one problem launches the same kernel more than once."""
@@ -98,7 +114,7 @@ def ncu_key(df: pd.DataFrame) -> pd.Series:
     if k is not None:
         kern = df[k].map(lambda n: clip(short_kernel(n), KERNEL_LABEL_CHARS))
         head = kern if "variant" not in df else head + " · " + kern
-    out = head + ("<br>" + df["shape_id"].astype(str) if "shape_id" in df else "")
+    out = head + ("<br>" + df["shape_id"].astype(str).map(_wrap_id) if "shape_id" in df else "")
     launch = find_column(df, ("launch", "kernel_id"))
     if launch is not None:
         base = out
