@@ -42,6 +42,13 @@ PIPES: tuple[str, ...] = tuple(k.removeprefix("pipe_inst_") for k in catalogue.C
 #: Pipes whose instructions are the kernel's floating-point math.
 MATH_PIPES = ("tensor_hmma", "tensor_gmma", "tensor_dmma", "fma", "fp16", "fp64")
 
+#: The FMA pipe's integer part (IMAD, IMUL, IMAD.WIDE: index and address arithmetic), split from its fp32
+#: arithmetic (FFMA, FADD, FMUL) by the SASS FLOP counters: one pipe, two kinds of work with different causes.
+FMA_INT = "fma_int"
+
+#: fp32 SASS thread-instruction counters (catalogue keys) whose instructions run on the FMA pipe.
+FP32_FMA_OPS = ("inst_ffma", "inst_fadd", "inst_fmul")
+
 #: A warp's lanes.
 WARP_SIZE = 32
 
@@ -142,6 +149,20 @@ def _launch_missing(lz: Launch) -> list[str]:
     return [k for k in need if not ok(lz.metric(k))]
 
 
+def _split_fma(lz: Launch, pipes: dict[str, float], inst: float) -> None:
+    """Split the FMA pipe's warp instructions into fp32 arithmetic (`fma`) and the rest (`fma_int`: IMAD and
+    kin), where the report has the fp32 SASS counters. Those count thread instructions with the predicate on:
+    over the kernel's predicated-on lanes per warp instruction they are warp instructions (an estimate where
+    the fp32 instructions' lanes differ from the average; the integer part is clamped at 0)."""
+    fp32 = [lz.metric(k) for k in FP32_FMA_OPS]
+    on = lz.metric("thread_inst_pred_on")
+    if "fma" not in pipes or not all(ok(x) for x in fp32) or not (ok(on) and on > 0 and inst > 0):
+        return
+    fp_warp = sum(fp32) / (on / inst)
+    pipes[FMA_INT] = max(0.0, pipes["fma"] - fp_warp)
+    pipes["fma"] -= pipes[FMA_INT]
+
+
 def launch_account(call: Call, lz: Launch) -> Account | None:
     """The accounting of one launch; None when its report lacks the model's counters."""
     missing = _launch_missing(lz)
@@ -158,6 +179,7 @@ def launch_account(call: Call, lz: Launch) -> Account | None:
         # kernels: cuDNN's and fa3_wgmma's, recorded on the H100): keep hmma as the warp-level part
         pipes["tensor_hmma"] = max(0.0, pipes["tensor_hmma"] - pipes["tensor_gmma"])
     inst = lz.metric("inst_executed")
+    _split_fma(lz, pipes, inst)
     pipes["other"] = max(0.0, inst - sum(pipes.values()))
     smsp_avg = lz.metric("smsp_cycles_active_avg")
     smsp_sum = lz.metric("smsp_cycles_active_sum")

@@ -56,6 +56,7 @@ CAUSES: dict[str, tuple[str, str]] = {
     **{f"stall:{r}": (f"warps stalled: {r.replace('_', ' ')}", "term") for r in catalogue.STALL_ADVICE
        if r != "selected"},
     **{f"pipe:{p}": (f"{p.replace('_', ' ')} instructions", "term") for p in catalogue.PIPE_ADVICE},
+    "pipe:fma_int": ("integer multiply-adds on the FMA pipe (IMAD)", "term"),
     "lanes:inactive": ("inactive lanes (warp divergence)", "term"),
     "lanes:predicated_off": ("predicated-off lanes", "term"),
     "occupancy": ("fewer warps resident", "term"),

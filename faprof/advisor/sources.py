@@ -33,6 +33,8 @@ CAUSE_METRICS: dict[str, tuple[str, ...]] = {
     "excess_dram_bytes": ("stall:long_scoreboard", "stall:lg_throttle", "pipe:lsu"),
     "global_rmw": ("stall:long_scoreboard", "stall:lg_throttle", "stall:drain", "pipe:lsu"),
     "excess_onchip_bytes": ("stall:mio_throttle", "stall:short_scoreboard", "stall:long_scoreboard", "pipe:lsu"),
+    # IMAD lines: `pipe:fma_int` in source passes that count it apart, inside `pipe:fma` in older ones
+    "pipe:fma_int": ("pipe:fma_int", "pipe:fma"),
     "lanes:inactive": ("stall:branch_resolving", "samples"),
     "lanes:predicated_off": ("samples",),
 }
@@ -48,7 +50,7 @@ def _what(metric: str) -> str:
 
 
 def _metrics_for(cause: str) -> tuple[str, ...]:
-    if cause.startswith(("stall:", "pipe:")):
+    if cause.startswith(("stall:", "pipe:")) and cause not in CAUSE_METRICS:
         return (cause, "samples")
     return (*CAUSE_METRICS.get(cause, ()), "samples")
 

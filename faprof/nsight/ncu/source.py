@@ -66,7 +66,9 @@ OPCODE_PIPES: dict[str, str] = {
     **dict.fromkeys(("HMMA", "IMMA"), "tensor_hmma"),
     **dict.fromkeys(("HGMMA", "QGMMA", "IGMMA", "BGMMA", "WARPGROUP"), "tensor_gmma"),
     "DMMA": "tensor_dmma",
-    **dict.fromkeys(("FFMA", "FADD", "FMUL", "FMNMX", "FSWZADD", "IMAD", "IDP", "FCHK"), "fma"),
+    **dict.fromkeys(("FFMA", "FADD", "FMUL", "FMNMX", "FSWZADD", "FCHK"), "fma"),
+    # integer multiply-adds issue on the FMA pipe; the accounting counts them apart (its `fma_int`)
+    **dict.fromkeys(("IMAD", "IMUL", "IDP"), "fma_int"),
     **dict.fromkeys(("HFMA2", "HADD2", "HMUL2", "HMNMX2", "HSETP2", "HSET2"), "fp16"),
     **dict.fromkeys(("DFMA", "DADD", "DMUL", "DSETP", "DMNMX"), "fp64"),
     **dict.fromkeys(("MUFU",), "xu"),
