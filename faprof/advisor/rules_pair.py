@@ -136,7 +136,10 @@ def global_rmw(call: Call, ref: Call, a: Traffic, b: Traffic) -> list[Finding]:
         return []
     if la.write < T("EXCESS_BYTES_RATIO") * lb.write or (ok(prob_out) and la.write < T("EXCESS_BYTES_RATIO") * prob_out):
         return []
-    if la.read - lb.read < T("RMW_READBACK_SHARE") * (la.write - lb.write):
+    # read back: the extra reads match the extra writes within 1 / RMW_READBACK_SHARE either way (reads grown
+    # far beyond the writes grew for another reason: a different design, uncoalesced loads)
+    more_w, more_r = la.write - lb.write, la.read - lb.read
+    if not T("RMW_READBACK_SHARE") * more_w <= more_r <= more_w / T("RMW_READBACK_SHARE"):
         return []
     extra, sec = excess_seconds(a, b, "l2", "write")
     extra_r, sec_r = excess_seconds(a, b, "l2", "read")
