@@ -2,9 +2,9 @@
 H100 by scripts/record/record_planted.sh and committed under tests/data/planted/.
 
 Each planted kernel is compared with its clean twin (`CONTROL_OF`), as a user asks "why is mine slower
-than that one": on every shape where the defect costs time (the kernel is slower than its twin by more
-than the advisor's LEVEL_RATIO), the primary finding must name the planted defect, as a cause of the
-gap. Where it costs nothing measurable the kernel is level with its twin and must get no gap cause and
+than that one": on every shape where the defect costs time (the kernel is slower than its twin beyond
+noise: by the advisor's LEVEL_RATIO in time, or less with Nsight Compute's replayed cycles confirming it),
+the primary finding must name the planted defect, as a cause of the gap. Where it costs nothing measurable the kernel is level with its twin and must get no gap cause and
 no defect. Each control's primary finding must not be a defect. The fixture is required: a missing one
 FAILS this test (it is how the advisor is validated), it does not skip.
 """
@@ -101,6 +101,21 @@ def _primary(diag, variant, shape):
     return None if p.empty else p.iloc[0]
 
 
+_CALLS: dict[str, dict] = {}
+
+
+def _level(bundle, variant, shape) -> bool:
+    """Level with its control: neither slower than the other beyond noise (the advisor's test: the timed
+    medians within LEVEL_RATIO, unless Nsight Compute's replayed cycles confirm the gap)."""
+    from faprof.advisor import differential, evidence
+
+    if str(bundle.path) not in _CALLS:
+        _CALLS[str(bundle.path)] = {(c.variant, c.shape_id): c for c in evidence.calls_from(evidence.tables_from(bundle))}
+    calls = _CALLS[str(bundle.path)]
+    a, b = calls[(variant, shape)], calls[(CONTROL_OF[variant], shape)]
+    return not (differential.slower_than(a, b) or differential.slower_than(b, a))
+
+
 def _ratio(bundle, variant, shape) -> float:
     m = bundle.measurements().set_index(["variant", "shape_id"])
     return float(m.loc[(variant, shape), "median_ms"] / m.loc[(CONTROL_OF[variant], shape), "median_ms"])
@@ -113,7 +128,9 @@ def check_defect(variant):
     costly = 0
     for _, r in rows.iterrows():
         p = _primary(diag, variant, r["shape_id"])
-        level = _ratio(bundle, variant, r["shape_id"]) < threshold("LEVEL_RATIO")
+        level = _level(bundle, variant, r["shape_id"])
+        if _ratio(bundle, variant, r["shape_id"]) >= threshold("LEVEL_RATIO"):
+            assert not level
         if level or (variant == "planted_no_causal_skip" and not r["causal"]):
             # no time to explain (or, without a causal mask, nothing to skip): it is its control there
             assert p is None or (p["unit"] != "gap" and p["cause"] not in advisor.DEFECT_CAUSES), p
@@ -167,7 +184,8 @@ def test_the_primary_causes_estimated_gain_against_the_measured_gap_to_its_twin(
     """GPA's estimated-vs-achieved check: the twin is the fix applied, so the primary cause's estimated gain
     (its part of the gap's partition, net of the dilution it causes) is checked against the measured gap.
     The table and its median and worst error are docs/explain/accounting.md's (scripts/analysis/accounting_table.py).
-    Guard: the median error stays where the 2026-11-25 H100 recording put it (15%), under 25%."""
+    Guards: the issue's bar (at least 80% of the pairs within 25%), and the median error under 25% (4% on the
+    2026-11-25 H100 recording)."""
     from faprof.advisor.validate import error_summary, estimate_table
 
     held = set(bundle.measurements()["variant"])
@@ -177,7 +195,7 @@ def test_the_primary_causes_estimated_gain_against_the_measured_gap_to_its_twin(
     assert not costly.empty
     assert (costly["primary"] == costly["expected"]).all(), costly[["variant", "shape_id", "primary", "expected"]]
     s = error_summary(costly)
-    assert s["n"] == len(costly) and s["median_abs_error"] < 0.25, s
+    assert s["n"] == len(costly) and s["median_abs_error"] < 0.25 and s["share_within"] >= 0.8, s
 
 
 @pytest.mark.parametrize("bundle", _bundles(), ids=lambda b: b.path.name)

@@ -72,6 +72,8 @@ class Term:
     """Share of the gap (the term's log over the gap's log ratio)."""
     ms: float = math.nan
     """The term's milliseconds: its share of the measured gap."""
+    portion: float = 1.0
+    """The part of the whole term this one is (below 1 where the partition split a term over parents)."""
 
 
 @dataclass
@@ -196,24 +198,43 @@ def reference_for(call: Call, calls: list[Call], against: str | None = None) -> 
     other call at the shape with a timed median and Nsight Compute data, measured on the same GPU
     model. None when `call` is the fastest, or nothing to compare with was measured."""
     gpu = call.measurement.get("gpu_name")
-
-    def timed(c: Call) -> float:
-        v = number(c.measurement.get("median_ms"))
-        return v if c.measurement.get("status") == "ok" and ok(v) and v > 0 else math.nan
-
+    timed = _timed
     # never the call's own kernel under another name (an alias the fold did not catch)
     peers = [c for c in calls if c.shape_id == call.shape_id and c is not call and ok(timed(c))
              and c.measurement.get("gpu_name") == gpu and not same_kernels_as(call, c)]
     if against:
         ref = next((c for c in peers if c.variant == against), None)
-        mine = timed(call)
-        return ref if ref is not None and ok(mine) and timed(ref) * T("LEVEL_RATIO") < mine else None
-    mine = timed(call)
+        return ref if ref is not None and slower_than(call, ref) else None
     # the fastest call with Nsight Compute data (a gap can only be split where both sides were
-    # profiled), and faster by more than LEVEL_RATIO: within it two calls are level, and splitting
-    # their difference would split noise
-    faster = [c for c in peers if ok(mine) and timed(c) * T("LEVEL_RATIO") < mine and c.launches]
+    # profiled), and faster by more than noise (`slower_than`): splitting a level pair's difference
+    # would split noise
+    faster = [c for c in peers if c.launches and slower_than(call, c)]
     return min(faster, key=timed) if faster else None
+
+
+def _timed(c: Call) -> float:
+    v = number(c.measurement.get("median_ms"))
+    return v if c.measurement.get("status") == "ok" and ok(v) and v > 0 else math.nan
+
+
+def _replay_cycles(c: Call) -> float:
+    """SM cycles elapsed in Nsight Compute's replay, summed over the call's launches (NaN if any lacks them)."""
+    vals = [lz.metric("sm_cycles_elapsed_avg") for lz in c.launches]
+    return math.fsum(vals) if vals and all(ok(v) and v > 0 for v in vals) else math.nan
+
+
+def slower_than(call: Call, ref: Call) -> bool:
+    """Whether `call` is slower than `ref` by more than noise: its timed median above `ref`'s by LEVEL_RATIO,
+    or above it at all and Nsight Compute's replay (its own runs at its own locked clock: a second,
+    independent measurement) slower by LEVEL_CYCLES_RATIO in SM cycles. Two runs of one kernel differ by a
+    few % in time, but by far less in replayed cycles; a small gap both measurements see is the kernels'."""
+    mine, theirs = _timed(call), _timed(ref)
+    if not (ok(mine) and ok(theirs)) or mine <= theirs:
+        return False
+    if mine > theirs * T("LEVEL_RATIO"):
+        return True
+    ca, cb = _replay_cycles(call), _replay_cycles(ref)
+    return ok(ca) and ok(cb) and ca > cb * T("LEVEL_CYCLES_RATIO")
 
 
 def fold_aliases(calls: list[Call], tables: Tables) -> tuple[list[Call], dict[tuple[str, str], str | None],
@@ -251,15 +272,11 @@ def same_kernels_as(call: Call, other: Call) -> bool:
 
 
 def level_with(call: Call, calls: list[Call], against: str | None = None) -> str | None:
-    """The comparator `call` is level with (timed within LEVEL_RATIO of each other: noise between two
-    runs of one kernel), or None. The comparator is `against` when named, else the fastest other
+    """The comparator `call` is level with (neither slower than the other by more than noise:
+    `slower_than`), or None. The comparator is `against` when named, else the fastest other
     profiled call at the shape on the same GPU model; the fastest call itself has no comparator."""
     gpu = call.measurement.get("gpu_name")
-
-    def timed(c: Call) -> float:
-        v = number(c.measurement.get("median_ms"))
-        return v if c.measurement.get("status") == "ok" and ok(v) and v > 0 else math.nan
-
+    timed = _timed
     mine = timed(call)
     peers = [c for c in calls if c.shape_id == call.shape_id and c is not call and ok(timed(c))
              and c.measurement.get("gpu_name") == gpu and (c.launches or against) and not same_kernels_as(call, c)]
@@ -273,5 +290,4 @@ def level_with(call: Call, calls: list[Call], against: str | None = None) -> str
             return None
     if ref is None:
         return None
-    lo, hi = sorted((mine, timed(ref)))
-    return ref.variant if hi < lo * T("LEVEL_RATIO") else None
+    return None if slower_than(call, ref) or slower_than(ref, call) else ref.variant

@@ -30,7 +30,12 @@ MECHANISMS = PARTITION_MECHANISMS
 
 
 def _term_values(t: Term) -> str:
-    """'a vs b (unit)' for a term's two sides."""
+    """'a vs b (unit)' for a term's two sides (and the part of it a split term's parent holds)."""
+    whole = _whole_values(t)
+    return whole if t.portion >= 0.995 else f"{pct(t.portion)} of the term: {whole}"
+
+
+def _whole_values(t: Term) -> str:
     if t.key.startswith("stall:"):
         return f"{num(t.a)} vs {num(t.b)} cycles per instruction"
     if t.key.startswith("pipe:"):
@@ -124,7 +129,8 @@ def _share_words(p: Part, part: Partition) -> str:
     gap = part.gap
     given = part.slowdown_ms - gap.gap_ms
     back = f"; {1e3 * given:.1f} µs given back elsewhere" if given > 1e-3 * abs(gap.gap_ms) else ""
-    net = f", {1e3 * p.ms:+.1f} µs net of the dilution it causes" if abs(p.ms - p.gross_ms) > 1e-3 * abs(p.gross_ms) else ""
+    net = (f", {1e3 * p.ms:+.1f} µs net of the time it lets other terms give back" if abs(p.ms - p.gross_ms)
+           > 1e-3 * abs(p.gross_ms) else "")
     return (f"{pct(p.share)} of the slowdown to {gap.against} ({1e3 * p.gross_ms:+.1f} µs{net}; the gap is "
             f"{1e3 * gap.gap_ms:.1f} µs{back})")
 
@@ -147,11 +153,14 @@ def _mechanism_finding(p: Part, part: Partition, call: Call, base: str) -> Findi
 
 
 def _term_finding(p: Part, part: Partition, call: Call, ref: Call, base: str) -> Finding | None:
-    t = p.terms[0]
+    t = next((x for x in p.terms if x.key == p.key), p.terms[0])
     if t.key not in CAUSES or t.key == "clock" and p.share < T("MIN_GAP_SHARE"):
         return None
     meaning = _meaning(t)
     ev = f"{base}; {_share_words(p, part)} ({_term_values(t)})" + (f": {meaning}" if meaning else "")
+    rest = [x for x in p.terms if x is not t]
+    if rest:  # a group's other pipes, and the stalls its instructions produce
+        ev += "; with " + "; ".join(f"{_term_title(x)} {1e3 * x.ms:+.1f} µs ({_term_values(x)})" for x in rest)
     key_cause = t.key
     if t.key == "occupancy":
         key_cause = "occupancy_limit"

@@ -10,22 +10,28 @@ T_A - T_B exactly (the residual included). Here the terms are grouped under pare
   not move) claim before the symptoms they produce; a mechanism left with no term, because a parent
   before it took them all, is a *child* of that parent (a symptom, with its own figures, never a
   competing cause);
-- a positive term no mechanism claims is a parent of its own (a stall reason, a pipe, lanes, ...);
+- a positive term no mechanism claims is a parent of its own (a stall reason, a pipe, lanes, ...); one
+  kind of work issued on several pipes (integer arithmetic: ALU and IMAD) is one parent (TERM_GROUPS);
+- a stall the rising instructions produce is split over the parents that own them, in proportion
+  (`_produced`): contention for the pipe, queue or issue slot they need (CONTENTION), fixed-latency
+  waits they can account for (at most FIXED_LATENCY_CYCLES per added instruction), barrier waits where
+  the barriers did not multiply (the siblings' delay);
 - terms where the slower call does better are one parent, 'ahead' (they give time back);
 - the residual (what Nsight Compute's replay saw differently from the timed runs) is one parent.
 
 A parent's *gross* time is the time of its own terms. Its *share* is its gross time over the sum of the
 positive parents' (the slowdown before anything is given back): between 0 and 1, the positive shares
 sum to 1, so no headline share can exceed 100%; parents rank by it. Its *estimated gain* (`ms`) is its
-gross time less the dilution it caused (`_dilute`: stall cycles per instruction that fell because it
-added instructions or removed warps, which the log split books as time given back): what removing it
-would save. The parents' `ms` sum to the measured gap exactly.
+gross time less the time it lets 'ahead' give back (`_offset`, OFFSETS: stall cycles per instruction
+diluted by its added instructions, stall cycles hidden under its waits or its added work, idle
+schedulers its work fills, the longer waits of more resident warps): what removing it would save. The
+parents' `ms` sum to the measured gap exactly; no parent's falls below zero.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from faprof.advisor.differential import Gap, Term
 from faprof.advisor.evidence import ok
@@ -39,10 +45,16 @@ CLAIMS: dict[str, tuple[str, ...]] = {
     "slower_math_path": ("pipe:tensor_hmma", "pipe:tensor_gmma", "pipe:tensor_dmma", "pipe:fma", "pipe:fp16",
                          "pipe:fp64", "pipe:alu", "stall:math_pipe_throttle", "stall:wait", "stall:mio_throttle",
                          "stall:short_scoreboard"),
-    "register_spills": ("stall:long_scoreboard", "stall:lg_throttle", "pipe:lsu"),
-    "uncoalesced_global": ("stall:long_scoreboard", "stall:lg_throttle", "stall:tex_throttle"),
+    # local loads and stores, and the address products (IMAD) a register cap makes the compiler recompute
+    "register_spills": ("stall:long_scoreboard", "stall:lg_throttle", "pipe:lsu", "pipe:fma_int"),
+    # one load per narrow element: the load instructions, their per-lane address products (IMAD; address
+    # divergence on the ADU) and the waits on the sectors they fetch
+    "uncoalesced_global": ("stall:long_scoreboard", "stall:lg_throttle", "stall:tex_throttle", "pipe:lsu",
+                           "pipe:fma_int", "pipe:adu"),
     "smem_bank_conflicts": ("stall:mio_throttle", "stall:short_scoreboard"),
-    "tensor_cores_unused": ("pipe:fma", "pipe:fp16", "stall:math_pipe_throttle"),
+    # matrix products on CUDA cores: every multiply-add an FFMA/HFMA2, its operands loaded from shared memory
+    # one by one, their addresses computed, the loops around them: more instructions of every pipe
+    "tensor_cores_unused": ("pipe:*", "stall:math_pipe_throttle"),
     # DFMA/DADD chains wait their fixed latency; conversions to and from double (F2F) run on the ALU
     "fp64_arithmetic": ("pipe:fp64", "stall:math_pipe_throttle", "stall:wait", "pipe:alu"),
     # accurate expf/powf and IEEE division: MUFU work plus FMA-pipe range reduction and Newton steps
@@ -51,7 +63,7 @@ CLAIMS: dict[str, tuple[str, ...]] = {
                         "stall:branch_resolving", "stall:no_instructions"),
     # bytes that should not move: the waits on the memory that moves them and the instructions moving them
     "global_rmw": ("stall:long_scoreboard", "stall:lg_throttle", "stall:drain", "stall:membar", "pipe:lsu"),
-    "excess_dram_bytes": ("stall:long_scoreboard", "stall:lg_throttle", "stall:drain", "stall:barrier"),
+    "excess_dram_bytes": ("stall:long_scoreboard", "stall:lg_throttle", "stall:drain", "stall:barrier", "pipe:lsu"),
     "excess_onchip_bytes": ("stall:long_scoreboard", "stall:lg_throttle", "stall:mio_throttle",
                             "stall:short_scoreboard", "stall:barrier", "pipe:lsu", "pipe:alu", "pipe:uniform"),
     "mma_sync_on_hopper": ("pipe:tensor_hmma", "pipe:lsu"),
@@ -92,10 +104,10 @@ class Part:
     children: list[Finding] = field(default_factory=list)
     """Mechanisms whose terms this parent took: its symptoms."""
     diluted_ms: float = 0.0
-    """Time moved to this parent by `_dilute` (<= 0 for a cause: stall cycles per instruction that fell
-    because it added instructions or removed warps; >= 0 for 'ahead', which gave that time up)."""
+    """Time moved to this parent by `_offset` (<= 0 for a cause: what it let 'ahead' give back; >= 0 for
+    'ahead', which gave that time up)."""
     gross_ms: float = 0.0
-    """The time of the parent's own terms (before `_dilute`): what ranks parents and gives their share."""
+    """The time of the parent's own terms (before `_offset`): what ranks parents and gives their share."""
     ms: float = 0.0
     """gross_ms plus diluted_ms: the estimated gain of removing the parent (parts' ms sum to the gap)."""
     share: float = math.nan
@@ -143,34 +155,236 @@ def shared_by(f: Finding, ref: list[Finding]) -> bool:
     return theirs >= T("SHARED_GAIN_RATIO") * mine
 
 
-#: Factors whose growth dilutes the stall cycles per instruction: more (cheap) instructions spread the
-#: same stall cycles over more of them; fewer resident warps or busy schedulers contend less per
-#: instruction. In the log split these show as stall terms that fall while the factor's terms rise.
-DILUTING_FACTORS = ("instructions", "warps resident", "active fraction")
+#: Stalls that contention for a pipe, a queue or the issue slot produces -> the pipes whose instructions
+#: contend there ('*': every pipe). A rise of one that no mechanism claims belongs to the parents whose
+#: instructions of those pipes rose, in proportion to those instructions' time: more instructions of a pipe
+#: fill its queue (the throttles: ncu's math pipe, MIO and LG queues) and take the issue slots other warps
+#: were eligible for (not selected, dispatch). MIO serves shared memory, MUFU and dynamic branches.
+CONTENTION: dict[str, tuple[str, ...]] = {
+    "stall:math_pipe_throttle": ("tensor_hmma", "tensor_gmma", "tensor_imma", "tensor_dmma", "fma", "fma_int", "fp16",
+                                 "fp64", "alu"),
+    "stall:mio_throttle": ("lsu", "xu", "cbu", "adu"),
+    "stall:lg_throttle": ("lsu",),
+    "stall:tex_throttle": ("tex", "lsu"),
+    "stall:not_selected": ("*",),
+    "stall:dispatch_stall": ("*",),
+}
+
+#: Unclaimed terms that are one kind of work issued on several pipes: one parent, named for the larger.
+#: Integer arithmetic runs on the ALU (IADD3, LOP3, SHF, LEA, ISETP) and on the FMA pipe (IMAD, IMUL).
+TERM_GROUPS: tuple[tuple[str, ...], ...] = (("pipe:alu", "pipe:fma_int"),)
+
+#: What the slower call gives back is charged to the parents that caused it (`_offset`), in four kinds:
+#: - dilution: the same stall cycles spread over more instructions lower every stall's cycles per
+#:   instruction: charged to parents whose instructions (or warps, or busy schedulers) rose;
+#: - hidden: stall cycles that fell outright (beyond dilution) are latency now spent under another wait or
+#:   under added work (a warp is sampled in one state per cycle: waiting on a dependency chain, it is not
+#:   also counted waiting on the load that completes meanwhile): charged to every rising parent;
+#: - filled: schedulers idle in the reference (a tail, blocks of unequal work) that added work now keeps
+#:   busy: charged to parents whose instructions rose;
+#: - crowded: more warps resident per scheduler than the reference's: each waits longer for the issue slot
+#:   the others take (not selected, dispatch), so the gain of more warps is charged to the parents holding
+#:   those issue-contention stalls, up to them (the mirror of dilution's fewer warps).
+#: Each kind names the factors (or term keys) whose rising terms make a parent eligible.
+OFFSETS: dict[str, tuple[str, ...]] = {
+    "dilution": ("instructions", "warps resident", "active fraction"),
+    "hidden": ("instructions", "cycles per instruction", "warps resident", "active fraction"),
+    "filled": ("instructions",),
+    "crowded": ("stall:not_selected", "stall:dispatch_stall"),
+}
+#: Kinds charged only up to the eligible terms' time (the others up to the parent's whole time).
+OFFSET_CAPPED = ("crowded",)
 
 
-def _dilute(parts: list[Part]) -> None:
-    """Charge the fall of stall cycles per instruction (negative 'cycles per instruction' terms, in
-    'ahead') to the parents whose instruction, warp or active-fraction terms rose, in proportion to
-    those terms' time, up to that time. Moves time between parts (their sum stays the gap): a parent's
-    time becomes what removing it gives back net of the dilution it caused."""
+def _portion(t: Term, w: float) -> Term:
+    """A share w (0..1] of a term, for a term split between parents."""
+    return replace(t, log=t.log * w, share=t.share * w if ok(t.share) else t.share, ms=t.ms * w if ok(t.ms) else t.ms,
+                   portion=t.portion * w)
+
+
+def _rising(p: Part, factors: tuple[str, ...]) -> float:
+    """The time of a parent's rising terms of `factors` (factor names or term keys)."""
+    return math.fsum(t.ms for t in p.terms if (t.factor in factors or t.key in factors) and ok(t.ms) and t.ms > 0)
+
+
+def _offset_parts(gap: Gap, ahead: Part) -> dict[str, float]:
+    """The time `ahead` gave back, by OFFSETS kind (ms, <= 0): each fall of a stall's cycles per instruction
+    split into the dilution the slower call's extra instructions explain and the rest (hidden); fewer idle
+    schedulers (filled); more warps resident (crowded)."""
+    out = dict.fromkeys(OFFSETS, 0.0)
+    a, b = gap.account_a, gap.account_b
+    grew = a.inst / b.inst if a is not None and b is not None and b.inst > 0 else 1.0
+    for t in ahead.terms:
+        if not (ok(t.ms) and t.ms < 0):
+            continue
+        if t.factor == "cycles per instruction" and ok(t.a) and ok(t.b) and t.b > t.a:
+            # the stall's cycles unchanged over grew x the instructions: b / grew per instruction
+            diluted = min(1.0, t.b * (1 - 1 / grew) / (t.b - t.a)) if grew > 1 else 0.0
+            out["dilution"] += t.ms * diluted
+            out["hidden"] += t.ms * (1 - diluted)
+        elif t.key == "idle":
+            out["filled"] += t.ms
+        elif t.key == "occupancy":
+            out["crowded"] += t.ms
+    return out
+
+
+def _fill(amount: float, weight: dict[int, float], parts: dict[int, Part], cap: dict[int, float] | None = None) -> float:
+    """Spread `amount` (ms, < 0) over parts in proportion to `weight`, none below zero nor charged more
+    than its `cap` (what one cannot take goes to the others, in proportion); returns what none could take."""
+    room = {k: min(parts[k].ms, cap[k]) if cap is not None else parts[k].ms for k in weight}
+    left = amount
+    open_ = {k for k, w in weight.items() if w > 0 and room[k] > 0}
+    while left < 0 and open_:
+        total = math.fsum(weight[k] for k in open_)
+        full = set()
+        taken = 0.0
+        for k in open_:
+            p = parts[k]
+            take = max(left * weight[k] / total, -room[k])
+            p.diluted_ms += take
+            p.ms += take
+            room[k] += take
+            taken += take
+            if room[k] <= 0:
+                full.add(k)
+        left -= taken
+        if not full:
+            break
+        open_ -= full
+    return min(0.0, left)
+
+
+def _offset(parts: list[Part], gap: Gap) -> None:
+    """Charge what 'ahead' gave back to the parents that caused it (OFFSETS), each kind in proportion to the
+    parents' rising terms of its factors, a parent never below zero (what one cannot take goes to the
+    others; dilution the instructions' parents cannot take is hidden time). Moves time between parts (their
+    sum stays the gap): a parent's time becomes what removing it gives back."""
     ahead = next((p for p in parts if p.key == AHEAD), None)
     if ahead is None:
         return
-    fell = math.fsum(t.ms for t in ahead.terms if t.factor == "cycles per instruction" and ok(t.ms) and t.ms < 0)
-    rose = {id(p): math.fsum(t.ms for t in p.terms if t.factor in DILUTING_FACTORS and ok(t.ms) and t.ms > 0)
-            for p in parts if p.key not in (AHEAD, RESIDUAL)}
-    total = math.fsum(rose.values())
-    if fell >= 0 or total <= 0:
-        return
-    take = max(fell, -total)  # never more than the rise it dilutes
-    for p in parts:
-        r = rose.get(id(p), 0.0)
-        if r > 0:
-            p.diluted_ms = take * r / total
-            p.ms += p.diluted_ms
-    ahead.diluted_ms = -take
-    ahead.ms -= take
+    causes = {id(p): p for p in parts if p.key not in (AHEAD, RESIDUAL)}
+    amounts = _offset_parts(gap, ahead)
+    carry = 0.0
+    for kind in OFFSETS:
+        amount = amounts[kind] + (carry if kind == "hidden" else 0.0)
+        if amount >= 0:
+            continue
+        weight = {k: _rising(p, OFFSETS[kind]) for k, p in causes.items()}
+        left = _fill(amount, weight, causes, weight if kind in OFFSET_CAPPED else None)
+        if kind == "dilution":
+            carry = left
+        charged = amount - left
+        ahead.diluted_ms -= charged
+        ahead.ms -= charged
+
+
+def _split_over(t: Term, weight: dict[str, float], parts: dict[str, Part]) -> bool:
+    """Put a term under several parents in proportion to `weight` (parent key -> weight); False when none."""
+    total = math.fsum(w for w in weight.values() if w > 0)
+    if total <= 0:
+        return False
+    for o, w in weight.items():
+        if w > 0:
+            parts[o].terms.append(_portion(t, w / total))
+    return True
+
+
+def _pipe_weight(positive: dict[str, Term], owner: dict[str, str], pipes: tuple[str, ...]) -> dict[str, float]:
+    """Parent -> the time of the rising pipe terms (of `pipes`; '*' every pipe) it owns."""
+    weight: dict[str, float] = {}
+    for k, o in owner.items():
+        if k.startswith("pipe:") and k in positive and ("*" in pipes or k[5:] in pipes):
+            weight[o] = weight.get(o, 0.0) + positive[k].ms
+    return weight
+
+
+def _added_inst(gap: Gap, keys: list[str]) -> float:
+    """Warp instructions the slower call executes beyond the reference's on the pipes of `keys` ('pipe:x')."""
+    a, b = gap.account_a, gap.account_b
+    if a is None or b is None:
+        return math.nan
+    return math.fsum(max(0.0, a.pipes.get(k[5:], 0.0) - b.pipes.get(k[5:], 0.0)) for k in keys)
+
+
+def _warp_cycles_added(gap: Gap, state: str) -> float:
+    a, b = gap.account_a, gap.account_b
+    if a is None or b is None:
+        return math.nan
+    return a.warp_cycles.get(state, 0.0) - b.warp_cycles.get(state, 0.0)
+
+
+def _more_barriers(gap: Gap) -> bool:
+    """Whether the slower call executes more CBU instructions (barriers among them) than the reference."""
+    a, b = gap.account_a, gap.account_b
+    if a is None or b is None:
+        return True
+    return a.pipes.get("cbu", 0.0) > T("SAME_COUNT_RATIO") * b.pipes.get("cbu", 0.0)
+
+
+def _producible(gap: Gap, stall: str, keys: list[str], per_inst: float) -> bool:
+    """Whether the warp-cycles `stall` ('stall:x') rose by are at most `per_inst` per instruction added on the
+    pipes of `keys`: what those instructions can produce."""
+    added, cycles = _added_inst(gap, keys), _warp_cycles_added(gap, stall[6:])
+    return ok(added) and ok(cycles) and 0 < cycles <= per_inst * added
+
+
+def _produced(gap: Gap, positive: dict[str, Term], owner: dict[str, str], parts: dict[str, Part]) -> set[str]:
+    """Stalls the rising parents produce, split over them (returns the stall keys so placed). Each added
+    instruction holds up a warp for at most FIXED_LATENCY_CYCLES (its pipe busy, its result not ready),
+    and the issue slot or a pipe it takes at most every other resident warp for as long: a rise beyond
+    what the added instructions can produce is not theirs.
+
+    - contention (CONTENTION): over the parents owning rising instructions of the pipes that contend;
+    - fixed-latency waits ('wait'): over the parents owning rising instructions;
+    - barrier waits, when the slower call runs no more CBU instructions (barriers) than the reference: a
+      warp waits longer at the same barriers for siblings delayed elsewhere, so the wait is what delays
+      them: split over every other rising parent of the instruction and cycles-per-instruction factors.
+    """
+    placed: set[str] = set()
+    lat = T("FIXED_LATENCY_CYCLES")
+    warps = gap.account_a.warps_resident if gap.account_a is not None else math.nan
+    for key, pipes in CONTENTION.items():
+        t = positive.get(key)
+        if t is None or key in owner or not ok(warps):
+            continue
+        weight = _pipe_weight(positive, owner, pipes)
+        keys = [k for k in owner if k.startswith("pipe:") and k in positive and ("*" in pipes or k[5:] in pipes)]
+        if _producible(gap, key, keys, lat * warps) and _split_over(t, weight, parts):
+            placed.add(key)
+    wait = positive.get("stall:wait")
+    if wait is not None and "stall:wait" not in owner:
+        rising = [k for k in owner if k.startswith("pipe:") and k in positive]
+        if _producible(gap, "stall:wait", rising, lat) and _split_over(wait, _pipe_weight(positive, owner, ("*",)), parts):
+            placed.add("stall:wait")
+    barrier = positive.get("stall:barrier")
+    if barrier is not None and "stall:barrier" not in owner and not _more_barriers(gap):
+        delays: dict[str, float] = {}
+        for k, o in owner.items():
+            t = positive.get(k)
+            if t is not None and k != "stall:barrier" and t.factor in ("instructions", "cycles per instruction"):
+                delays[o] = delays.get(o, 0.0) + t.ms
+        if _split_over(barrier, delays, parts):
+            placed.add("stall:barrier")
+    return placed
+
+
+def _term_parents(positive: dict[str, Term], owner: dict[str, str], parts: dict[str, Part]) -> None:
+    """Unclaimed positive terms become parents of their own; TERM_GROUPS' members one parent, named for
+    the largest."""
+    free = [k for k in positive if k not in owner]
+    for group in TERM_GROUPS:
+        members = [k for k in group if k in free]
+        if len(members) < 2:
+            continue
+        lead = max(members, key=lambda k: positive[k].ms)
+        parts[lead] = Part(lead, [positive[k] for k in sorted(members, key=lambda k: k != lead)])
+        for k in members:
+            owner[k] = lead
+    for k in free:
+        if k not in owner:
+            parts[k] = Part(k, [positive[k]])
+            owner[k] = k
 
 
 def partition(gap: Gap, own: list[Finding], ref_own: list[Finding]) -> Partition:
@@ -204,15 +418,19 @@ def partition(gap: Gap, own: list[Finding], ref_own: list[Finding]) -> Partition
         took = [owner[k] for k in positive if k in owner and claims(f.cause, k)]
         parent = max(set(took), key=lambda c: sum(positive[k].ms for k in owner if owner[k] == c and claims(f.cause, k)))
         parts[parent].children.append(f)
-    for key, t in positive.items():
-        if key not in owner:
-            parts[key] = Part(key, [t])
+    produced = [k for k in (*CONTENTION, "stall:wait", "stall:barrier") if k in positive and k not in owner]
+    _term_parents({k: t for k, t in positive.items() if k not in produced}, owner, parts)
+    for k in _produced(gap, positive, owner, parts):
+        owner[k] = "*"
+    for k in produced:
+        if k not in owner:
+            parts[k] = Part(k, [positive[k]])
     ahead = [t for t in terms if t.key != RESIDUAL and ok(t.ms) and t.key not in positive]
     out = list(parts.values()) + [Part(AHEAD, ahead)]
     out.append(Part(RESIDUAL, [t for t in terms if t.key == RESIDUAL]))
     for p in out:
         p.gross_ms = p.ms = math.fsum(t.ms for t in p.terms if ok(t.ms))
-    _dilute(out)
+    _offset(out, gap)
     slowdown = math.fsum(p.gross_ms for p in out if p.gross_ms > 0)
     for p in out:
         p.share = p.gross_ms / slowdown if p.gross_ms > 0 and slowdown > 0 else math.nan

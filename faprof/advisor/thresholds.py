@@ -54,6 +54,7 @@ THRESHOLDS: dict[str, Threshold] = {
     "STALL_SHARE": Threshold(0.15, "of stall cycles", "stall reasons above this share are quoted"),
     # ---- the comparative diagnosis (a gap to the fastest variant, or to --against)
     "LEVEL_RATIO": Threshold(1.05, "x", "calls within this ratio of each other are level: no gap is split (the H100 showed 3-4% between two same-code runs of one kernel, so a smaller gap is not a kernel's)"),
+    "LEVEL_CYCLES_RATIO": Threshold(1.02, "x", "a timed gap under LEVEL_RATIO is still the kernels' when Nsight Compute's replay measures the same side at least this much slower in SM cycles (two replays of one code differ by 0.2% in the planted bundle's same-code pairs, H100 2026-11-25; this is 10x that)"),
     "MIN_GAP_SHARE": Threshold(0.05, "of the gap", "causes explaining less of the gap than this are left out"),
     "PRIMARY_MIN_GAP_SHARE": Threshold(0.10, "of the gap", "the primary cause of a gap must explain at least this much of it"),
     "MAX_UNEXPLAINED_GAP": Threshold(0.15, "of the gap", "a residual (ncu replay vs timing) above this is said with the causes"),
@@ -64,6 +65,9 @@ THRESHOLDS: dict[str, Threshold] = {
     "L2_HIT_DROP_PCT": Threshold(10.0, "percentage points", "excess DRAM reads count as lost L2 reuse when the L2 hit rate is at least this much lower than the reference's (spilled or uncoalesced kernels move more bytes at an equal or higher hit rate)"),
     "RMW_READBACK_SHARE": Threshold(0.5, "of the extra writes", "extra global writes are a read-modify-write when at least this share of their bytes is also read back"),
     "MATH_PATH_MIN_SHARE": Threshold(0.5, "of the model FLOPs", "a math path is a call's main path, and a move of FLOPs between paths a cause, from this share of the problem's FLOPs"),
+    # ---- the partition's estimates (faprof.advisor.partition)
+    "FIXED_LATENCY_CYCLES": Threshold(4.0, "cycles per added warp instruction", "a rise of fixed-latency waits ('wait') is the cost of the instructions that rose when it is at most this per added instruction (the dependent-issue latency of fp32 and integer arithmetic on Volta through Hopper in published microbenchmarks); a larger rise is a dependency chain among instructions both calls execute"),
+    "SAME_COUNT_RATIO": Threshold(1.01, "x", "instruction counts of one code on one shape repeat exactly (the planted bundle's same-code pairs: equal CBU counts); a count within this ratio of the reference's is not more of those instructions"),
     # ---- calls
     "LAUNCH_IDLE_MIN_SHARE": Threshold(0.20, "of the call's GPU span", "GPU idle between the kernels of one call (nsys) above this share: the GPU waits for the host"),
     "NCU_RULE_MIN_SPEEDUP_PCT": Threshold(5.0, "%", "ncu rule results with a smaller estimated speedup are left out"),
