@@ -291,19 +291,26 @@ def _split_over(t: Term, weight: dict[str, float], parts: dict[str, Part]) -> bo
 
 
 def _pipe_weight(positive: dict[str, Term], owner: dict[str, str], pipes: tuple[str, ...]) -> dict[str, float]:
-    """Parent -> the time of the rising pipe terms (of `pipes`; '*' every pipe) it owns."""
+    """Parent -> the time of the rising pipe terms (of `pipes`) it owns; with '*', of every rising term of
+    the instructions factor (pipes and lanes: inactive or predicated-off lanes are issued instructions too)."""
     weight: dict[str, float] = {}
     for k, o in owner.items():
-        if k.startswith("pipe:") and k in positive and ("*" in pipes or k[5:] in pipes):
-            weight[o] = weight.get(o, 0.0) + positive[k].ms
+        t = positive.get(k)
+        if t is None:
+            continue
+        if ("*" in pipes and t.factor == "instructions") or (k.startswith("pipe:") and k[5:] in pipes):
+            weight[o] = weight.get(o, 0.0) + t.ms
     return weight
 
 
 def _added_inst(gap: Gap, keys: list[str]) -> float:
-    """Warp instructions the slower call executes beyond the reference's on the pipes of `keys` ('pipe:x')."""
+    """Warp instructions the slower call executes beyond the reference's on the pipes of `keys` ('pipe:x');
+    with '*' among them, every warp instruction."""
     a, b = gap.account_a, gap.account_b
     if a is None or b is None:
         return math.nan
+    if "*" in keys:
+        return max(0.0, a.inst - b.inst)
     return math.fsum(max(0.0, a.pipes.get(k[5:], 0.0) - b.pipes.get(k[5:], 0.0)) for k in keys)
 
 
@@ -348,15 +355,13 @@ def _produced(gap: Gap, positive: dict[str, Term], owner: dict[str, str], parts:
         t = positive.get(key)
         if t is None or key in owner or not ok(warps):
             continue
-        weight = _pipe_weight(positive, owner, pipes)
-        keys = [k for k in owner if k.startswith("pipe:") and k in positive and ("*" in pipes or k[5:] in pipes)]
-        if _producible(gap, key, keys, lat * warps) and _split_over(t, weight, parts):
+        keys = ["*"] if "*" in pipes else [k for k in owner if k in positive and k.startswith("pipe:") and k[5:] in pipes]
+        if _producible(gap, key, keys, lat * warps) and _split_over(t, _pipe_weight(positive, owner, pipes), parts):
             placed.add(key)
     wait = positive.get("stall:wait")
-    if wait is not None and "stall:wait" not in owner:
-        rising = [k for k in owner if k.startswith("pipe:") and k in positive]
-        if _producible(gap, "stall:wait", rising, lat) and _split_over(wait, _pipe_weight(positive, owner, ("*",)), parts):
-            placed.add("stall:wait")
+    if (wait is not None and "stall:wait" not in owner and _producible(gap, "stall:wait", ["*"], lat)
+            and _split_over(wait, _pipe_weight(positive, owner, ("*",)), parts)):
+        placed.add("stall:wait")
     barrier = positive.get("stall:barrier")
     if barrier is not None and "stall:barrier" not in owner and not _more_barriers(gap):
         delays: dict[str, float] = {}
