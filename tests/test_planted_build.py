@@ -18,7 +18,7 @@ from faprof.variants import ptxas as build_report
 PLANTED = Path(__file__).parent / "planted"
 ARCHS = ("sm_80", "sm_89", "sm_90")
 #: Faults of planted_mma.cu (its Fault enum) and of planted_rowthread.cu.
-MMA_FAULTS = 13
+MMA_FAULTS = 14
 ROWTHREAD_FAULTS = 6
 #: Spill bytes ptxas may report for a fault that is not the spill fault: fa2_mma itself spills a few
 #: dozen bytes at 255 registers; the fp64 softmax's double temporaries a few more (<= 11 local
@@ -88,7 +88,7 @@ def test_planted_sources_stay_out_of_the_faprof_extension():
 def test_planted_variants_are_hidden_and_registered_only_on_request():
     variants.load_user_variants(str(PLANTED / "planted_variants.py"))
     planted = [v for v in variants.all_variants(include_hidden=True) if v.name.startswith("planted_")]
-    assert len(planted) == 21 and all(v.hidden and v.dtypes in (("fp16",), ("fp32",)) for v in planted)
+    assert len(planted) == 22 and all(v.hidden and v.dtypes in (("fp16",), ("fp32",)) for v in planted)
     assert not any(v.name.startswith("planted_") for v in variants.all_variants())
     from faprof.model.scenarios import load_scenario
 
@@ -148,3 +148,7 @@ def test_planted_kernels_share_the_ptx_wrappers_instead_of_copying_them():
     defined = set(re.findall(r"__device__ __forceinline__ \S+ (\w+)\(", text))
     assert not defined & set(shared), defined & set(shared)
     assert "mma.sync.aligned" not in text and "ldmatrix.sync.aligned" not in text
+    # the planted faults' own wrappers (the TF32 MMA of kTf32Mma) live apart and copy none of the shared ones
+    extra = (PLANTED / "kernels" / "planted_ptx.cuh").read_text()
+    assert '#include "planted_ptx.cuh"' in text
+    assert not set(re.findall(r"__device__ __forceinline__ \S+ (\w+)\(", extra)) & set(shared)

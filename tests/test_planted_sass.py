@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 #: Fault codes (planted_mma.cu's and planted_rowthread.cu's Fault enums).
-MMA = {"clean": 0, "barrier": 6, "fence": 7, "transcendental": 8, "fp64": 9}
+MMA = {"clean": 0, "barrier": 6, "fence": 7, "transcendental": 8, "fp64": 9, "tf32_mma": 13}
 RT = {"clean": 0, "dependency": 1, "index_math": 2, "divergence": 3, "predicated_off": 4, "scalar_loads": 5}
 #: kScalarLoads: at least this many shared-memory load instructions per chunk over the control's (the
 #: compiler keeps LDS.128 for the rows it proves aligned: 704 / 256 in the sm_90 SASS).
@@ -123,6 +123,13 @@ def test_mma_defects_add_what_they_plant_per_key_tile(mma, D, causal):
     assert fp64 >= 12 * weights and sc.total(c, "MUFU.EX2") == 0  # 11 DFMA + 3 DADD + the sum per weight
     local = sc.total(c, "STL", "LDL")
     assert local <= 0.005 * sum(c.values()), f"{local} local-memory accesses per tile: spills, not fp64"
+
+    _, c = _tile(mma, D, causal, MMA["tf32_mma"])
+    # every fp16 product on the TF32 path: two m16n8k8 TF32 MMAs per m16n8k16 one, none left on fp16
+    assert sc.total(c, "HMMA.1688.F32.TF32") == 2 * sc.total(clean, "HMMA") and sc.total(c, "HMMA.16816") == 0
+    assert sc.total(c, "MUFU.EX2") == sc.total(clean, "MUFU.EX2")  # the softmax untouched
+    local = sc.total(c, "STL", "LDL")
+    assert local <= 0.005 * sum(c.values()), f"{local} local-memory accesses per tile: spills, not the TF32 path"
 
 
 def _target(ins) -> int:

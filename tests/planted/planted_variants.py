@@ -45,12 +45,14 @@ planted_global_rmw         O accumulators stored to global and reloaded per     
                            key tile (fp32 scratch, through L2)
 planted_small_tile         64 query rows x 32 keys per block (fa2_mma's D=256   excess_onchip_bytes
                            tile) at D=64 and D=128
+planted_tf32_mma           every fp16 m16n8k16 MMA as two m16n8k8 TF32 MMAs     slower_math_path
+                           on the operands widened to fp32 (the same products)
 =========================  ===================================================  ======================
 
-The last three (issue 33: evidence classes read from bytes by memory level) are not in the bundle
-recorded on 2026-11-25; scripts/record/record_planted.sh records them with the others. Their expected
-costs are not estimated here: they depend on the L2's replacement and the memory system's queues,
-which only the recording measures.
+The last four (issue 33: evidence classes read from bytes by memory level, and math by path) are not
+in the bundle recorded on 2026-11-25; scripts/record/record_planted.sh records them with the others. The
+byte kinds' expected costs are not estimated here: they depend on the L2's replacement and the memory
+system's queues, which only the recording measures. planted_tf32_mma's is below (the fa2_mma table).
 
 The new kinds' evidence: what each adds to the instruction stream (SASS of sm_90, nvcc 13.0, the
 extension's flags; `python3 tests/planted/sass_census.py` prints it, tests/test_planted_sass.py keeps
@@ -90,6 +92,13 @@ fp64            D64: DFMA 0 -> 1,460, DADD 0 -> 524, F2F 64 ->  FP64 pipe 3,968 
                 337, MUFU.EX2 132 -> 0; 1,334 -> 3,964          per sub-partition vs 3,072 (D64,
                 instructions. D128: DFMA 0 -> 756, DADD 0 ->    ~2.6x); 4,096 vs 3,072 (D128, ~1.3x)
                 268; 1,039 -> 2,411
+tf32_mma        HMMA.16816.F32 256 -> 0, HMMA.1688.F32.TF32     a TF32 m16n8k8 (2,048 FLOPs) takes the
+                0 -> 512, HADD2.F32 (fp16 -> fp32) 0 -> 960;    tensor cycles of an fp16 m16n8k16
+                1,334 -> 2,631 instructions (D128: 1,039 ->     (4,096): 6,144 tensor cycles per sub-
+                2,317); S in one m16 tile at a time (two at     partition vs 3,072, issue 5,262 (D64)
+                once in the control) to stay within 255        and 4,634 (D128): tensor-bound, ~2x
+                registers: 20 bytes spilled at D64 (fa2_mma:
+                8), none at D128
 ==============  ==============================================  ========================================
 
 Row-thread family, per warp and 16-key chunk (D=64: 4 chunks a tile; D=128: 2), non-causal; the
@@ -148,7 +157,7 @@ EXTENSION_NAME = "faprof_planted_ext"
 #: Fault codes of torch.ops.faprof_planted.mma_fwd (kernels/planted_kernels.h).
 MMA_FAULTS = {"clean": 0, "bank_conflicts": 1, "spills": 2, "uncoalesced": 3, "no_causal_skip": 4, "few_ctas": 5,
               "barrier": 6, "fence": 7, "transcendental": 8, "fp64": 9, "l2_thrash": 10, "global_rmw": 11,
-              "small_tile": 12}
+              "small_tile": 12, "tf32_mma": 13}
 #: Fault codes of torch.ops.faprof_planted.rowthread_fwd (kernels/planted_kernels.h).
 ROWTHREAD_FAULTS = {"clean": 0, "dependency": 1, "index_math": 2, "divergence": 3, "predicated_off": 4,
                     "scalar_loads": 5}
@@ -178,6 +187,8 @@ EXPECTED_CAUSE: dict[str, str | None] = {
     "planted_l2_thrash": "excess_dram_bytes",
     "planted_global_rmw": "global_rmw",
     "planted_small_tile": "excess_onchip_bytes",
+    # math by path (issue 33): the same FLOPs on the TF32 tensor path, half the fp16 one's rate
+    "planted_tf32_mma": "slower_math_path",
     # row-thread family (fp32, CUDA cores); control planted_rowthread_clean
     "planted_rowthread_clean": None,
     "planted_dependency": "stall:wait",
@@ -196,7 +207,7 @@ CONTROL_OF: dict[str, str] = {
         "planted_clean", "planted_bank_conflicts", "planted_spills", "planted_uncoalesced",
         "planted_no_tensor_cores", "planted_no_causal_skip", "planted_few_ctas", "planted_launch_per_head",
         "planted_barrier", "planted_fence", "planted_transcendental", "planted_fp64", "planted_l2_thrash",
-        "planted_global_rmw", "planted_small_tile")},
+        "planted_global_rmw", "planted_small_tile", "planted_tf32_mma")},
     **{name: "planted_rowthread_clean" for name in (
         "planted_rowthread_clean", "planted_dependency", "planted_index_math", "planted_divergence",
         "planted_predicated_off", "planted_scalar_loads")},
@@ -294,6 +305,7 @@ def _register() -> None:
         "l2_thrash": "TEST ONLY: fa2_mma with the query tile as the slowest grid dimension (K/V working set > L2)",
         "global_rmw": "TEST ONLY: fa2_mma storing and reloading its O accumulators through global memory per key tile",
         "small_tile": "TEST ONLY: fa2_mma with 64x32 tiles at D=64 and D=128 (more on-chip bytes per FLOP)",
+        "tf32_mma": "TEST ONLY: fa2_mma doing its products as TF32 MMAs on fp32-widened operands (a slower tensor path)",
     }
     for fault, text in descriptions.items():
         register(Variant(f"planted_{fault}", "user", text, _mma(fault), dtypes=("fp16",), compute="tensor",

@@ -223,14 +223,16 @@ def _row(name: str, c: collections.Counter, keys: tuple[str, ...]) -> str:
 def main() -> None:
     """Print the census tables (sm_90, non-causal) that planted_variants.py's docstring quotes."""
     mma = compile_sass(KERNELS / "planted_mma.cu")
-    keys = ("HMMA", "BAR.SYNC", "MEMBAR", "MUFU.EX2", "MUFU.RCP", "FCHK", "FFMA", "DFMA", "DADD", "F2F")
+    keys = ("HMMA.16816", "HMMA.1688", "BAR.SYNC", "MEMBAR", "MUFU.EX2", "MUFU.RCP", "FCHK", "FFMA", "DFMA", "DADD",
+            "F2F", "HADD2.F32")
     for D in (64, 128):
         print(
             f"planted_mma.cu, D={D}: SASS instructions of one warp in one key-tile iteration (static = dynamic, "
             f"but for kBarrier's {MMA_WARPS} turns: their barriers counted {MMA_WARPS} times)"
         )
         print(f"{'':18}" + "".join(f"{k:>9}" for k in keys) + f"{'all':>9}")
-        for name, fault in (("clean", 0), ("barrier", 6), ("fence", 7), ("transcendental", 8), ("fp64", 9)):
+        for name, fault in (("clean", 0), ("barrier", 6), ("fence", 7), ("transcendental", 8), ("fp64", 9),
+                            ("tf32_mma", 13)):
             print(_row(name, mma_tile_counts(mma_kernel(mma, D, False, fault)), keys))
     rt = compile_sass(KERNELS / "planted_rowthread.cu")
     keys = ("FFMA", "MUFU.EX2", "SHFL", "LDS", "LDS.128", "STS", *ALU_OPS[:4], "IMAD", "BRA")

@@ -21,6 +21,7 @@ inline constexpr int kPlantedFp64 = 9;
 inline constexpr int kPlantedL2Thrash = 10;
 inline constexpr int kPlantedGlobalRmw = 11;
 inline constexpr int kPlantedSmallTile = 12;
+inline constexpr int kPlantedTf32Mma = 13;
 
 // Fault codes of faprof_planted_rowthread_fwd (planted_rowthread.cu's Fault enum).
 inline constexpr int kRowThreadClean = 0;

@@ -39,6 +39,10 @@
 //   kFp64            the softmax weights in double: per score 2^x (exp2_f64: 3 DADD, 11 DFMA, the
 //                    exponent added in integer) and the row sum (DADD) in double precision, with an
 //                    F2F conversion each way, instead of one ex2.approx and one FADD.
+//   kTf32Mma         the same products on a slower tensor-core path: every m16n8k16 fp16 MMA (QKᵀ and
+//                    PV) done as two m16n8k8 TF32 MMAs on the same operands widened to fp32 (exact:
+//                    fp16's 10-bit mantissa fits TF32's), the TF32 path running at half the fp16 rate
+//                    on sm_80..sm_90 (the same FLOPs, counted as sm__ops_path_tensor_src_tf32).
 // Their SASS census (instructions per key-tile iteration against kClean's) is in
 // tests/planted/planted_variants.py's docstring; tests/test_planted_sass.py keeps it true.
 //
@@ -57,6 +61,7 @@
 // resource report compile this file with only its own folder on the include path.
 #include "../../../kernels/mma_ptx.cuh"
 #include "planted_kernels.h"
+#include "planted_ptx.cuh"
 
 namespace faprof_planted_mma {
 
@@ -66,6 +71,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 enum Fault : int {
   kClean = 0, kBankConflicts = 1, kSpills = 2, kUncoalesced = 3, kNoCausalSkip = 4, kFewCtas = 5,
   kBarrier = 6, kFence = 7, kTranscendental = 8, kFp64 = 9, kL2Thrash = 10, kGlobalRmw = 11, kSmallTile = 12,
+  kTf32Mma = 13,
 };
 
 // PLANTED FAULT (kSpills): blocks per SM __launch_bounds__ asks for; 65536 / (128 * 4) = 128 registers
@@ -117,6 +123,8 @@ using faprof_ptx::ldmatrix_x4_trans;
 using faprof_ptx::mma_16816;
 using faprof_ptx::pack2;
 using faprof_ptx::smem_u32;
+using faprof_planted_ptx::mma_1688_tf32;
+using faprof_planted_ptx::widen2;
 
 // 16-byte global->shared copy that bypasses L1; src_bytes = 0 zero-fills the destination.
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool pred) {
@@ -127,6 +135,20 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// PLANTED FAULT (kTf32Mma): one m16n8k16 MMA of 16-bit operands as two m16n8k8 TF32 MMAs on the same
+// values widened to fp32 (faprof_planted_ptx::widen2; `aw`: the A fragment's a0 lo, hi, a1 lo, hi, ...;
+// b0, b1 and b2, b3: the B fragment's first and second register, lo and hi). The k index is a sum's:
+// permuted alike in A and B, the products are the same. In the m16n8k16 fragments lane (g, t) =
+// (lane / 4, lane % 4) holds A rows g and g + 8 and B column g at k = 2t, 2t+1 (a0, a1; B's first
+// register) and 2t+8, 2t+9 (a2, a3; B's second); in the m16n8k8 TF32 ones it holds k' = t (a0: row g,
+// a1: row g + 8; b0) and t + 4 (a2, a3; b1). Mapping k' = t -> 2t and t + 4 -> 2t + 1 (+8 for the second
+// MMA) is one bijection of k for A and B alike; the accumulators' layouts are the same.
+__device__ __forceinline__ void mma_tf32_k16(float (&d)[4], const uint32_t (&aw)[8], uint32_t b0, uint32_t b1,
+                                             uint32_t b2, uint32_t b3) {
+  mma_1688_tf32(d, aw[0], aw[2], aw[1], aw[3], b0, b1);  // k = 0..7
+  mma_1688_tf32(d, aw[4], aw[6], aw[5], aw[7], b2, b3);  // k = 8..15
 }
 
 // PLANTED FAULT (kFp64): 2^x in double precision, branch-free, as a double-precision softmax port
@@ -245,6 +267,9 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
   constexpr int ROW_BYTES = C::ROW_BYTES;
   // PLANTED FAULT (kBarrier): the compute phases run in WARPS turns, one warp each.
   constexpr int TURNS = FAULT == kBarrier ? C::WARPS : 1;
+  // PLANTED FAULT (kTf32Mma): S computed one m16 tile at a time (TF32 operands take twice the registers of
+  // fp16 ones, and fa2_mma holds 255; see the turn loop below).
+  constexpr int PARTS = FAULT == kTf32Mma ? C::MT : 1;
   extern __shared__ __align__(128) unsigned char smem[];
 
   const int tid = threadIdx.x;
@@ -368,149 +393,179 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
 #pragma unroll 1
       for (int turn = 0; turn < TURNS; ++turn) {
         if (active && (FAULT != kBarrier || warp == turn)) {
-          // ---- S = Q Kᵀ (fp32) ----
-          float acc_s[MT][NT][4];
+          // PLANTED FAULT (kTf32Mma) support: QKᵀ, mask, softmax and P in PARTS passes of MT / PARTS m16
+          // tiles each (rows are independent: the order changes no value), so that one pass holds
+          // MT / PARTS tiles of S; one pass, fa2_mma's order, for every other fault.
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
+          for (int part = 0; part < PARTS; ++part) {
+            const int m_lo = part * (MT / PARTS), m_hi = m_lo + MT / PARTS;
+            // ---- S = Q Kᵀ (fp32) ----
+            float acc_s[MT][NT][4];
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = 0.f;
-
-#pragma unroll
-          for (int ks = 0; ks < C::KQ; ++ks) {
-            uint32_t a[MT][4];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-              if constexpr (C::Q_IN_REGS) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) a[mt][e] = q_frag[mt][ks][e];
-              } else {
-                ldmatrix_x4(sQw + a_off[ks & 3] + (ks >> 2) * 128 + mt * 16 * ROW_BYTES, a[mt]);
-              }
-            }
-#pragma unroll
-            for (int np = 0; np < NT / 2; ++np) {
-              uint32_t b[4];
-              ldmatrix_x4(sKs + k_off[ks & 3] + (ks >> 2) * 128 + np * 16 * ROW_BYTES, b);
-#pragma unroll
-              for (int mt = 0; mt < MT; ++mt) {
-                mma_16816<BF16>(acc_s[mt][2 * np], a[mt], b[0], b[1]);
-                mma_16816<BF16>(acc_s[mt][2 * np + 1], a[mt], b[2], b[3]);
-              }
-            }
-            if constexpr (FAULT == kFence) __threadfence();  // PLANTED FAULT (kFence)
-          }
-
-          // ---- mask: only the Sk tail tile and tiles crossing this warp's diagonal ----
-          // Element (nt, e) of a row sits at key kv0 + 2*(lane&3) + nt*8 + e; it is visible iff
-          // nt*8 + e <= lim, lim = min(Sk - 1, row) - kv0 - 2*(lane&3): one compare per element.
-          if (kv0 + BC > Sk || (CAUSAL && kv0 + BC - 1 > q0 + wrow0)) {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-              for (int h = 0; h < 2; ++h) {
-                const int row = q0 + wrow0 + mt * 16 + (lane >> 2) + h * 8;
-                const int lim = (CAUSAL ? min(Sk - 1, row) : Sk - 1) - kv0 - 2 * (lane & 3);
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                  for (int e = 0; e < 2; ++e)
-                    if (nt * 8 + e > lim) acc_s[mt][nt][2 * h + e] = -INFINITY;
-              }
-          }
-
-          // ---- online softmax (fp32, exp2 with the scale folded in) ----
-          float mx[MT][2];
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              float m = row_m[mt][h];
-#pragma unroll
-              for (int nt = 0; nt < NT; ++nt) m = fmaxf(m, fmaxf(acc_s[mt][nt][2 * h], acc_s[mt][nt][2 * h + 1]));
-              m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-              mx[mt][h] = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-            }
-          // LAZY_RESCALE: when no row max of the warp moved (ever more likely as tiles go by), O and l
-          // need no rescaling (alpha == 1 exactly): one vote instead of 2*MT*(DT*2+1) multiplies.
-          bool rescale = true;
-          if constexpr (C::LAZY_RESCALE) {
-            bool moved = false;
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) moved |= (mx[mt][0] != row_m[mt][0]) | (mx[mt][1] != row_m[mt][1]);
-            rescale = __any_sync(0xffffffffu, moved);
-          }
-          // A row with every key so far masked keeps m = -inf; offset by 0 so that p = 0, not NaN.
-          float base[MT][2];
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) base[mt][h] = (mx[mt][h] == -INFINITY) ? 0.f : mx[mt][h] * scale_log2;
-          if (rescale) {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-              for (int h = 0; h < 2; ++h) {
-                float alpha;
-                if constexpr (FAULT == kTranscendental) {
-                  // PLANTED FAULT (kTranscendental): exp(scale * (m_old - m_new)) as an IEEE division by
-                  // the temperature and an accurate expf, in natural units.
-                  alpha = expf((row_m[mt][h] - (mx[mt][h] == -INFINITY ? 0.f : mx[mt][h])) / temp);
-                } else if constexpr (FAULT == kFp64) {
-                  // PLANTED FAULT (kFp64): the rescale factor in double precision.
-                  alpha = static_cast<float>(exp2_f64(static_cast<double>(row_m[mt][h]) * scale_log2 - base[mt][h]));
-                } else {
-                  alpha = fast_exp2(row_m[mt][h] * scale_log2 - base[mt][h]);
-                }
-                row_l[mt][h] *= alpha;
-#pragma unroll
-                for (int dt = 0; dt < DT; ++dt) {
-                  acc_o[mt][dt][2 * h] *= alpha;
-                  acc_o[mt][dt][2 * h + 1] *= alpha;
-                }
-              }
-          }
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              row_m[mt][h] = mx[mt][h];
-              StatT sum = 0.f;
+            for (int mt = m_lo; mt < m_hi; ++mt)
 #pragma unroll
               for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  const float s = acc_s[mt][nt][2 * h + e];
-                  float p;
-                  if constexpr (FAULT == kTranscendental) {
-                    // PLANTED FAULT (kTranscendental): per score, an IEEE division by the temperature and
-                    // an accurate expf instead of one FFMA with the folded scale and one ex2.approx.
-                    p = expf((s - (mx[mt][h] == -INFINITY ? 0.f : mx[mt][h])) / temp);
-                  } else if constexpr (FAULT == kFp64) {
-                    // PLANTED FAULT (kFp64): per score, 2^x and the row sum in double.
-                    const double pd = exp2_f64(static_cast<double>(fmaf(s, scale_log2, -base[mt][h])));
-                    sum += pd;
-                    p = static_cast<float>(pd);
-                  } else {
-                    p = fast_exp2(fmaf(s, scale_log2, -base[mt][h]));
-                  }
-                  acc_s[mt][nt][2 * h + e] = p;
-                  if constexpr (FAULT != kFp64) sum += p;
+                for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = 0.f;
+
+#pragma unroll
+            for (int ks = 0; ks < C::KQ && FAULT == kTf32Mma; ++ks) {
+              // PLANTED FAULT (kTf32Mma): the same products on TF32, one m16 tile at a time (its A fragment
+              // widened once, K's B fragments reloaded per m16 tile: fa2_mma holds 255 registers, and TF32
+              // operands take twice the registers of fp16 ones)
+#pragma unroll
+              for (int mt = m_lo; mt < m_hi; ++mt) {
+                uint32_t a[4];
+                ldmatrix_x4(sQw + a_off[ks & 3] + (ks >> 2) * 128 + mt * 16 * ROW_BYTES, a);
+                uint32_t aw[8];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) widen2<BF16>(a[i], aw[2 * i], aw[2 * i + 1]);
+#pragma unroll
+                for (int np = 0; np < NT / 2; ++np) {
+                  uint32_t b[4], bw[8];
+                  ldmatrix_x4(sKs + k_off[ks & 3] + (ks >> 2) * 128 + np * 16 * ROW_BYTES, b);
+#pragma unroll
+                  for (int i = 0; i < 4; ++i) widen2<BF16>(b[i], bw[2 * i], bw[2 * i + 1]);
+                  mma_tf32_k16(acc_s[mt][2 * np], aw, bw[0], bw[1], bw[2], bw[3]);
+                  mma_tf32_k16(acc_s[mt][2 * np + 1], aw, bw[4], bw[5], bw[6], bw[7]);
                 }
-              row_l[mt][h] += sum;
+              }
+            }
+#pragma unroll
+            for (int ks = 0; ks < C::KQ && FAULT != kTf32Mma; ++ks) {
+              uint32_t a[MT][4];
+#pragma unroll
+              for (int mt = m_lo; mt < m_hi; ++mt) {
+                if constexpr (C::Q_IN_REGS) {
+#pragma unroll
+                  for (int e = 0; e < 4; ++e) a[mt][e] = q_frag[mt][ks][e];
+                } else {
+                  ldmatrix_x4(sQw + a_off[ks & 3] + (ks >> 2) * 128 + mt * 16 * ROW_BYTES, a[mt]);
+                }
+              }
+#pragma unroll
+              for (int np = 0; np < NT / 2; ++np) {
+                uint32_t b[4];
+                ldmatrix_x4(sKs + k_off[ks & 3] + (ks >> 2) * 128 + np * 16 * ROW_BYTES, b);
+#pragma unroll
+                for (int mt = m_lo; mt < m_hi; ++mt) {
+                  mma_16816<BF16>(acc_s[mt][2 * np], a[mt], b[0], b[1]);
+                  mma_16816<BF16>(acc_s[mt][2 * np + 1], a[mt], b[2], b[3]);
+                }
+              }
+              if constexpr (FAULT == kFence) __threadfence();  // PLANTED FAULT (kFence)
             }
 
-          // P as the A fragments of PV: the C layout of n8 tiles 2kk, 2kk+1 is the A layout of k16 step kk.
+            // ---- mask: only the Sk tail tile and tiles crossing this warp's diagonal ----
+            // Element (nt, e) of a row sits at key kv0 + 2*(lane&3) + nt*8 + e; it is visible iff
+            // nt*8 + e <= lim, lim = min(Sk - 1, row) - kv0 - 2*(lane&3): one compare per element.
+            if (kv0 + BC > Sk || (CAUSAL && kv0 + BC - 1 > q0 + wrow0)) {
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
+              for (int mt = m_lo; mt < m_hi; ++mt)
 #pragma unroll
-            for (int kk = 0; kk < C::KP; ++kk) {
-              p_frag[mt][kk][0] = pack2<BF16>(acc_s[mt][2 * kk][0], acc_s[mt][2 * kk][1]);
-              p_frag[mt][kk][1] = pack2<BF16>(acc_s[mt][2 * kk][2], acc_s[mt][2 * kk][3]);
-              p_frag[mt][kk][2] = pack2<BF16>(acc_s[mt][2 * kk + 1][0], acc_s[mt][2 * kk + 1][1]);
-              p_frag[mt][kk][3] = pack2<BF16>(acc_s[mt][2 * kk + 1][2], acc_s[mt][2 * kk + 1][3]);
+                for (int h = 0; h < 2; ++h) {
+                  const int row = q0 + wrow0 + mt * 16 + (lane >> 2) + h * 8;
+                  const int lim = (CAUSAL ? min(Sk - 1, row) : Sk - 1) - kv0 - 2 * (lane & 3);
+#pragma unroll
+                  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                      if (nt * 8 + e > lim) acc_s[mt][nt][2 * h + e] = -INFINITY;
+                }
             }
+
+            // ---- online softmax (fp32, exp2 with the scale folded in) ----
+            float mx[MT][2];
+#pragma unroll
+            for (int mt = m_lo; mt < m_hi; ++mt)
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                float m = row_m[mt][h];
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) m = fmaxf(m, fmaxf(acc_s[mt][nt][2 * h], acc_s[mt][nt][2 * h + 1]));
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+                mx[mt][h] = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+              }
+            // LAZY_RESCALE: when no row max of the warp moved (ever more likely as tiles go by), O and l
+            // need no rescaling (alpha == 1 exactly): one vote instead of 2*MT*(DT*2+1) multiplies.
+            bool rescale = true;
+            if constexpr (C::LAZY_RESCALE) {
+              bool moved = false;
+#pragma unroll
+              for (int mt = m_lo; mt < m_hi; ++mt) moved |= (mx[mt][0] != row_m[mt][0]) | (mx[mt][1] != row_m[mt][1]);
+              rescale = __any_sync(0xffffffffu, moved);
+            }
+            // A row with every key so far masked keeps m = -inf; offset by 0 so that p = 0, not NaN.
+            float base[MT][2];
+#pragma unroll
+            for (int mt = m_lo; mt < m_hi; ++mt)
+#pragma unroll
+              for (int h = 0; h < 2; ++h) base[mt][h] = (mx[mt][h] == -INFINITY) ? 0.f : mx[mt][h] * scale_log2;
+            if (rescale) {
+#pragma unroll
+              for (int mt = m_lo; mt < m_hi; ++mt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                  float alpha;
+                  if constexpr (FAULT == kTranscendental) {
+                    // PLANTED FAULT (kTranscendental): exp(scale * (m_old - m_new)) as an IEEE division by
+                    // the temperature and an accurate expf, in natural units.
+                    alpha = expf((row_m[mt][h] - (mx[mt][h] == -INFINITY ? 0.f : mx[mt][h])) / temp);
+                  } else if constexpr (FAULT == kFp64) {
+                    // PLANTED FAULT (kFp64): the rescale factor in double precision.
+                    alpha = static_cast<float>(exp2_f64(static_cast<double>(row_m[mt][h]) * scale_log2 - base[mt][h]));
+                  } else {
+                    alpha = fast_exp2(row_m[mt][h] * scale_log2 - base[mt][h]);
+                  }
+                  row_l[mt][h] *= alpha;
+#pragma unroll
+                  for (int dt = 0; dt < DT; ++dt) {
+                    acc_o[mt][dt][2 * h] *= alpha;
+                    acc_o[mt][dt][2 * h + 1] *= alpha;
+                  }
+                }
+            }
+#pragma unroll
+            for (int mt = m_lo; mt < m_hi; ++mt)
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                row_m[mt][h] = mx[mt][h];
+                StatT sum = 0.f;
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                  for (int e = 0; e < 2; ++e) {
+                    const float s = acc_s[mt][nt][2 * h + e];
+                    float p;
+                    if constexpr (FAULT == kTranscendental) {
+                      // PLANTED FAULT (kTranscendental): per score, an IEEE division by the temperature and
+                      // an accurate expf instead of one FFMA with the folded scale and one ex2.approx.
+                      p = expf((s - (mx[mt][h] == -INFINITY ? 0.f : mx[mt][h])) / temp);
+                    } else if constexpr (FAULT == kFp64) {
+                      // PLANTED FAULT (kFp64): per score, 2^x and the row sum in double.
+                      const double pd = exp2_f64(static_cast<double>(fmaf(s, scale_log2, -base[mt][h])));
+                      sum += pd;
+                      p = static_cast<float>(pd);
+                    } else {
+                      p = fast_exp2(fmaf(s, scale_log2, -base[mt][h]));
+                    }
+                    acc_s[mt][nt][2 * h + e] = p;
+                    if constexpr (FAULT != kFp64) sum += p;
+                  }
+                row_l[mt][h] += sum;
+              }
+
+            // P as the A fragments of PV: the C layout of n8 tiles 2kk, 2kk+1 is the A layout of k16 step kk.
+#pragma unroll
+            for (int mt = m_lo; mt < m_hi; ++mt)
+#pragma unroll
+              for (int kk = 0; kk < C::KP; ++kk) {
+                p_frag[mt][kk][0] = pack2<BF16>(acc_s[mt][2 * kk][0], acc_s[mt][2 * kk][1]);
+                p_frag[mt][kk][1] = pack2<BF16>(acc_s[mt][2 * kk][2], acc_s[mt][2 * kk][3]);
+                p_frag[mt][kk][2] = pack2<BF16>(acc_s[mt][2 * kk + 1][0], acc_s[mt][2 * kk + 1][1]);
+                p_frag[mt][kk][3] = pack2<BF16>(acc_s[mt][2 * kk + 1][2], acc_s[mt][2 * kk + 1][3]);
+              }
+          }
         }
         if constexpr (FAULT == kBarrier) __syncthreads();  // PLANTED FAULT (kBarrier): the turn's end
       }
@@ -531,8 +586,19 @@ planted_mma_fwd_kernel(const T* __restrict__ q,  // [B, H, Sq, D]
               ldmatrix_x4_trans(sVs + a_off[dp & 3] + (dp >> 2) * 128 + kk * 16 * ROW_BYTES, b);
 #pragma unroll
               for (int mt = 0; mt < MT; ++mt) {
-                mma_16816<BF16>(acc_o[mt][2 * dp], p_frag[mt][kk], b[0], b[1]);
-                mma_16816<BF16>(acc_o[mt][2 * dp + 1], p_frag[mt][kk], b[2], b[3]);
+                if constexpr (FAULT == kTf32Mma) {  // PLANTED FAULT (kTf32Mma): the same products on TF32
+                  uint32_t pw[8], bw[8];
+#pragma unroll
+                  for (int i = 0; i < 4; ++i) {
+                    widen2<BF16>(p_frag[mt][kk][i], pw[2 * i], pw[2 * i + 1]);
+                    widen2<BF16>(b[i], bw[2 * i], bw[2 * i + 1]);
+                  }
+                  mma_tf32_k16(acc_o[mt][2 * dp], pw, bw[0], bw[1], bw[2], bw[3]);
+                  mma_tf32_k16(acc_o[mt][2 * dp + 1], pw, bw[4], bw[5], bw[6], bw[7]);
+                } else {
+                  mma_16816<BF16>(acc_o[mt][2 * dp], p_frag[mt][kk], b[0], b[1]);
+                  mma_16816<BF16>(acc_o[mt][2 * dp + 1], p_frag[mt][kk], b[2], b[3]);
+                }
               }
             }
             if constexpr (FAULT == kFence) __threadfence();  // PLANTED FAULT (kFence)
@@ -664,6 +730,7 @@ cudaError_t dispatch_fault(const Args& a, bool causal, bool bf16, int fault, boo
     case kL2Thrash: return per_head ? cudaErrorInvalidValue : dispatch<C, kL2Thrash>(a, causal, bf16, per_head);
     case kGlobalRmw: return a.scratch ? dispatch<C, kGlobalRmw>(a, causal, bf16, per_head) : cudaErrorInvalidValue;
     case kSmallTile: return dispatch<CfgSmall<C::D>, kSmallTile>(a, causal, bf16, per_head);
+    case kTf32Mma: return dispatch<C, kTf32Mma>(a, causal, bf16, per_head);
     default: return cudaErrorInvalidValue;
   }
 }
