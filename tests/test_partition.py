@@ -108,6 +108,52 @@ def test_no_share_above_100_percent_in_the_diagnosis_or_its_renderings(folder):
         assert pcts and max(pcts) <= 100
 
 
+_PCT = r"\b(\d+)% of the (?:slowdown|gap|call|kernel)"
+
+
+@pytest.mark.parametrize("against", [None, "planted_clean", "planted_rowthread_clean"])
+def test_no_share_above_100_percent_in_explain_the_report_or_the_dashboard_against_any_comparator(against):
+    """Every place that prints a share (issue 33's done-when), on the recorded planted bundle, to the fastest
+    call and to each twin (`faprof explain --against`): the diagnosis table (the dashboard's Nsight page shows
+    its estimated_gain_pct as "share (%)" and summarize's max_gain_pct as "share, max (%)"), `faprof explain`'s
+    text and Markdown, and the report's Why section (faprof.report.why)."""
+    import re
+
+    from faprof.report import why
+
+    d = _diagnose("planted", against)
+    s = advisor.summarize(d)
+    for col in (d["estimated_gain_pct"], d["share_of_gap_pct"], s["max_gain_pct"], s["median_gain_pct"]):
+        assert (col.dropna() <= 100 + 1e-9).all() and (col.dropna() >= 0).all()
+    b = _bundle("planted")
+    m = b.measurements()
+    order = list(dict.fromkeys(m["variant"]))
+    w = why.from_diagnosis(d, m, order, ["Nsight Compute"])
+    texts = [advisor.render_text(d, per_shape=True), advisor.render_text(d, s), advisor.render_markdown(d, s),
+             "\n".join(w.lines)]
+    found = [int(x) for t in texts for x in re.findall(_PCT, t)]
+    assert found and max(found) <= 100
+
+
+def test_each_primary_cause_names_a_source_line_and_no_comparator_is_an_alias(planted):
+    """On the planted bundle (source pass at D=128) compared with each twin: every primary cause of a gap
+    names a line of the kernel's source (its own shape's, or the variant's profiled shape's), in the
+    per-shape rows and in `faprof explain`'s summary; no gap is measured to a call running the same
+    kernels as the explained one (`differential.same_kernels_as`)."""
+    cs = {(c.variant, c.shape_id): c for c in evidence.calls_from(evidence.tables_from(planted))}
+    for against in ("planted_clean", "planted_rowthread_clean"):
+        d = _diagnose("planted", against)
+        prim = d[d["primary"] & (d["unit"] == "gap")]
+        assert not prim.empty
+        assert prim["source"].str.contains(r"\.cuh?:\d+", na=False).all(), prim[["variant", "shape_id", "source"]]
+        s = advisor.summarize(d)
+        led = s[s["primary_shapes"].astype(str) != ""]
+        assert led["source"].str.contains(r"\.cuh?:\d+", na=False).all(), led[["variant", "cause", "source"]]
+        for r in prim.itertuples():
+            assert r.against == against and not differential.same_kernels_as(cs[(r.variant, r.shape_id)],
+                                                                             cs[(r.against, r.shape_id)])
+
+
 def test_a_symptom_sits_under_the_cause_that_produced_it(planted):
     """planted_uncoalesced moves 8x the L1/L2 sectors of its twin: the byte count is the uncoalesced loads'
     symptom (a child with its own figures), not a competing cause."""
