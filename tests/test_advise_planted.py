@@ -182,7 +182,7 @@ def test_a_defect_found_is_placed_on_a_source_line(bundle):
 @pytest.mark.parametrize("bundle", _bundles(), ids=lambda b: b.path.name)
 def test_the_primary_causes_estimated_gain_against_the_measured_gap_to_its_twin(bundle):
     """GPA's estimated-vs-achieved check: the twin is the fix applied, so the primary cause's estimated gain
-    (its part of the gap's partition, net of the dilution it causes) is checked against the measured gap.
+    (its part of the gap's partition, net of what it lets other terms give back) is checked against the measured gap.
     The table and its median and worst error are docs/explain/accounting.md's (scripts/analysis/accounting_table.py).
     Guards: the issue's bar (at least 80% of the pairs within 25%), and the median error under 25% (4% on the
     2026-11-25 H100 recording)."""

@@ -156,8 +156,8 @@ def shared_by(f: Finding, ref: list[Finding]) -> bool:
 
 
 #: Stalls that contention for a pipe, a queue or the issue slot produces -> the pipes whose instructions
-#: contend there ('*': every pipe). A rise of one that no mechanism claims belongs to the parents whose
-#: instructions of those pipes rose, in proportion to those instructions' time: more instructions of a pipe
+#: contend there ('*': every issued instruction, lanes' terms included). A rise of one that no mechanism
+#: claims belongs to the parents whose instructions there rose, in proportion to their time: more instructions of a pipe
 #: fill its queue (the throttles: ncu's math pipe, MIO and LG queues) and take the issue slots other warps
 #: were eligible for (not selected, dispatch). MIO serves shared memory, MUFU and dynamic branches.
 CONTENTION: dict[str, tuple[str, ...]] = {

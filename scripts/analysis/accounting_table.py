@@ -5,8 +5,9 @@ tests/data/planted (or the bundles given), for every planted kernel and its clea
 
 For each (kernel, shape) whose twin was timed at the shape: the measured gap to the twin (the twin is the
 fix applied), the primary cause against the twin, its estimated gain (its part of the gap's partition,
-net of the dilution it causes) and the error (estimate / measured - 1). Pairs level within noise (the
-advisor's LEVEL_RATIO) have no cause and no estimate. Prints Markdown, the median and worst |error| and
+net of the time it lets other terms give back: faprof.advisor.partition's offsets) and the error
+(estimate / measured - 1). Pairs level within noise (the advisor's `differential.slower_than`: LEVEL_RATIO
+in time, unless the replayed cycles confirm a smaller gap) have no cause and no estimate. Prints Markdown, the median and worst |error| and
 the share within 25% last. Reads recorded tables only; runs nothing on a GPU.
 """
 
