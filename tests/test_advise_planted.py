@@ -3,7 +3,7 @@ H100 by scripts/record/record_planted.sh and committed under tests/data/planted/
 
 Each planted kernel is compared with its clean twin (`CONTROL_OF`), as a user asks "why is mine slower
 than that one": on every shape where the defect costs time (the kernel is slower than its twin beyond
-noise: by the advisor's LEVEL_RATIO in time, or less with Nsight Compute's replayed cycles confirming it),
+noise: by the advisor's LEVEL_RATIO in time, or by LEVEL_CYCLES_RATIO in time and in replayed cycles),
 the primary finding must name the planted defect, as a cause of the gap. Where it costs nothing measurable the kernel is level with its twin and must get no gap cause and
 no defect. Each control's primary finding must not be a defect. The fixture is required: a missing one
 FAILS this test (it is how the advisor is validated), it does not skip.

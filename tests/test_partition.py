@@ -154,6 +154,28 @@ def test_each_primary_cause_names_a_source_line_and_no_comparator_is_an_alias(pl
                                                                              cs[(r.against, r.shape_id)])
 
 
+def test_a_small_gap_is_the_kernels_only_when_time_and_replayed_cycles_both_show_it(calls):
+    """Same code, other names (l4_causal, H100: fa3_wgmma_e's forward kernel also runs as fa3_bwd_a..d): their
+    replays differ by up to 6% in SM cycles at 5-27 µs, their times by under 1%: level both ways. Different code
+    (planted_dependency against planted_rowthread_clean at D=128, 9.5 vs 9.2 ms): 3.6% in time and in replayed
+    cycles, under LEVEL_RATIO: a gap. planted_scalar_loads there: 0.6%: level."""
+    import itertools
+
+    cs = evidence.calls_from(evidence.tables_from(_bundle("accounting")))
+    same = [(a, c) for a, c in itertools.combinations([c for c in cs if c.launches], 2)
+            if a.shape_id == c.shape_id and differential.same_kernels_as(a, c)]
+    ratios = [differential._replay_cycles(a) / differential._replay_cycles(c) for a, c in same]
+    spread = max(max(r, 1 / r) for r in ratios)
+    assert len(same) >= 20 and spread > 1.05  # the replays alone would call some of them a gap
+    assert not any(differential.slower_than(a, c) or differential.slower_than(c, a) for a, c in same)
+    s128 = "b4_h16_sq2048_sk2048_d128_fp32_full_fwd"
+    clean = calls[("planted_rowthread_clean", s128)]
+    dep, scalar = calls[("planted_dependency", s128)], calls[("planted_scalar_loads", s128)]
+    assert differential._timed(dep) < differential._timed(clean) * advisor.THRESHOLDS["LEVEL_RATIO"].value
+    assert differential.slower_than(dep, clean) and not differential.slower_than(clean, dep)
+    assert not differential.slower_than(scalar, clean) and not differential.slower_than(clean, scalar)
+
+
 def test_a_symptom_sits_under_the_cause_that_produced_it(planted):
     """planted_uncoalesced moves 8x the L1/L2 sectors of its twin: the byte count is the uncoalesced loads'
     symptom (a child with its own figures), not a competing cause."""

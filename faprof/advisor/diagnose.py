@@ -226,8 +226,8 @@ def _call_findings(call: Call, calls: list[Call], absolute: dict[int, list[Findi
     if level is not None:
         found.append(Finding(call.variant, call.shape_id, "level", math.nan,
                              f"within {100 * (T('LEVEL_RATIO') - 1):.0f}% of {level} in time, and not "
-                             f"{100 * (T('LEVEL_CYCLES_RATIO') - 1):.0f}% apart in Nsight Compute's replayed cycles where "
-                             "both were profiled (noise between two runs of one kernel): no gap to explain", "none needed", "gap:level", unit="gap", against=level))
+                             f"{100 * (T('LEVEL_CYCLES_RATIO') - 1):.0f}% apart in both time and Nsight Compute's replayed "
+                             "cycles (noise between two runs of one kernel): no gap to explain", "none needed", "gap:level", unit="gap", against=level))
         return found, True
     ref = reference_for(call, calls, against) if call.launches else None
     if ref is None:

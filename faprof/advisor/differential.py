@@ -225,16 +225,17 @@ def _replay_cycles(c: Call) -> float:
 
 def slower_than(call: Call, ref: Call) -> bool:
     """Whether `call` is slower than `ref` by more than noise: its timed median above `ref`'s by LEVEL_RATIO,
-    or above it at all and Nsight Compute's replay (its own runs at its own locked clock: a second,
-    independent measurement) slower by LEVEL_CYCLES_RATIO in SM cycles. Two runs of one kernel differ by a
-    few % in time, but by far less in replayed cycles; a small gap both measurements see is the kernels'."""
+    or by LEVEL_CYCLES_RATIO with Nsight Compute's replay (its own runs at its own locked clock: a second,
+    independent measurement) slower by as much in SM cycles. Two calls of one code differ by up to ~2% in
+    time within a run and by up to 6% in replayed cycles for kernels of a few µs (0.2% for ms-long ones): a
+    gap both measurements see is the kernels'."""
     mine, theirs = _timed(call), _timed(ref)
     if not (ok(mine) and ok(theirs)) or mine <= theirs:
         return False
     if mine > theirs * T("LEVEL_RATIO"):
         return True
     ca, cb = _replay_cycles(call), _replay_cycles(ref)
-    return ok(ca) and ok(cb) and ca > cb * T("LEVEL_CYCLES_RATIO")
+    return mine > theirs * T("LEVEL_CYCLES_RATIO") and ok(ca) and ok(cb) and ca > cb * T("LEVEL_CYCLES_RATIO")
 
 
 def fold_aliases(calls: list[Call], tables: Tables) -> tuple[list[Call], dict[tuple[str, str], str | None],

@@ -170,9 +170,10 @@ CONTENTION: dict[str, tuple[str, ...]] = {
     "stall:dispatch_stall": ("*",),
 }
 
-#: Unclaimed terms that are one kind of work issued on several pipes: one parent, named for the larger.
-#: Integer arithmetic runs on the ALU (IADD3, LOP3, SHF, LEA, ISETP) and on the FMA pipe (IMAD, IMUL).
-TERM_GROUPS: tuple[tuple[str, ...], ...] = (("pipe:alu", "pipe:fma_int"),)
+#: Unclaimed terms that are one kind of work issued on several pipes: one parent, named for the largest.
+#: Integer arithmetic runs on the ALU (IADD3, LOP3, SHF, LEA, ISETP), on the FMA pipe (IMAD, IMUL) and, for
+#: warp-uniform values (tile indices, descriptors), on the uniform datapath (UIADD3, UIMAD, ULEA).
+TERM_GROUPS: tuple[tuple[str, ...], ...] = (("pipe:alu", "pipe:fma_int", "pipe:uniform"),)
 
 #: What the slower call gives back is charged to the parents that caused it (`_offset`), in four kinds:
 #: - dilution: the same stall cycles spread over more instructions lower every stall's cycles per
