@@ -59,3 +59,14 @@ def testonly_ops():
     info = load_testonly().load_extension()
     print(f"test-only extension: {info.summary()}")
     return load_testonly().ops()
+
+
+@pytest.fixture(scope="session")
+def smoke_local(tmp_path_factory):
+    """The smoke scenario through the default local runner (one worker process, no ceilings): the rows
+    that tests/test_pool.py's two pinned workers and tests/test_cluster.py's Dask workers must give too.
+    Read only: a test that changes a bundle copies it first."""
+    from faprof import run as runner
+
+    return runner.profile("smoke", runner.ProfileOptions(out_dir=tmp_path_factory.mktemp("smoke_local"), ceilings=False))
+
