@@ -5,6 +5,24 @@ from __future__ import annotations
 import pytest
 from testonly import load_testonly
 
+#: torch's intra-op threads in the test process. Its tensors are tiny (a few thousand elements): OpenMP's
+#: threads cost more than they give. tests/test_wrong_signatures.py's run took 62 s of CPU with 2 threads
+#: and 17 s with 1 (2-core machine). Workers that runs spawn set their own (faprof.run.pool), as for users.
+TEST_TORCH_THREADS = 1
+
+
+def pytest_configure(config):
+    """One torch thread in this process, unless the user chose a count (OMP_NUM_THREADS)."""
+    import os
+
+    if os.environ.get("OMP_NUM_THREADS"):
+        return
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.set_num_threads(TEST_TORCH_THREADS)
+
 
 def _cuda() -> bool:
     try:
