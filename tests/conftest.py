@@ -5,6 +5,24 @@ from __future__ import annotations
 import pytest
 from testonly import load_testonly
 
+#: torch's intra-op threads in the test process. Its tensors are tiny (a few thousand elements): OpenMP's
+#: threads cost more than they give. tests/test_wrong_signatures.py's run took 62 s of CPU with 2 threads
+#: and 17 s with 1 (2-core machine). Workers that runs spawn set their own (faprof.run.pool), as for users.
+TEST_TORCH_THREADS = 1
+
+
+def pytest_configure(config):
+    """One torch thread in this process, unless the user chose a count (OMP_NUM_THREADS)."""
+    import os
+
+    if os.environ.get("OMP_NUM_THREADS"):
+        return
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.set_num_threads(TEST_TORCH_THREADS)
+
 
 def _cuda() -> bool:
     try:
@@ -59,3 +77,14 @@ def testonly_ops():
     info = load_testonly().load_extension()
     print(f"test-only extension: {info.summary()}")
     return load_testonly().ops()
+
+
+@pytest.fixture(scope="session")
+def smoke_local(tmp_path_factory):
+    """The smoke scenario through the default local runner (one worker process, no ceilings): the rows
+    that tests/test_pool.py's two pinned workers and tests/test_cluster.py's Dask workers must give too.
+    Read only: a test that changes a bundle copies it first."""
+    from faprof import run as runner
+
+    return runner.profile("smoke", runner.ProfileOptions(out_dir=tmp_path_factory.mktemp("smoke_local"), ceilings=False))
+

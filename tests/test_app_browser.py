@@ -7,7 +7,8 @@ running; fail on any Streamlit exception box or error alert, and on any chart wh
 overlap, run past the chart's edge, or whose legend entries are cut off (measured on the drawn SVG:
 plotly's automargin and angled ticks must have made room). The server is killed at the end.
 Screenshots of every page (1400x900 viewport, grown to the page's height) go to $FAPROF_SHOTS when it
-is set, else to the test's temporary folder (for looking at them by eye). With FAPROF_DOCS_SHOTS=1 the
+is set, for looking at them by eye (none are taken otherwise: they assert nothing, and growing the
+window, redrawing and capturing seven tall pages costs a 2-core CI machine seconds each). With FAPROF_DOCS_SHOTS=1 the
 first screen of each page (1400x900, scaled to 1050 px wide, 128 colours) is also written to
 docs/img/dashboard/<page>.png, the screenshots the documentation shows (tests/test_docs.py checks
 there is one per page).
@@ -185,6 +186,16 @@ def _docs_shot(page, path: str) -> None:
     img.quantize(colors=128).save(DOCS_SHOTS / shot_name(path), optimize=True)
 
 
+def _full_shot(page, file: Path) -> None:
+    """The whole page: the window grown to its height (charts redraw at that size), then back."""
+    height = page.evaluate("() => (document.querySelector('[data-testid=stMainBlockContainer]')"
+                           " || document.body).scrollHeight")
+    page.set_viewport_size({"width": VIEWPORT["width"], "height": min(max(900, int(height) + 120), 8000)})
+    page.wait_for_timeout(800)
+    page.screenshot(path=str(file), full_page=True)
+    page.set_viewport_size(VIEWPORT)
+
+
 def _wait_idle(page, timeout_s: float) -> None:
     """Until Streamlit's 'running' indicator has been gone for a moment (the script finished)."""
     deadline = time.monotonic() + timeout_s
@@ -200,10 +211,11 @@ def _wait_idle(page, timeout_s: float) -> None:
         page.wait_for_timeout(200)
 
 
-def test_every_page_renders_in_chromium(server, tmp_path):
+def test_every_page_renders_in_chromium(server):
     sync_playwright = _playwright()
-    shots = os.environ.get("FAPROF_SHOTS") or str(tmp_path / "shots")
-    Path(shots).mkdir(parents=True, exist_ok=True)
+    shots = os.environ.get("FAPROF_SHOTS")
+    if shots:
+        Path(shots).mkdir(parents=True, exist_ok=True)
     problems: list[str] = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
@@ -231,12 +243,8 @@ def test_every_page_renders_in_chromium(server, tmp_path):
                 problems += [f"/{path}: {msg}" for msg in page.evaluate(GEOMETRY_JS)]
                 if os.environ.get("FAPROF_DOCS_SHOTS") == "1":
                     _docs_shot(page, path)
-                height = page.evaluate("() => (document.querySelector('[data-testid=stMainBlockContainer]')"
-                                       " || document.body).scrollHeight")
-                page.set_viewport_size({"width": VIEWPORT["width"], "height": min(max(900, int(height) + 120), 8000)})
-                page.wait_for_timeout(800)
-                page.screenshot(path=str(Path(shots) / shot_name(path)), full_page=True)
-                page.set_viewport_size(VIEWPORT)
+                if shots:
+                    _full_shot(page, Path(shots) / shot_name(path))
         finally:
             browser.close()
     assert not problems, "\n".join(problems)

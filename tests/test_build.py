@@ -67,6 +67,26 @@ def test_every_kernel_compiles_for_every_arch(which, request):
                     assert len(rows) == 1, f"{file}:{name} D={D} {arch}: {len(rows)} rows"
 
 
+@pytest.fixture(scope="module")
+def every_file_report():
+    """Every kernels/*.cu file (what `faprof build` compiles): the report above covers the CUDA-core ones;
+    the other build tests read their own kernels from the same ptxas cache."""
+    return build_report.resource_report(archs=REPORT_ARCHS)
+
+
+@needs_nvcc
+def test_every_kernel_file_compiles_for_every_arch(every_file_report):
+    """No kernel file is left out on an arch: each of kernels/*.cu gives ptxas entries on sm_80, sm_89
+    and sm_90a (fa2_mma.cu and fa2_wmma.cu have no build test of their own)."""
+    report = every_file_report
+    files = {p.name for p in build.KERNELS_DIR.glob("*.cu")}
+    assert {"fa2_mma.cu", "fa2_wmma.cu"} <= files
+    assert report.attrs["pairs"] == len(files) * len(REPORT_ARCHS)
+    for arch in ("sm_80", "sm_89", "sm_90a"):
+        assert set(report[report.arch == arch].file) == files, arch
+    assert (report.registers > 0).all() and (report.registers <= 255).all()
+
+
 @needs_nvcc
 def test_report_values_are_sane(report):
     assert (report.registers > 0).all()

@@ -260,11 +260,30 @@ def test_nsight_notices_are_repeated_under_the_table(smoke_run, tmp_path, monkey
     assert tail[-1].startswith("ncu (")  # the last line says why the exit code is 3
 
 
+#: The file `faprof build` must compile again in the test below (the smallest: three plain kernels).
+RECOMPILED = "naive.cu"
+
+
 def test_build_table_is_readable_and_ptxas_results_are_cached(tmp_path, monkeypatch):
-    from faprof.variants import build
+    """A fresh cache holding ptxas' output of every file but one: the CLI compiles that one (its cache key
+    is the one the library computes) and reuses the rest, then a second run compiles nothing. The sm_80
+    logs come from the shared ptxas cache that tests/test_build.py fills (compiled here if it is cold);
+    a build from an empty cache ("compiled N (file, arch) pairs") is tests/test_wheel.py's, from the
+    installed wheel."""
+    from faprof.variants import build, ptxas
 
     if build.find_cuda_home() is None and shutil.which("nvcc") is None:
         pytest.skip("nvcc not found")
+    files = sorted(build.KERNELS_DIR.glob("*.cu"))
+    assert ptxas.resource_report(archs=("sm_80",)).attrs["pairs"] == len(files)  # in parallel, if cold
+    nvcc = build.find_nvcc()
+    nvcc_id = ptxas._nvcc_identity(nvcc)
+    cache = tmp_path / "cache" / "ptxas"
+    cache.mkdir(parents=True)
+    for f in files:
+        if f.name != RECOMPILED:
+            log, _ = ptxas._cached_ptxas_log(nvcc, nvcc_id, f, "sm_80")
+            (cache / f"{ptxas.ptxas_cache_key(nvcc_id, f, 'sm_80')}.log").write_text(log)
     monkeypatch.setenv("FAPROF_CACHE", str(tmp_path / "cache"))
     r = CliRunner().invoke(main, ["build", "--arch", "sm_80"])
     assert r.exit_code == 0, r.output
@@ -272,7 +291,8 @@ def test_build_table_is_readable_and_ptxas_results_are_cached(tmp_path, monkeypa
     # full template arguments, causal and non-causal instantiations told apart, occupancy as a whole %
     assert re.search(r"MmaConfig<64, 128, 128, 4, false, 2,\s*│.*\n.*false>, true", text) or "false>, true" in text
     assert re.search(r"│\s+\d{1,3}% │", text) and "8.33333" not in text
-    assert "compiled" in text
+    assert f"1 of {len(files)} (file, arch) compiles ran" in " ".join(text.split()), text[-800:]
+    assert len(list(cache.glob("*.log"))) == len(files)  # the compiled one was stored
     r2 = CliRunner().invoke(main, ["build", "--arch", "sm_80"])
     assert r2.exit_code == 0 and "0 of " in r2.output and "reused ptxas output cached" in r2.output
     assert r2.output.split("ptxas resource usage")[1].split("(file, arch)")[0].count("│") > 0

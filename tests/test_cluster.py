@@ -26,8 +26,8 @@ def _rows(b) -> list[tuple[str, str, str]]:
     return sorted(zip(df["variant"], df["shape_id"], df["status"], strict=True))
 
 
-def test_smoke_on_the_cluster_gives_the_local_rows(dask_cluster, tmp_path):
-    local = runner.profile("smoke", runner.ProfileOptions(out_dir=tmp_path / "local", ceilings=False))
+def test_smoke_on_the_cluster_gives_the_local_rows(dask_cluster, tmp_path, smoke_local):
+    local = smoke_local  # the default local runner's rows (conftest)
     opts = runner.ProfileOptions(out_dir=tmp_path / "cluster", ceilings=False, cluster=dask_cluster.scheduler_address)
     remote = runner.profile("smoke", opts, progress=lambda *a: None)
     assert _rows(remote) == _rows(local)

@@ -7,9 +7,9 @@ sm_90a, and the registry entry refuses what the kernels cannot run with a reason
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
+import nvcc_cache
 import pytest
 
 from faprof.model.problem import AttentionProblem
@@ -84,10 +84,8 @@ def test_warp_specialized_steps_fit_and_report_their_role_registers(report):
 
 
 def _ptx(arch: str, file: str = "fa3_wgmma.cu") -> str:
-    nvcc = build.find_nvcc()
-    cmd = [nvcc, "-ptx", *build.NVCC_OPT_FLAGS, *build.TORCH_NVCC_FLAGS, f"-arch={arch}", "-I",
-           str(build.KERNELS_DIR), "-o", "-", str(build.KERNELS_DIR / file)]
-    return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300).stdout
+    """`nvcc -ptx` of a kernel file (cached by its sources and the compiler: tests/nvcc_cache.py)."""
+    return nvcc_cache.ptx(arch, build.KERNELS_DIR / file)
 
 
 @needs_nvcc

@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
+import nvcc_cache
 import pytest
 
 from faprof.model.problem import AttentionProblem
@@ -86,10 +86,8 @@ def test_pre_and_post_kernels_and_the_gemm_test_forms(report):
 
 
 def _ptx(arch: str, file: str) -> str:
-    nvcc = build.find_nvcc()
-    cmd = [nvcc, "-ptx", *build.NVCC_OPT_FLAGS, *build.TORCH_NVCC_FLAGS, f"-arch={arch}", "-I",
-           str(build.KERNELS_DIR), "-o", "-", str(build.KERNELS_DIR / file)]
-    return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300).stdout
+    """`nvcc -ptx` of a kernel file (cached by its sources and the compiler: tests/nvcc_cache.py)."""
+    return nvcc_cache.ptx(arch, build.KERNELS_DIR / file)
 
 
 @needs_nvcc

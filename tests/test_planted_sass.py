@@ -9,11 +9,13 @@ without them. The figures quoted in tests/planted/planted_variants.py come from 
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import nvcc_cache
 import pytest
 
 from faprof.variants import build
@@ -52,13 +54,27 @@ TPR = {64: 2, 128: 4}
 INDEX_MATH_MIN_INT_PER_LOAD = 8
 
 
+def _sass_text(source: Path, arch: str) -> str:
+    """cuobjdump's SASS of one planted file, cached by its sources, nvcc, cuobjdump and nvdisasm
+    (tests/nvcc_cache.py): compiled again whenever any of them changes."""
+    cuobjdump = sc.find_cuobjdump()
+    assert cuobjdump is not None  # the module is skipped without it
+    nvdisasm = shutil.which("nvdisasm", path=f"{Path(cuobjdump).parent}:{os.environ.get('PATH', '')}")
+    nvcc = build.find_nvcc()
+    tools = [nvcc, cuobjdump, *([nvdisasm] if nvdisasm else [])]
+    flags = sc.sass_command("nvcc", Path(source.name), arch, Path("k.cubin"))[1:]
+    # planted_mma.cu includes kernels/mma_ptx.cuh by a relative path: kernels/' headers are in the key too
+    key = nvcc_cache.cache_key("sass", tools, flags, source, [build.KERNELS_DIR])
+    return nvcc_cache.cached("sass", key, lambda: sc.sass_text(source, arch))
+
+
 @pytest.fixture(scope="module")
 def sass():
     """Both planted files' SASS, compiled side by side (nvcc is single-threaded; the test machine has two cores)."""
     files = {"mma": "planted_mma.cu", "rt": "planted_rowthread.cu"}
     with ThreadPoolExecutor(len(files)) as ex:
-        futures = {k: ex.submit(sc.compile_sass, PLANTED / "kernels" / f, "sm_90") for k, f in files.items()}
-        return {k: fut.result() for k, fut in futures.items()}
+        futures = {k: ex.submit(_sass_text, PLANTED / "kernels" / f, "sm_90") for k, f in files.items()}
+        return {k: sc.parse_sass(fut.result()) for k, fut in futures.items()}
 
 
 @pytest.fixture(scope="module")

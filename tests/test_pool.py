@@ -50,12 +50,12 @@ def test_parse_gpus(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """smoke with the one default worker and with two pinned workers (spawning workers takes seconds)."""
+def runs(tmp_path_factory, smoke_local):
+    """smoke with the one default worker (conftest's, shared with test_cluster.py) and with two pinned
+    workers (spawning workers takes seconds)."""
     tmp = tmp_path_factory.mktemp("pool")
-    one = runner.profile("smoke", runner.ProfileOptions(out_dir=tmp / "one", ceilings=False))
     two = runner.profile("smoke", runner.ProfileOptions(out_dir=tmp / "two", ceilings=False, gpus=[0, 1]))
-    return one, two
+    return smoke_local, two
 
 
 def test_two_workers_give_the_rows_of_one(runs):

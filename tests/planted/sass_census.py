@@ -111,6 +111,20 @@ def compile_sass(source: Path, arch: str = "sm_90") -> dict[str, list[Instr]]:
     Raises:
         FaprofError: nvcc or cuobjdump missing or failing.
     """
+    return parse_sass(sass_text(source, arch))
+
+
+def sass_command(nvcc: str, source: Path, arch: str, cubin: Path) -> list[str]:
+    """The nvcc command whose cubin is disassembled: the resource report's (the planted extension's flags)."""
+    return nvcc_resource_command(nvcc, source, require_kernel_arch(arch), cubin)
+
+
+def sass_text(source: Path, arch: str = "sm_90") -> str:
+    """`cuobjdump -sass` of one planted .cu file compiled for `arch` (the text parse_sass reads).
+
+    Raises:
+        FaprofError: nvcc or cuobjdump missing or failing.
+    """
     cuobjdump = find_cuobjdump()
     if cuobjdump is None:
         raise FaprofError(
@@ -119,8 +133,7 @@ def compile_sass(source: Path, arch: str = "sm_90") -> dict[str, list[Instr]]:
     nvcc = find_nvcc()
     with tempfile.TemporaryDirectory(prefix="faprof_sass_") as tmp:
         cubin = Path(tmp) / "k.cubin"
-        cmd = nvcc_resource_command(nvcc, source, require_kernel_arch(arch), cubin)
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+        res = subprocess.run(sass_command(nvcc, source, arch, cubin), capture_output=True, text=True, timeout=1200)
         if res.returncode != 0:
             raise FaprofError(f"nvcc failed on {source.name} for {arch}:\n{res.stderr.strip()}")
         res = subprocess.run(
@@ -132,7 +145,7 @@ def compile_sass(source: Path, arch: str = "sm_90") -> dict[str, list[Instr]]:
         )
         if res.returncode != 0:
             raise FaprofError(f"cuobjdump -sass failed on {source.name}:\n{res.stderr.strip()}")
-    return parse_sass(res.stdout)
+    return res.stdout
 
 
 def loops(instrs: list[Instr]) -> list[tuple[int, int]]:
