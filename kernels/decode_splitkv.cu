@@ -685,8 +685,8 @@ cudaError_t faprof_decode_splitkv_plan(int B, int H, int Hkv, int Sq, int Sk, in
     const int min_keys = rows * kMinSplitKeysPerRow > kMinSplitKeys ? rows * kMinSplitKeysPerRow : kMinSplitKeys;
     const long long by_length = Sk / min_keys > 1 ? Sk / min_keys : 1;
     if (splits > by_length) splits = by_length;
-    if (splits > kMaxSplits) splits = kMaxSplits;
   }
+  if (splits > kMaxSplits) splits = kMaxSplits;  // a forced count too: the combine holds at most kMaxSplits weights
   if (splits > tiles) splits = tiles;
   if (splits < 1) splits = 1;
   const int per_split_tiles = static_cast<int>((tiles + splits - 1) / splits);
@@ -708,7 +708,7 @@ cudaError_t faprof_decode_splitkv_fwd(const void* q, const void* k, const void* 
   if (paged && (block_table == nullptr || seqlens_k == nullptr || max_blocks < 1 ||
                 static_cast<long long>(max_blocks) * page_size != Sk))
     return cudaErrorInvalidValue;
-  if (num_splits < 1 || keys_per_split < kBN || keys_per_split % kBN != 0 ||
+  if (num_splits < 1 || num_splits > kMaxSplits || keys_per_split < kBN || keys_per_split % kBN != 0 ||
       static_cast<long long>(num_splits) * keys_per_split < Sk)
     return cudaErrorInvalidValue;
   if (num_splits > 1 && (partial_o == nullptr || partial_lse == nullptr)) return cudaErrorInvalidValue;

@@ -122,6 +122,15 @@ def test_forced_split_counts(layout, splits):
         check(p, out, lse, ref, ref_lse, f"{p.label} {p.mask_name} splits {splits} (ran {used})")
 
 
+def test_forced_split_count_above_the_combines_limit_is_capped():
+    """More splits asked than the combine holds weights for (kMaxSplits = 256) on a cache of 512 tiles:
+    the launcher runs at most 256, and the result is right (the combine's weight array is 256 long)."""
+    p = problem_for("dense", 0, 1, 8, 1, 1, 32768, 64, "fp16", "none")
+    out, lse, ref, ref_lse, used = run(p, seed=11, num_splits=400)
+    assert 200 <= used <= 256, used
+    check(p, out, lse, ref, ref_lse, f"{p.label} forced 400 splits (ran {used})")
+
+
 def test_heuristic_splits_a_long_single_sequence():
     """B=1, 8 KV heads: the shape split-KV exists for; the heuristic must split, and agree with one split."""
     p = problem_for("dense", 0, 1, 64, 8, 1, 32768, 128, "bf16", "none")
