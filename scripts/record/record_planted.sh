@@ -17,9 +17,10 @@
 #                        its estimated gain against the measured gap)
 # and prints last a table: variant, shape, time over its control twin's (CONTROL_OF), primary cause,
 # expected cause, OK/MISMATCH (rows of a dtype the variant does not take are left out).
-# To commit: mkdir -p tests/data/planted && tar xzf planted_bundle.tgz -C tests/data/planted (and remove the
-# older bundle there once the new one holds every planted kind: tests/test_advise_planted.py reads the newest
-# bundle holding each kernel), then paste estimates.md into docs/explain/accounting.md.
+# To commit: mkdir -p tests/data/planted && tar xzf planted_bundle.tgz -C tests/data/planted, keeping the
+# 2026-11-25 bundle there (tests/test_partition.py reads the oldest planted bundle and asserts figures of that
+# recording; tests/test_advise_planted.py reads the newest bundle holding each kernel), then paste estimates.md
+# into docs/explain/accounting.md.
 set -u
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/../.."
