@@ -6,7 +6,7 @@ import pytest
 from testonly import TESTONLY_VARIANTS
 
 from faprof import variants
-from faprof.measure import correctness, cupti_timer, harness
+from faprof.measure import correctness, cupti_timer, gpu_clock, harness
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import DEFAULT_TOLERANCE, TimingSettings
 
@@ -82,7 +82,7 @@ def test_flush_leaves_no_data_of_the_call_in_l2():
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     x = torch.randn(l2 // 32, device="cuda")  # x and y are an eighth of the L2 each: warm, both stay in it
     y = torch.empty_like(x)
-    f = harness.L2Flusher(l2)
+    f = gpu_clock.L2Flusher(l2)
     timer = cupti_timer.KernelTimer.open()
     try:
         def once(flush: bool) -> float:

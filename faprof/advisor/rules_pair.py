@@ -25,6 +25,7 @@ from faprof.advisor.evidence import Call, nansum, ok
 from faprof.advisor.findings import Finding, big, num
 from faprof.advisor.thresholds import value as T
 from faprof.advisor.traffic import Traffic, excess_seconds, traffic
+from faprof.model.problem import AttentionProblem
 
 #: Math paths, fastest first (dense peaks per SM on sm_80..sm_90: fp8 tensor 2x fp16 tensor (sm_89+),
 #: bf16 = fp16 tensor, tf32 tensor 1/2 of fp16, CUDA-core fp16x2 above fp32 FFMA, fp64 tensor (DMMA) and
@@ -152,9 +153,7 @@ def global_rmw(call: Call, ref: Call, a: Traffic, b: Traffic) -> list[Finding]:
 
 
 def _output_bytes(call: Call) -> float:
-    from faprof.advisor.traffic import problem_of
-
-    p = problem_of(call)
+    p = AttentionProblem.from_row(call.measurement)
     if p is None:
         return math.nan
     return float(p.B * p.H * p.Sq * p.D * p.elt_bytes) if p.direction == "fwd" else math.nan

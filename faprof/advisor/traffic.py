@@ -93,12 +93,6 @@ class Traffic:
 
 
 #: Problem fields that are integers (a parquet row may hold them as floats).
-def problem_of(call: Call):
-    """The call's AttentionProblem, from its measurement row (AttentionProblem.from_row); None when the
-    row lacks fields or they do not form one."""
-    return AttentionProblem.from_row(call.measurement)
-
-
 def _sum(call: Call, key: str) -> float:
     return nansum(*(lz.metric(key) for lz in call.launches))
 
@@ -155,7 +149,7 @@ def traffic(call: Call) -> Traffic | None:
     """A call's bytes by level; None when it has no profiled launch."""
     if not call.launches:
         return None
-    prob = problem_of(call)
+    prob = AttentionProblem.from_row(call.measurement)
     compulsory = float(prob.min_bytes()) if prob is not None else _num(call.measurement.get("min_bytes"))
     flops = float(prob.flops()) if prob is not None else call.analytic_flops
     levels = {

@@ -48,7 +48,7 @@ from faprof.measure.correctness import (  # noqa: F401  (re-exported: the Nsight
 )
 from faprof.measure.correctness import prepare as _prepare  # noqa: F401
 from faprof.measure.cupti_timer import CuptiUnavailable, KernelTimer
-from faprof.measure.gpu_clock import (  # noqa: F401  (re-exported: scripts and the Nsight target use harness.L2Flusher)
+from faprof.measure.gpu_clock import (
     ENQUEUE_BLOCKED_SHARE,
     ENQUEUE_SPIN_US,
     LEAD_FACTOR,

@@ -11,7 +11,7 @@ Run as `python -m faprof.nsight.target --scenario S --tool ncu|nsys [--variants 
    names are also opened as start/end (process-wide) ranges, selected with `--nvtx-include
    "variant"`: a backward's kernels are launched by autograd's own thread, outside the caller's
    push/pop ranges. Under nsys each call is
-   preceded by the harness's L2 flush (`harness.L2Flusher`), outside the `iter` range, so the capture
+   preceded by the harness's L2 flush (`gpu_clock.L2Flusher`), outside the `iter` range, so the capture
    sees a cold L2 as the timing harness does; under ncu `--cache-control all` flushes instead.
 
 For nsys the measured region is bracketed by cudaProfilerStart/Stop (`--capture-range=cudaProfilerApi`).
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from faprof import variants
-from faprof.measure import harness
+from faprof.measure import gpu_clock, harness
 from faprof.model.plan import plan
 from faprof.model.scenarios import load_scenario
 from faprof.variants import build
@@ -93,7 +93,7 @@ def run(scenario_spec: str, tool: str, variant_names: list[str] | None, iters: i
     # capture sees the same cold L2 as the harness (ncu flushes caches itself: --cache-control all).
     flush = None
     if tool == "nsys":
-        flush = harness.L2Flusher(int(torch.cuda.get_device_properties(0).L2_cache_size))
+        flush = gpu_clock.L2Flusher(int(torch.cuda.get_device_properties(0).L2_cache_size))
 
     def start() -> None:
         nonlocal profiling

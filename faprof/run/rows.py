@@ -85,8 +85,9 @@ def run_one(runner, bundle: Bundle, scenario: Scenario, variant, problem: Attent
     return finish_row(bundle, row, variant, problem, env, outcome, time.perf_counter() - t0)
 
 
-#: Exception types of a task that ran out of GPU memory (torch.OutOfMemoryError, its old alias).
-OUT_OF_MEMORY = ("OutOfMemoryError", "torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError")
+#: The class name of a task's exception when it ran out of GPU memory (torch.OutOfMemoryError; its alias
+#: torch.cuda.OutOfMemoryError is the same class). Workers report exceptions by class name.
+OUT_OF_MEMORY = "OutOfMemoryError"
 
 
 def prepare_task(bundle: Bundle, scenario: Scenario, variant, problem: AttentionProblem, timing: TimingSettings,
@@ -125,7 +126,7 @@ def finish_row(bundle: Bundle, row: dict[str, Any], variant, problem: AttentionP
     else:
         type_name, message = payload
         first = message.strip().splitlines()[0] if message.strip() else ""
-        if type_name in OUT_OF_MEMORY:
+        if type_name == OUT_OF_MEMORY:
             # the problem does not fit this GPU with this variant (sdpa_math's scores at 16k tokens): a
             # limit of the machine, said as such, not a failure of the variant
             row.update(status="skipped", reason=f"does not fit this GPU's memory: {first}")

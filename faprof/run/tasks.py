@@ -12,7 +12,7 @@ import warnings
 from typing import Any
 
 from faprof import variants
-from faprof.measure import adversarial, cupti_timer, env, harness
+from faprof.measure import adversarial, cupti_timer, env, gpu_clock, harness
 from faprof.measure.gpu_monitor import Monitor
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import TimingSettings, Tolerance
@@ -108,7 +108,7 @@ def _measure(task: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     flusher = None
     if device == "cuda" and settings.flush_l2 and task.get("l2_bytes"):
         if state.get("flusher_bytes") != task["l2_bytes"]:
-            state["flusher"] = harness.L2Flusher(int(task["l2_bytes"]))
+            state["flusher"] = gpu_clock.L2Flusher(int(task["l2_bytes"]))
             state["flusher_bytes"] = task["l2_bytes"]
         flusher = state["flusher"]
 

@@ -65,12 +65,12 @@ WALL_BUDGET_S = 300.0
 def timer(l2_bytes: int):
     import torch
 
-    from faprof.measure import harness
+    from faprof.measure import gpu_clock, harness
     from faprof.model.scenarios import TimingSettings
 
     settings = TimingSettings(warmup_ms=10, budget_s=BUDGET_S, min_repeats=10, max_repeats=200, timer="events",
                               graph=False)
-    flusher = harness.L2Flusher(l2_bytes)
+    flusher = gpu_clock.L2Flusher(l2_bytes)
 
     def time_us(fn) -> float:
         r = harness.time_cuda(fn, settings, flusher)

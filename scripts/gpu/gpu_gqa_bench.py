@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_modern_baselines import BOUND, reference, time_call  # noqa: E402  (the same method, one copy)
 
 import faprof.variants  # noqa: E402, F401  (registers the variants)
-from faprof.measure import harness, layouts  # noqa: E402
+from faprof.measure import gpu_clock, layouts  # noqa: E402
 from faprof.model import variant as registry  # noqa: E402
 from faprof.model.problem import AttentionProblem  # noqa: E402
 from faprof.model.scenarios import load_scenario  # noqa: E402
@@ -103,7 +103,7 @@ def main() -> int:
     ap.add_argument("--out", default="/tmp")
     ap.add_argument("--no-check", action="store_true", help="skip the correctness check (faster)")
     a = ap.parse_args()
-    flush = harness.L2Flusher(torch.cuda.get_device_properties(0).L2_cache_size)
+    flush = gpu_clock.L2Flusher(torch.cuda.get_device_properties(0).L2_cache_size)
 
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, reps {a.reps}, L2 flushed")
     problems = bar_problems()

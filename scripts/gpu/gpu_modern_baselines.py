@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 import faprof.variants  # noqa: F401  (registers the variants)
-from faprof.measure import env, harness, layouts
+from faprof.measure import env, gpu_clock, layouts
 from faprof.model import variant as registry
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import load_scenario
@@ -66,7 +66,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--out", default="/tmp")
     a = ap.parse_args()
-    flush = harness.L2Flusher(torch.cuda.get_device_properties(0).L2_cache_size)
+    flush = gpu_clock.L2Flusher(torch.cuda.get_device_properties(0).L2_cache_size)
     ceiling = env.measure_ceilings()["copy_gbs"]  # the run's device-to-device copy, read + written
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, copy ceiling {ceiling:.0f} GB/s")
     rows = []

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 def main() -> int:
     import torch
 
-    from faprof.measure import harness
+    from faprof.measure import gpu_clock, harness
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path)
@@ -59,7 +59,7 @@ def main() -> int:
         torch.add(x, 1.0, out=y)
 
     old = torch.empty(2 * l2 // 4, device="cuda")
-    new = harness.L2Flusher(l2)
+    new = gpu_clock.L2Flusher(l2)
     warm = kernel_us(work)
     old_us = kernel_us(work, flush=lambda: old.fill_(1.0))
     new_us = kernel_us(work, flush=new)
