@@ -3,6 +3,8 @@
 # on a GPU machine (an H100 for the committed fixture), from the source tree:
 #
 #   OUT=/some/dir bash scripts/record/record_planted.sh
+#   env: NSYS= (no nsys), PROFILE_LIMIT=S (stop the profile after S s, keep its rows),
+#        PLANTED_VARIANTS=a,b (a subset of the scenario's variants; include the twins)
 #
 # Runs `faprof profile` on tests/planted/planted.toml with the planted variants
 # (tests/planted/planted_variants.py: fa2_mma with one performance defect each, an fp16 CUDA-core
@@ -37,8 +39,14 @@ fi
 echo "recording with --ncu $NCU_SET --nsys into $WORK"
 t0=$(date +%s)
 NSYS=${NSYS---nsys}
-$FP profile --scenario tests/planted/planted.toml --user-variants tests/planted/planted_variants.py \
-  --ncu "$NCU_SET" $NSYS --out "$WORK" 2>&1 | tee "$OUT/profile.log" | tail -40
+# PROFILE_LIMIT (s, default none): SIGINT the profile then; faprof keeps the rows it finished and the rest of
+# this script packs and explains them (a lent machine's call limit would otherwise lose the whole bundle)
+LIMIT=()
+[ -n "${PROFILE_LIMIT:-}" ] && LIMIT=(timeout -s INT -k 30 "$PROFILE_LIMIT")
+VARIANTS=()
+[ -n "${PLANTED_VARIANTS:-}" ] && VARIANTS=(--variants "$PLANTED_VARIANTS")
+"${LIMIT[@]}" $FP profile --scenario tests/planted/planted.toml --user-variants tests/planted/planted_variants.py \
+  "${VARIANTS[@]}" --ncu "$NCU_SET" $NSYS --out "$WORK" 2>&1 | tee "$OUT/profile.log" | tail -40
 bundle=$(ls -d "$WORK"/*/ 2>/dev/null | head -1)
 if [ -z "$bundle" ]; then echo "no bundle was written (see $OUT/profile.log)"; exit 1; fi
 bundle=${bundle%/}
