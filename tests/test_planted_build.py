@@ -88,16 +88,26 @@ def test_planted_sources_stay_out_of_the_faprof_extension():
 def test_planted_variants_are_hidden_and_registered_only_on_request():
     variants.load_user_variants(str(PLANTED / "planted_variants.py"))
     planted = [v for v in variants.all_variants(include_hidden=True) if v.name.startswith("planted_")]
-    assert len(planted) == 22 and all(v.hidden and v.dtypes in (("fp16",), ("fp32",)) for v in planted)
+    assert len(planted) == 23 and all(v.hidden for v in planted)
     assert not any(v.name.startswith("planted_") for v in variants.all_variants())
     from faprof.model.scenarios import load_scenario
 
+    prefill = [v for v in planted if v.name != "planted_kv_repeat"]
+    assert all(v.dtypes in (("fp16",), ("fp32",)) for v in prefill)
     s = load_scenario(str(PLANTED / "planted.toml"))
-    assert sorted(s.variants) == sorted(v.name for v in planted)
+    assert sorted(s.variants) == sorted(v.name for v in prefill)
     assert {p.causal for p in s.problems} == {False, True}
     # every variant meets every shape of its dtype (the other dtype's rows are `unsupported`)
-    for v in planted:
+    for v in prefill:
         assert {(p.D, p.causal) for p in s.problems if p.dtype in v.dtypes} == {(64, False), (128, False), (64, True)}
+    # the decode plant runs beside its twin on GQA decode problems only, which the prefill kernels refuse
+    d = load_scenario(str(PLANTED / "planted_decode.toml"))
+    assert sorted(d.variants) == ["decode_splitkv", "planted_kv_repeat"]
+    kv_repeat = variants.get("planted_kv_repeat")
+    for p in d.problems:
+        assert p.Hkv < p.H and p.Sq == 1
+        assert kv_repeat.supports(p, cuda_available=True) == (True, "")
+        assert not any(v.supports(p, cuda_available=True)[0] for v in prefill)
 
 
 def _planted_module():
@@ -113,16 +123,19 @@ def _planted_module():
 def test_every_planted_kernel_has_an_expected_cause_and_a_control_of_its_own_design():
     mod = _planted_module()
     planted = {v.name: v for v in variants.all_variants(include_hidden=True) if v.name.startswith("planted_")}
-    assert set(mod.EXPECTED_CAUSE) == set(planted) == set(mod.CONTROL_OF)
+    # the decode plant's control is faprof's own decode kernel (a kernel of the same design, not a planted one)
+    assert set(mod.EXPECTED_CAUSE) == set(planted) | {"decode_splitkv"} == set(mod.CONTROL_OF)
     controls = set(mod.CONTROL_OF.values())
-    assert controls == {"planted_clean", "planted_rowthread_clean"}
+    assert controls == {"planted_clean", "planted_rowthread_clean", "decode_splitkv"}
     for name, control in mod.CONTROL_OF.items():
         assert mod.EXPECTED_CAUSE[control] is None and mod.CONTROL_OF[control] == control, (name, control)
         if name != "planted_no_tensor_cores":  # its defect is its design: compared with the tensor-core control
-            assert planted[name].dtypes == planted[control].dtypes and planted[name].compute == planted[control].compute
+            a, b = variants.get(name), variants.get(control)
+            assert a.dtypes == b.dtypes and a.compute == b.compute
     # a planted kernel with no expected cause besides the controls is one measured to cost nothing
-    # (planted_barrier on the H100); the planted test then requires no cause for it
-    assert {n for n, c in mod.EXPECTED_CAUSE.items() if c is None} - controls <= {"planted_barrier"}
+    # (planted_barrier's first version, planted_l2_thrash on the H100); the planted test then requires no
+    # cause for it
+    assert {n for n, c in mod.EXPECTED_CAUSE.items() if c is None} - controls <= {"planted_barrier", "planted_l2_thrash"}
     for name, cause in mod.EXPECTED_CAUSE.items():
         assert cause is None or cause in CAUSES, f"{name}: {cause!r} is not a cause the advisor can name"
     # the kinds added for the accounting each exercise a different part of it: a stall reason, a pipe,

@@ -4,7 +4,8 @@
 #
 #   OUT=/some/dir bash scripts/record/record_planted.sh
 #   env: NSYS= (no nsys), PROFILE_LIMIT=S (stop the profile after S s, keep its rows),
-#        PLANTED_VARIANTS=a,b (a subset of the scenario's variants; include the twins)
+#        PLANTED_VARIANTS=a,b (a subset of the scenario's variants; include the twins),
+#        PLANTED_SCENARIO=tests/planted/planted_decode.toml (the decode plant and its twin)
 #
 # Runs `faprof profile` on tests/planted/planted.toml with the planted variants
 # (tests/planted/planted_variants.py: fa2_mma with one performance defect each, an fp16 CUDA-core
@@ -45,7 +46,7 @@ LIMIT=()
 [ -n "${PROFILE_LIMIT:-}" ] && LIMIT=(timeout -s INT -k 30 "$PROFILE_LIMIT")
 VARIANTS=()
 [ -n "${PLANTED_VARIANTS:-}" ] && VARIANTS=(--variants "$PLANTED_VARIANTS")
-"${LIMIT[@]}" $FP profile --scenario tests/planted/planted.toml --user-variants tests/planted/planted_variants.py \
+"${LIMIT[@]}" $FP profile --scenario "${PLANTED_SCENARIO:-tests/planted/planted.toml}" --user-variants tests/planted/planted_variants.py \
   "${VARIANTS[@]}" --ncu "$NCU_SET" $NSYS --out "$WORK" 2>&1 | tee "$OUT/profile.log" | tail -40
 bundle=$(ls -d "$WORK"/*/ 2>/dev/null | head -1)
 if [ -z "$bundle" ]; then echo "no bundle was written (see $OUT/profile.log)"; exit 1; fi

@@ -40,13 +40,18 @@ planted_index_math         64-bit signed / and % per V float4 address           
 planted_divergence         QKᵀ once per owner (if part == 0 ... else if ...)    threads:inactive
 planted_predicated_off     PV walks every chunk of V, acts on its own only      threads:predicated_off
 planted_scalar_loads       K/V rows at a runtime stride: unaligned, split LDS   pipe:lsu
-planted_l2_thrash          grid (H, B, query tiles): K/V working set > L2       excess_dram_bytes
+planted_l2_thrash          grid (H, B, query tiles): K/V working set > L2       none on the H100 (no
+                           (2.4-3.0x the DRAM bytes, no time: see below)        gap to explain)
 planted_global_rmw         O accumulators stored to global and reloaded per     global_rmw
                            key tile (fp32 scratch, through L2)
 planted_small_tile         64 query rows x 32 keys per block (fa2_mma's D=256   excess_onchip_bytes
                            tile) at D=64 and D=128
 planted_tf32_mma           every fp16 m16n8k16 MMA as two m16n8k8 TF32 MMAs     slower_math_path
                            on the operands widened to fp32 (the same products)
+planted_kv_repeat          GQA decode through an MHA kernel: K/V repeated per   excess_dram_bytes
+                           query head on every call (Hugging Face's repeat_kv
+                           pattern), then decode_splitkv on the copies;
+                           twin decode_splitkv (tests/planted/planted_decode.toml)
 =========================  ===================================================  ======================
 
 The last four (issue 33: evidence classes read from bytes by memory level, and math by path) are not
@@ -148,7 +153,7 @@ from pathlib import Path
 from typing import Any
 
 from faprof.model.problem import AttentionProblem
-from faprof.variants import Variant, build, register
+from faprof.variants import Variant, build, decode, register
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 SOURCES = ("planted_binding.cpp", "planted_mma.cu", "planted_cuda_core.cu", "planted_rowthread.cu")
@@ -183,12 +188,21 @@ EXPECTED_CAUSE: dict[str, str | None] = {
     "planted_fence": "stall:membar",
     "planted_transcendental": "transcendentals",
     "planted_fp64": "fp64_arithmetic",
-    # bytes by memory level (issue 33), fa2_mma family
-    "planted_l2_thrash": "excess_dram_bytes",
+    # bytes by memory level (issue 33), fa2_mma family.
+    # planted_l2_thrash: on the H100 (2026-11-28 recording) it reads 2.4-3.0x its control's DRAM bytes at
+    # 22-25% of DRAM throughput and costs nothing (0.87-1.01x): a FlashAttention forward with 64-row query
+    # tiles needs 1/64 byte of K/V per FLOP even with no L2 reuse at all, 1.2 TB/s at this kernel's rate,
+    # under the H100's ~3 TB/s. No gap, so no cause: it checks that extra bytes which cost nothing are not
+    # blamed. The decode plant below is the one whose extra DRAM bytes cost time.
+    "planted_l2_thrash": None,
     "planted_global_rmw": "global_rmw",
     "planted_small_tile": "excess_onchip_bytes",
     # math by path (issue 33): the same FLOPs on the TF32 tensor path, half the fp16 one's rate
     "planted_tf32_mma": "slower_math_path",
+    # bytes by memory level (issue 33), decode: a memory-bound kernel reading (and a copy writing) K/V once
+    # per query head instead of once per KV head; twin decode_splitkv on tests/planted/planted_decode.toml
+    "planted_kv_repeat": "excess_dram_bytes",
+    "decode_splitkv": None,  # faprof's decode kernel: the decode plant's control
     # row-thread family (fp32, CUDA cores); control planted_rowthread_clean
     "planted_rowthread_clean": None,
     "planted_dependency": "stall:wait",
@@ -208,6 +222,8 @@ CONTROL_OF: dict[str, str] = {
         "planted_no_tensor_cores", "planted_no_causal_skip", "planted_few_ctas", "planted_launch_per_head",
         "planted_barrier", "planted_fence", "planted_transcendental", "planted_fp64", "planted_l2_thrash",
         "planted_global_rmw", "planted_small_tile", "planted_tf32_mma")},
+    "planted_kv_repeat": "decode_splitkv",
+    "decode_splitkv": "decode_splitkv",
     **{name: "planted_rowthread_clean" for name in (
         "planted_rowthread_clean", "planted_dependency", "planted_index_math", "planted_divergence",
         "planted_predicated_off", "planted_scalar_loads")},
@@ -278,6 +294,17 @@ def _cuda_core(q, k, v, causal: bool, scale: float, out=None):
     return out
 
 
+def _kv_repeat(q, k, v, causal: bool, scale: float, out=None, attn=None):
+    """GQA decode as code written for multi-head attention does it: K/V repeated to one copy per query head
+    (`repeat_interleave` on the head dimension, as Hugging Face's `repeat_kv`) on every call, then faprof's
+    decode kernel on the copies. The result is exact; the bytes are not: the copy reads K/V once and writes
+    them `group` times, and the kernel reads every copy, where the problem needs K/V read once per KV head."""
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    return decode.decode_splitkv_fwd(q, k, v, causal, scale, out=out, attn=attn)
+
+
 def _check(problem: AttentionProblem) -> str | None:
     if problem.D not in (64, 128):
         return f"the planted kernels take D = 64 or 128, not {problem.D}"
@@ -314,6 +341,11 @@ def _register() -> None:
                      _mma("clean", per_head=True), dtypes=("fp16",), compute="tensor", **common), replace=True)
     register(Variant("planted_no_tensor_cores", "user", "TEST ONLY: FlashAttention-2 on fp16 with CUDA cores only",
                      _cuda_core, dtypes=("fp16",), compute="cuda_core", **common), replace=True)
+    register(Variant("planted_kv_repeat", "user", "TEST ONLY: GQA decode with K/V repeated per query head, then "
+                     "decode_splitkv on the copies (the repeat_kv pattern)", _kv_repeat, dtypes=("fp16", "bf16"),
+                     compute="tensor", features=decode.DECODE_FEATURES - {"paged"}, check=decode._check,
+                     needs_extension=True, source="kernels/decode_splitkv.cu", directions=("fwd",), device="cuda",
+                     hidden=True, tags=("test", "planted")), replace=True)
     rowthread = {
         "rowthread_clean": ("clean", "TEST ONLY: the row-thread fp32 kernels' control (rows owned by D/32 threads)"),
         "dependency": ("dependency", "TEST ONLY: row-thread fp32 kernel, QKᵀ as one dependent FFMA chain per score"),
