@@ -176,7 +176,7 @@ def test_a_defect_found_is_placed_on_a_source_line(bundle):
             if p is not None and p["unit"] == "gap":
                 assert ".cu:" in str(p["source"]) or ".cuh:" in str(p["source"]), (variant, p["cause"], p["source"])
                 named += 1
-    assert named >= 5
+    assert named >= min(5, len(held & set(DEFECTS)))
 
 
 @pytest.mark.parametrize("bundle", _bundles(), ids=lambda b: b.path.name)
@@ -191,7 +191,7 @@ def test_the_primary_causes_estimated_gain_against_the_measured_gap_to_its_twin(
     held = set(bundle.measurements()["variant"])
     twins = {v: t for v, t in CONTROL_OF.items() if v in held and t in held}
     table = estimate_table(bundle, twins, EXPECTED, {c: _diag(bundle, c) for c in set(twins.values())})
-    costly = table[~table["level"] & table["primary"].notna()]
+    costly = table[~table["level"] & ~table["faster"] & table["primary"].notna()]
     assert not costly.empty
     assert (costly["primary"] == costly["expected"]).all(), costly[["variant", "shape_id", "primary", "expected"]]
     s = error_summary(costly)
@@ -217,4 +217,6 @@ def test_stall_causes_name_the_instruction_that_produced_what_warps_wait_for(bun
     memory = {"planted_uncoalesced", "planted_spills", "planted_l2_thrash", "planted_global_rmw"}
     for variant, s in producers:
         if variant in memory:
-            assert any(op in s for op in ("`LD", "`ST", "`ATOM", "`RED")), (variant, s)
+            sass = s.split("`")[1].split()  # the producer's SASS, a guard predicate (@!P3) first where it has one
+            op = sass[1] if sass[0].startswith("@") else sass[0]
+            assert op.startswith(("LD", "ST", "ATOM", "RED")), (variant, s)

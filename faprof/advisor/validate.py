@@ -22,13 +22,14 @@ from faprof.advisor.evidence import _num, ok
 
 #: Columns of estimate_table().
 ESTIMATE_COLUMNS = ("variant", "twin", "shape_id", "dtype", "gpu", "ms", "twin_ms", "measured_gap_us", "primary",
-                    "expected", "estimated_gain_us", "error", "level")
+                    "expected", "estimated_gain_us", "error", "level", "faster")
 
 
 def estimate_table(bundle: Any, twins: Mapping[str, str], expected: Mapping[str, str | None] | None = None,
                    diags: Mapping[str, pd.DataFrame] | None = None) -> pd.DataFrame:
     """One row per (kernel, shape) whose twin was timed at the shape: the measured gap, the primary cause
-    against the twin and its estimated gain (µs), and the error. `twins`: variant -> its twin (a twin
+    against the twin and its estimated gain (µs), and the error; `level` (within noise of the twin) and
+    `faster` (faster than the twin beyond noise) rows have no gap to explain. `twins`: variant -> its twin (a twin
     mapped to itself is left out); `expected`: variant -> the defect's cause, quoted beside the primary;
     `diags`: diagnose(bundle, against=twin) per twin, when the caller has them."""
     from faprof.advisor.diagnose import diagnose
@@ -58,7 +59,10 @@ def estimate_table(bundle: Any, twins: Mapping[str, str], expected: Mapping[str,
                          "primary": p["cause"] if p is not None else None,
                          "expected": (expected or {}).get(variant), "estimated_gain_us": 1e3 * est,
                          "error": est / gap - 1 if ok(est) and gap > 0 else math.nan,
-                         "level": bool((mine["cause"] == "level").any())})
+                         "level": (level := bool((mine["cause"] == "level").any())),
+                         # faster than its twin beyond noise: the "defect" gives time back, there is no gap
+                         # to explain (planted_l2_thrash on the H100's causal shape)
+                         "faster": not level and gap < 0})
     return pd.DataFrame(rows, columns=list(ESTIMATE_COLUMNS))
 
 

@@ -7,7 +7,8 @@ For each (kernel, shape) whose twin was timed at the shape: the measured gap to 
 fix applied), the primary cause against the twin, its estimated gain (its part of the gap's partition,
 net of the time it lets other terms give back: faprof.advisor.partition's offsets) and the error
 (estimate / measured - 1). Pairs level within noise (the advisor's `differential.slower_than`: LEVEL_RATIO
-in time, unless the replayed cycles confirm a smaller gap) have no cause and no estimate. Prints Markdown, the median and worst |error| and
+in time, unless the replayed cycles confirm a smaller gap) and pairs where the kernel is faster than its
+twin have no gap to explain and no estimate. Prints Markdown, the median and worst |error| and
 the share within 25% last. Reads recorded tables only; runs nothing on a GPU.
 """
 
@@ -57,16 +58,17 @@ def main(argv: list[str]) -> int:
     print("| kernel | twin | shape | dtype | measured gap (µs) | primary cause | defect planted | estimated gain (µs) | error |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in table.itertuples(index=False):
-        cause = "level (no cause)" if r.level else (r.primary or "–")
+        cause = "level (no cause)" if r.level else "faster than its twin" if r.faster else (r.primary or "–")
         err = "–" if r.error != r.error else f"{100 * r.error:+.0f}%"
         print(f"| {r.variant} | {r.twin} | {r.shape_id} | {r.dtype} | {_us(r.measured_gap_us)} | {cause} | "
               f"{r.expected} | {_us(r.estimated_gain_us)} | {err} |")
-    s = error_summary(table[~table["level"]])
-    named = table[~table["level"]]
+    named = table[~table["level"] & ~table["faster"]]
+    s = error_summary(named)
     right = int((named["primary"] == named["expected"]).sum())
     gpus = ", ".join(sorted(set(table["gpu"])))
     print()
-    print(f"{len(named)} pairs with a gap ({len(table) - len(named)} level); the planted defect is the primary cause on "
+    n_faster = int(table["faster"].sum())
+    print(f"{len(named)} pairs with a gap ({int(table['level'].sum())} level, {n_faster} faster than the twin); the planted defect is the primary cause on "
           f"{right} of {len(named)}; |error|: median {100 * s['median_abs_error']:.0f}%, worst "
           f"{100 * s['worst_abs_error']:.0f}%, within 25% on {100 * s['share_within']:.0f}% of pairs. "
           f"Device: {gpus}; bundles: {', '.join(sorted(set(table['bundle'])))}.")
