@@ -54,10 +54,15 @@ planted_kv_repeat          GQA decode through an MHA kernel: K/V repeated per   
                            twin decode_splitkv (tests/planted/planted_decode.toml)
 =========================  ===================================================  ======================
 
-The last four (issue 33: evidence classes read from bytes by memory level, and math by path) are not
-in the bundle recorded on 2026-11-25; scripts/record/record_planted.sh records them with the others. The
-byte kinds' expected costs are not estimated here: they depend on the L2's replacement and the memory
-system's queues, which only the recording measures. planted_tf32_mma's is below (the fa2_mma table).
+The last five (issue 33: evidence classes read from bytes by memory level, and math by path) were
+recorded on the H100 on 2026-11-28 (tests/data/planted: the first four in the 22-kind bundle beside the
+others, planted_kv_repeat in its own against decode_splitkv). The byte kinds' expected costs are not
+estimated here: they depend on the L2's replacement and the memory system's queues, which only the
+recording measures. Measured there against planted_clean: planted_global_rmw 1.72-3.16x, planted_small_tile
+1.34-1.39x, planted_tf32_mma 1.75-1.79x, planted_l2_thrash 0.87-1.01x (its 2.4-3.0x DRAM bytes cost
+nothing: see EXPECTED_CAUSE); planted_kv_repeat 16.6-17.2x decode_splitkv (two repeat copies of K/V of
+1.09 ms each at B=16 Sk=8192, then the decode kernel reading 4x the bytes). planted_tf32_mma's expected
+cost is below (the fa2_mma table).
 
 The new kinds' evidence: what each adds to the instruction stream (SASS of sm_90, nvcc 13.0, the
 extension's flags; `python3 tests/planted/sass_census.py` prints it, tests/test_planted_sass.py keeps
