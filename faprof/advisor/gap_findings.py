@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from faprof.advisor.differential import Gap, Term
+from faprof.advisor.differential import MOVERS_TERM, Gap, Term
 from faprof.advisor.evidence import Call, ok
 from faprof.advisor.findings import CAUSES, Finding, num, pct, split_kv_fix
 from faprof.advisor.partition import AHEAD, Part, Partition, partition
@@ -50,6 +50,8 @@ def _whole_values(t: Term) -> str:
         return f"{pct(t.a)} vs {pct(t.b)} of active lanes predicated on"
     if t.key == "clock":
         return f"{num(t.a, '.0f')} vs {num(t.b, '.0f')} MHz SM clock in the timed runs"
+    if t.key == MOVERS_TERM:
+        return f"{1e3 * t.a:.1f} vs {1e3 * t.b:.1f} µs of kernels doing none of the problem's math, in the timed call"
     return f"{num(t.a)} vs {num(t.b)}"
 
 
@@ -84,6 +86,9 @@ def _term_fix(t: Term, call: Call) -> str:
         return "fewer masked lanes: skip fully masked tiles, peel the tail tile out of the main loop"
     if t.key == "clock":
         return "the GPU ran slower during this row (power or thermal state): compare at equal clocks"
+    if t.key == MOVERS_TERM:
+        return ("fewer kernels that only move data: read the inputs in place instead of copying, casting or transposing "
+                "them first, and keep intermediates on chip instead of handing them to another kernel")
     return "see the term's meaning"
 
 
