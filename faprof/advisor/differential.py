@@ -40,13 +40,17 @@ from typing import Any
 from faprof.advisor.accounting import WARP_SIZE, Account, call_account
 from faprof.advisor.evidence import Call, Launch, Tables, nansum, ok
 from faprof.advisor.evidence import _num as number
-from faprof.advisor.roles import math_launches, movers
+from faprof.advisor.roles import input_movers, math_launches, movers
 from faprof.advisor.thresholds import value as T
 from faprof.analysis import aliases
 from faprof.model import schema
 
-#: The term of the data-movement kernels' time (`faprof.advisor.roles.movers`), apart from the accounting's.
+#: The terms of the data-movement kernels' time (`faprof.advisor.roles.movers`), apart from the accounting's:
+#: those launched before the first math kernel (transformed copies of the inputs), and the others (between
+#: or after the math kernels: intermediates, epilogues).
+INPUTS_TERM = "kernels:input_copies"
 MOVERS_TERM = "kernels:data_movement"
+KERNEL_TERMS = (INPUTS_TERM, MOVERS_TERM)
 
 #: Factors of the time model, in the order tables show them ('kernels': the data-movement kernels' time).
 FACTORS = ("kernels", "instructions", "cycles per instruction", "warps resident", "active fraction", "clock", "residual")
@@ -67,7 +71,7 @@ class Term:
 
     key: str
     """'pipe:<pipe>', 'lanes:inactive', 'lanes:predicated_off', 'stall:<reason>', 'occupancy', 'idle',
-    'clock', 'residual' or MOVERS_TERM."""
+    'clock', 'residual', INPUTS_TERM or MOVERS_TERM."""
     factor: str
     log: float
     a: float = math.nan
@@ -182,13 +186,19 @@ def _timed_part(call: Call, launches: list[Launch], ms: float) -> float:
     return ms * part / total if ok(total) and total > 0 and ok(part) else math.nan
 
 
+def _after(call: Call) -> list[Launch]:
+    """Data-movement kernels launched after a math kernel (intermediates, epilogues)."""
+    before = input_movers(call)
+    return [lz for lz in movers(call) if not any(lz is b for b in before)]
+
+
 def decompose(call_a: Call, call_b: Call) -> Gap | None:
     """The gap between two calls' measured medians, split into the accounting's terms.
 
     A call's time is the sum of its kernels' times. Data-movement kernels (`faprof.advisor.roles.movers`:
     copies, casts, combines, kernels doing none of the problem's math) stand apart: their time on either side
-    (the timed median's share that is theirs in Nsight Compute's durations) is one term, MOVERS_TERM, and
-    the accounting splits the rest, the math kernels' time, so a kernel with no counterpart in the other
+    (the timed median's share that is theirs in Nsight Compute's durations) is a term, INPUTS_TERM for those
+    launched before the first math kernel and MOVERS_TERM for the others, and the accounting splits the rest, the math kernels' time, so a kernel with no counterpart in the other
     call does not blur the math kernels' instruction mix and warp states. Every term's milliseconds are its
     log times the logarithmic mean of the part it splits (the math kernels' times), so the terms add up to
     the measured gap exactly; its share is of the gap, its log that share of ln(T_A/T_B).
@@ -202,8 +212,11 @@ def decompose(call_a: Call, call_b: Call) -> Gap | None:
     a, b = call_account(call_a, math_launches(call_a)), call_account(call_b, math_launches(call_b))
     if a is None or b is None or not all(ok(x) and x > 0 for x in (a.inst, b.inst, a.cpi, b.cpi)):
         return None
-    move_a, move_b = _timed_part(call_a, movers(call_a), ms_a), _timed_part(call_b, movers(call_b), ms_b)
-    math_a, math_b = ms_a - move_a, ms_b - move_b
+    parts = {key: (_timed_part(call_a, ka, ms_a), _timed_part(call_b, kb, ms_b))
+             for key, ka, kb in ((INPUTS_TERM, input_movers(call_a), input_movers(call_b)),
+                                 (MOVERS_TERM, _after(call_a), _after(call_b)))}
+    math_a = ms_a - math.fsum(a_ for a_, _ in parts.values())
+    math_b = ms_b - math.fsum(b_ for _, b_ in parts.values())
     if not (ok(math_a) and ok(math_b) and math_a > 0 and math_b > 0):
         return None
     gap = Gap(call_a.variant, call_b.variant, call_a.shape_id, ms_a, ms_b, account_a=a, account_b=b)
@@ -216,8 +229,9 @@ def decompose(call_a: Call, call_b: Call) -> Gap | None:
     lm = log_mean(math_a, math_b)
     for t in terms:
         t.ms = t.log * lm if ok(t.log) else math.nan
-    if move_a > 0 or move_b > 0:
-        terms.insert(0, Term(MOVERS_TERM, "kernels", math.nan, move_a, move_b, ms=move_a - move_b))
+    for key, (move_a, move_b) in reversed(parts.items()):
+        if move_a > 0 or move_b > 0:
+            terms.insert(0, Term(key, "kernels", math.nan, move_a, move_b, ms=move_a - move_b))
     total = gap.log_ratio
     for t in terms:
         t.share = t.ms / gap.gap_ms if ok(t.ms) and gap.gap_ms != 0 else math.nan

@@ -68,7 +68,7 @@ CLAIMS: dict[str, tuple[str, ...]] = {
                             "stall:short_scoreboard", "stall:barrier", "pipe:lsu", "pipe:alu", "pipe:uniform"),
     "mma_sync_on_hopper": ("pipe:tensor_hmma", "pipe:lsu"),
     # kernels that hand bytes to each other: the data-movement kernels' time (`faprof.advisor.roles`)
-    "kernels_per_call": ("kernels:data_movement",),
+    "kernels_per_call": ("kernels:input_copies", "kernels:data_movement"),
     # work that cannot contribute (tiles above the causal diagonal, padding) is more of every instruction
     "wasted_work": ("pipe:*", "lanes:predicated_off"),
     "launch_split": ("idle", "occupancy"),

@@ -14,8 +14,9 @@ functions per score, wasted work) is said of it; its time is what its bytes cost
 (`faprof.advisor.differential` keeps it apart from the math kernels' accounting).
 
 A data-movement kernel launched before the call's first math kernel transforms the inputs (a copy, a
-repeat of K/V per query head, a cast, a transpose, a pad); one launched after a math kernel carries
-intermediates (a softmax between the products, a combine of partial outputs).
+repeat of K/V per query head, a cast, a transpose, a pad); one between math kernels carries intermediates
+(a softmax between the products); one after the last is an epilogue (a combine of split-KV partial
+outputs, a cast or transpose of the output).
 
 Every decision reads counters (FLOP counters, thread instructions, launch order), never a kernel's name.
 A call whose launches lack the counters has no data-movement kernels (nothing is decided without them).
@@ -57,10 +58,6 @@ def movers(call: Call) -> list[Launch]:
     return [lz for lz, x in zip(call.launches, fpi, strict=True) if x < limit]
 
 
-def is_mover(call: Call, lz: Launch) -> bool:
-    return any(m is lz for m in movers(call))
-
-
 def math_launches(call: Call) -> list[Launch]:
     """The launches that do the problem's math (every launch when the call has no data-movement kernel)."""
     moving = movers(call)
@@ -96,7 +93,7 @@ def exact_flops(call: Call, lz: Launch) -> float:
 
 
 def moved_ms(call: Call, launches: list[Launch]) -> float:
-    """Nsight Compute's duration of some launches (ms), 0 for none."""
+    """Nsight Compute's duration of some of a call's launches (ms), 0 for none."""
     return nansum(0.0, *(lz.duration_ms for lz in launches))
 
 

@@ -120,11 +120,14 @@ def kernels_per_call(call: Call, ctx: Context) -> list[Finding]:
 
     What the round trip carries decides the fix (`faprof.advisor.roles`): data-movement kernels launched
     before the first math kernel materialise transformed inputs (copies, K/V repeated per query head, casts,
-    transposes); otherwise the kernels hand intermediates to each other (scores, probabilities, partial
-    outputs). Gain: the DRAM traffic beyond the problem's minimum bytes, at peak bandwidth, as a share of the
+    transposes); between math kernels they carry intermediates (scores, probabilities); after the last one
+    they are an epilogue over the output. Gain: the DRAM traffic beyond the problem's minimum bytes, at peak bandwidth, as a share of the
     call's kernel time (a lower bound of what fusing saves), or the data-movement kernels' own share of it
     where that is larger (removing them saves their time). The finding claims those kernels' time in a gap's
-    partition (`kernels:data_movement`) unless a cause of the comparison claims it first."""
+    partition (`kernels:input_copies`, `kernels:data_movement`) unless a cause of the comparison claims it
+    first. The fix: several math kernels, or data movement between them, is unfused attention (scores and
+    probabilities through DRAM); else copies before the math are materialised inputs; else data movement
+    after it is an epilogue (a split-KV combine, a cast or transpose of the output)."""
     names = list(_by_kernel(call))
     nsys_names = call.nsys.get("kernel_names")
     if nsys_names is not None and not isinstance(nsys_names, float) and len(set(map(str, nsys_names))) > len(names):
@@ -148,18 +151,27 @@ def kernels_per_call(call: Call, ctx: Context) -> list[Finding]:
         gain = max(gain, moved) if ok(gain) else moved
     count = f"{kpc:.0f} kernels" if ok(kpc) else f"{len(call.launches)} kernel launches"
     ev = f"{count} per call ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''}){extra}"
+    maths = math_launches(call)
+    last = max((lz.launch for lz in maths), default=-1)
+    between = [lz for lz in moving if lz.launch < last and not any(lz is i for i in inputs)]
+    epilogue = [lz for lz in moving if lz.launch > last]
     if inputs:
         ev += (f"; {describe_movers(inputs)} before the first math kernel: transformed copies of the inputs "
                "(copied, repeated, cast or transposed) that the math kernel then reads")
+    if between:
+        ev += f"; {describe_movers(between)} between math kernels: intermediates handed from one to the next"
+    if epilogue:
+        ev += f"; {describe_movers(epilogue)} after the last math kernel: an epilogue over its output"
+    if between or len(maths) > 1 or not moving:
+        fix = "fuse the kernels so scores and probabilities stay on chip (a FlashAttention-style single kernel)"
+    elif inputs:
         fix = ("read the inputs in place: index the original tensors inside the attention kernel (their strides, "
                "a dtype conversion on load, KV head = query head // group for GQA) instead of materialising "
                "copies, casts or transposes before it")
     else:
-        if moving:
-            ev += f"; {describe_movers(moving)} after a math kernel: intermediates handed between kernels"
-        fix = "fuse the kernels so scores and probabilities stay on chip (a FlashAttention-style single kernel)"
-    return [Finding(call.variant, call.shape_id, "kernels_per_call", gain, ev, fix, "kernels_per_call",
-                    claims=("kernels:data_movement",) if moving else ())]
+        fix = ("fold the epilogue into the math kernel: write the output once, in its final layout and dtype (a "
+               "split-KV combine, a cast or a transpose of O done where O is computed)")
+    return [Finding(call.variant, call.shape_id, "kernels_per_call", gain, ev, fix, "kernels_per_call")]
 
 
 def launch_overhead(call: Call, ctx: Context) -> list[Finding]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from faprof.advisor.differential import MOVERS_TERM
+from faprof.advisor.differential import INPUTS_TERM
 from faprof.advisor.evidence import Call, nansum, ok
 from faprof.advisor.findings import Finding, big, num
 from faprof.advisor.roles import describe_movers, input_movers, math_launches, moved_ms
@@ -153,7 +153,7 @@ def excess_dram_bytes(call: Call, ref: Call, a: Traffic, b: Traffic) -> list[Fin
     gqa = _gqa_fix(call, ma.levels["dram"].read / a.compulsory if ok(a.compulsory) and a.compulsory > 0 else math.nan)
     if (copied or asked) and not wrote and gqa:
         fix += f"; {gqa}"
-    claimed: tuple[str, ...] = (MOVERS_TERM,) if copied else ()
+    claimed: tuple[str, ...] = (INPUTS_TERM,) if copied else ()
     per_byte = _inst_per_byte(call), _inst_per_byte(ref)
     same = ok(per_byte[0]) and ok(per_byte[1]) and per_byte[1] > 0 and (
         1 / T("SAME_WORK_PER_BYTE") <= per_byte[0] / per_byte[1] <= T("SAME_WORK_PER_BYTE"))
