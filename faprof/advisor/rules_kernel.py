@@ -192,8 +192,8 @@ def tensor_cores_unused(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     Evidence, in order of preference: FLOP counters (tensor FLOPs under TENSOR_MIN_FLOP_SHARE of the
     exact FLOPs while CUDA-core FLOPs carry at least CUDA_CORE_MATH_SHARE of them), else the pipes'
     utilization (tensor idle, FMA busy)."""
-    if call.dtype not in ("fp16", "bf16"):
-        return None
+    if call.dtype not in ("fp16", "bf16") or math_share(call, lz) < T("MATH_KERNEL_MIN_SHARE"):
+        return None  # a kernel beside the products (a combine, a softmax) does none of them, on any pipe
     cuda_flops = nansum(lz.col("fp32_flops"), lz.col("fp16_flops"))
     tflops = lz.col("tensor_flops")
     exact = exact_flops(call, lz)
@@ -269,13 +269,17 @@ def transcendentals(lz: Launch, call: Call, ctx: Context) -> Finding | None:
 
 
 def _computed_scores(call: Call, lz: Launch) -> float:
-    """Scores (query-key pairs) the launch computed: its executed FLOPs over the 4·D FLOPs of a score's two
-    products (QKᵀ and PV), padded rows and tiles included, as the kernel computes an exp2 for each; where
-    FLOPs were not counted, the problem's pairs with whole WASTED_WORK_TILE tiles (top-left causal), times the
-    launch's share of the problem's FLOPs (`faprof.advisor.roles.math_share`)."""
+    """Scores (query-key pairs) the launch computed. A kernel doing the products (at least
+    MATH_KERNEL_MIN_SHARE of the problem's FLOPs): its executed FLOPs over the 4·D FLOPs of a score's two
+    products (QKᵀ and PV), padded rows and tiles included, as it computes an exp2 for each. Otherwise, or
+    where FLOPs were not counted: the problem's pairs with whole WASTED_WORK_TILE tiles (top-left causal),
+    times the launch's share of the problem's FLOPs (`faprof.advisor.roles.math_share`) for a kernel doing
+    products, whole for one beside them (a softmax kernel processes every score without their FLOPs)."""
     d = _numf(call.problem("D"))
     done = executed_flops(lz)
-    if ok(done) and done > 0 and ok(d) and d > 0:
+    share = math_share(call, lz)
+    products = share >= T("MATH_KERNEL_MIN_SHARE")
+    if products and ok(done) and done > 0 and ok(d) and d > 0:
         return done / (4 * d)
     try:
         b, h = int(call.problem("B")), int(call.problem("H"))
@@ -283,7 +287,7 @@ def _computed_scores(call: Call, lz: Launch) -> float:
     except (TypeError, ValueError):
         return math.nan
     pairs = tile_pairs(sq, sk, bool(call.problem("causal")), int(T("WASTED_WORK_TILE")))
-    return b * h * pairs * math_share(call, lz)
+    return b * h * pairs * (share if products else 1.0)
 
 
 def thread_divergence(lz: Launch, call: Call, ctx: Context) -> Finding | None:
