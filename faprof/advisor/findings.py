@@ -38,7 +38,7 @@ CAUSES: dict[str, tuple[str, str]] = {
     "too_few_ctas": ("too few CTAs", "defect"),
     "launch_split": ("one launch per slice", "defect"),
     "kernels_per_call": ("kernels per call (fusion)", "defect"),
-    "kernels:input_copies": ("kernels copying the inputs before the math", "term"),
+    "kernels:input_copies": ("data-movement kernels before the math (copies, casts, preprocessing of the inputs)", "term"),
     "kernels:data_movement": ("data-movement kernels between or after the math kernels", "term"),
     "mma_sync_on_hopper": ("mma.sync on Hopper", "limit"),
     "wave_tail": ("wave quantization / tail", "limit"),

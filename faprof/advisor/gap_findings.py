@@ -89,7 +89,7 @@ def _term_fix(t: Term, call: Call) -> str:
     if t.key == INPUTS_TERM:
         return ("read the inputs in place: index the original tensors inside the attention kernel (their strides, a "
                 "dtype conversion on load, KV head = query head // group) instead of copying, casting or transposing "
-                "them first")
+                "them first, and compute per-row preprocessing where the math kernel loads the rows")
     if t.key in KERNEL_TERMS:
         return ("fewer kernels that only move data: keep intermediates on chip instead of handing them to another "
                 "kernel, and write the output once, in its final layout and dtype")
