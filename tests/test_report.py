@@ -393,8 +393,11 @@ def test_a_term_larger_than_its_gap_is_said_in_time_and_level_variants_get_no_ca
 
 
 def test_variants_with_one_leading_cause_share_a_why_line():
-    """The Hopper backward's four steps lead with the same cause per direction: one line names them all
-    (18 lines of near-repeats before), each with its own share; no (dtype, direction, cause) twice."""
+    """Variants that lead with the same cause in one dtype and direction share one line (the Hopper backward's
+    steps gave 18 lines of near-repeats before), each with its own share; no (dtype, direction, cause) twice;
+    and every variant a line names as sharing its cause leads with it, on as many shapes as the line says."""
+    from faprof import advisor
+
     b = Bundle(EXAMPLES / "20261125T044408Z_nvidia-h100-80gb-hbm3_l20-fwd-bwd")
     md = report.render_markdown(b)
     why = md.split("## Why", 1)[1].split("\nNotes on shapes", 1)[0]
@@ -402,5 +405,17 @@ def test_variants_with_one_leading_cause_share_a_why_line():
     heads = [re.match(r"- \*\*[^*]+\*\* \(([^)]*)\): ([^;]+?) on \d+ of", ln).groups() for ln in bullets]
     assert len(heads) == len(set(heads)), heads
     merged = [ln for ln in bullets if "The same cause leads for" in ln]
-    assert merged and all(re.search(r"The same cause leads for .*fa3_bwd_[abc]", ln) for ln in merged[:1]), merged
+    assert merged, bullets
+    diag = advisor.diagnose(b)
+    named = diag[diag["kind"].isin(why_mod.CAUSE_KINDS)].sort_values(["variant", "shape_id", "rank"])
+    first = named.drop_duplicates(["variant", "shape_id"])
+    for ln in merged:
+        (dtype_dir, title), others = re.match(r"- \*\*[^*]+\*\* \(([^)]*)\): ([^;]+?) on \d+ of", ln).groups(), \
+            re.findall(r"(?:^ |; )([\w.]+) \(on (\d+) of \d+ shapes", ln.split("The same cause leads for", 1)[1])
+        direction = (dtype_dir.split() + ["fwd"])[1]
+        assert others, ln
+        for variant, n in others:
+            mine = first[(first["variant"] == variant) & first["shape_id"].str.endswith(f"_{direction}")
+                         & ~(first["shape_id"].str.endswith("_fwd_bwd") & (direction == "bwd"))]
+            assert int((mine["title"] == title.replace("\\", "")).sum()) == int(n), (ln, variant)
     assert len(bullets) <= why_mod.MAX_VARIANT_LINES

@@ -31,6 +31,7 @@ from typing import Any
 import pandas as pd
 
 from faprof.advisor.evidence import Call, Launch, nansum, ok
+from faprof.advisor.roles import exact_flops
 from faprof.nsight.ncu import catalogue
 
 #: The warp states of the accounting, issuing first (catalogue concepts `warp_state_<state>`).
@@ -194,10 +195,10 @@ def launch_account(call: Call, lz: Launch) -> Account | None:
     )
 
 
-def call_account(call: Call) -> Account | None:
+def call_account(call: Call, launches: list[Launch] | None = None) -> Account | None:
     """The accounting of a call: its launches' counts summed (None when any launch lacks them, since a
-    partial sum would misstate the call)."""
-    accounts = [launch_account(call, lz) for lz in call.launches]
+    partial sum would misstate the call); `launches`: those of the call to sum (default: all)."""
+    accounts = [launch_account(call, lz) for lz in (call.launches if launches is None else launches)]
     if not accounts or any(a is None for a in accounts):
         return None
     acc = [a for a in accounts if a is not None]
@@ -265,14 +266,15 @@ def cycle_table(calls: list[Call]) -> pd.DataFrame:
 
 def pipe_table(calls: list[Call]) -> pd.DataFrame:
     """Per call and kernel: warp instructions per pipe, their share, and instructions per thousand of
-    the problem's exact FLOPs (the kernel's share of them), which compares kernels doing the same work."""
+    the problem's exact FLOPs the kernel carries (`faprof.advisor.roles.exact_flops`: shared by the math each
+    kernel executed; none for a data-movement kernel), which compares kernels doing the same work."""
     rows = []
     for call in calls:
         for lz in call.launches:
             a = launch_account(call, lz)
             if a is None:
                 continue
-            exact = call.analytic_flops * lz.share if ok(call.analytic_flops) and ok(lz.share) else math.nan
+            exact = exact_flops(call, lz)
             for pipe, n in a.pipes.items():
                 rows.append({"variant": a.variant, "shape_id": a.shape_id, "kernel": a.kernel, "pipe": pipe,
                              "inst": n, "share": n / a.inst if a.inst > 0 else math.nan,

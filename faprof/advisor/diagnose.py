@@ -31,10 +31,11 @@ from faprof.advisor.evidence import Call, calls_from, ok, tables_from
 from faprof.advisor.evidence import _num as number
 from faprof.advisor.findings import CAUSES, KINDS, Finding, pct
 from faprof.advisor.gap_findings import CLAIMS, gap_findings
+from faprof.advisor.roles import movers
 from faprof.advisor.rules_call import CALL_RULES, CALL_RULES_FIRST, merge_ncu_rules
-from faprof.advisor.rules_kernel import KERNEL_RULES, KERNEL_TERM_RULES, Context
+from faprof.advisor.rules_kernel import KERNEL_RULES, KERNEL_TERM_RULES, MOVER_RULES, Context
 from faprof.advisor.rules_pair import pair_findings
-from faprof.advisor.sources import attach
+from faprof.advisor.sources import attach, borrow
 from faprof.advisor.thresholds import value as T
 from faprof.model import schema
 
@@ -66,12 +67,14 @@ def _absolute(call: Call, ctx: Context) -> list[Finding]:
     found: list[Finding] = []
     for crule in CALL_RULES_FIRST:
         found += crule(call, ctx)
+    moving = movers(call)
     for lz in call.launches:
-        for krule in KERNEL_RULES:
+        mover = any(m is lz for m in moving)
+        for krule in MOVER_RULES if mover else KERNEL_RULES:
             f = krule(lz, call, ctx)
             if f is not None:
                 found.append(f)
-        for trule in KERNEL_TERM_RULES:
+        for trule in () if mover else KERNEL_TERM_RULES:
             found += trule(lz, call, ctx)
     for crule in CALL_RULES:
         found += crule(call, ctx)
@@ -273,7 +276,7 @@ def diagnose(source: Any, against: str | None = None) -> pd.DataFrame:
     # variant, so no variant is explained twice or compared with its own kernel
     calls, also, canon = fold_aliases(calls, tables)
     absolute = {id(c): _absolute(c, ctx) for c in calls}
-    lines = tables.get("source_lines")
+    lines = borrow(tables.get("source_lines"), calls)
     notes = _shape_notes(calls, absolute)
     rows: list[dict[str, Any]] = []
     for call in calls:

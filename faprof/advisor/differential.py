@@ -24,7 +24,9 @@ A sum X = sum_i x_i is split with the logarithmic mean L(a, b) = (a - b)/(ln a -
 The cycle terms come from Nsight Compute's replay (its clocks are its own); the clock term compares
 the SM clocks the timed rows ran at; the residual is what the replay's cycle ratio misses of the
 timed one (`ncu replay vs timing`), so the terms add up to the measured gap exactly and the residual
-says how much of it the accounting does not explain. Shares are of the gap's log ratio, and a term's
+says how much of it the accounting does not explain. Kernels that do none of the problem's math (copies,
+casts, combines: `faprof.advisor.roles`) are one term of their own, their time, and the factors above
+split the math kernels' part of the gap (`decompose`). Shares are of the gap's log ratio, and a term's
 milliseconds are its share of the measured gap. A term can be negative: the slower call does better
 there.
 """
@@ -36,14 +38,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from faprof.advisor.accounting import WARP_SIZE, Account, call_account
-from faprof.advisor.evidence import Call, Tables, ok
+from faprof.advisor.evidence import Call, Launch, Tables, nansum, ok
 from faprof.advisor.evidence import _num as number
+from faprof.advisor.roles import input_movers, math_launches, movers
 from faprof.advisor.thresholds import value as T
 from faprof.analysis import aliases
 from faprof.model import schema
 
-#: Factors of the time model, in the order tables show them.
-FACTORS = ("instructions", "cycles per instruction", "warps resident", "active fraction", "clock", "residual")
+#: The terms of the data-movement kernels' time (`faprof.advisor.roles.movers`), apart from the accounting's:
+#: those launched before the first math kernel (transformed copies of the inputs), and the others (between
+#: or after the math kernels: intermediates, epilogues).
+INPUTS_TERM = "kernels:input_copies"
+MOVERS_TERM = "kernels:data_movement"
+KERNEL_TERMS = (INPUTS_TERM, MOVERS_TERM)
+
+#: Factors of the time model, in the order tables show them ('kernels': the data-movement kernels' time).
+FACTORS = ("kernels", "instructions", "cycles per instruction", "warps resident", "active fraction", "clock", "residual")
 
 
 def log_mean(a: float, b: float) -> float:
@@ -61,7 +71,7 @@ class Term:
 
     key: str
     """'pipe:<pipe>', 'lanes:inactive', 'lanes:predicated_off', 'stall:<reason>', 'occupancy', 'idle',
-    'clock' or 'residual'."""
+    'clock', 'residual', INPUTS_TERM or MOVERS_TERM."""
     factor: str
     log: float
     a: float = math.nan
@@ -166,8 +176,32 @@ def _clock_mhz(row: dict[str, Any]) -> float:
     return math.nan
 
 
+def _timed_part(call: Call, launches: list[Launch], ms: float) -> float:
+    """The timed milliseconds of some of a call's launches: the timed median times their share of Nsight
+    Compute's durations of the call."""
+    if not launches:
+        return 0.0
+    total = call.profiled_ms
+    part = nansum(*(lz.duration_ms for lz in launches))
+    return ms * part / total if ok(total) and total > 0 and ok(part) else math.nan
+
+
+def _after(call: Call) -> list[Launch]:
+    """Data-movement kernels launched after a math kernel (intermediates, epilogues)."""
+    before = input_movers(call)
+    return [lz for lz in movers(call) if not any(lz is b for b in before)]
+
+
 def decompose(call_a: Call, call_b: Call) -> Gap | None:
     """The gap between two calls' measured medians, split into the accounting's terms.
+
+    A call's time is the sum of its kernels' times. Data-movement kernels (`faprof.advisor.roles.movers`:
+    copies, casts, combines, kernels doing none of the problem's math) stand apart: their time on either side
+    (the timed median's share that is theirs in Nsight Compute's durations) is a term, INPUTS_TERM for those
+    launched before the first math kernel and MOVERS_TERM for the others, and the accounting splits the rest, the math kernels' time, so a kernel with no counterpart in the other
+    call does not blur the math kernels' instruction mix and warp states. Every term's milliseconds are its
+    log times the logarithmic mean of the part it splits (the math kernels' times), so the terms add up to
+    the measured gap exactly; its share is of the gap, its log that share of ln(T_A/T_B).
 
     Returns None when either call lacks a timed median or a complete accounting (older bundles, or a
     section set without the accounting's counters: `faprof.advisor.accounting.missing_counters`).
@@ -175,8 +209,15 @@ def decompose(call_a: Call, call_b: Call) -> Gap | None:
     ms_a, ms_b = (number(c.measurement.get("median_ms")) for c in (call_a, call_b))
     if not (ok(ms_a) and ok(ms_b) and ms_a > 0 and ms_b > 0):
         return None
-    a, b = call_account(call_a), call_account(call_b)
+    a, b = call_account(call_a, math_launches(call_a)), call_account(call_b, math_launches(call_b))
     if a is None or b is None or not all(ok(x) and x > 0 for x in (a.inst, b.inst, a.cpi, b.cpi)):
+        return None
+    parts = {key: (_timed_part(call_a, ka, ms_a), _timed_part(call_b, kb, ms_b))
+             for key, ka, kb in ((INPUTS_TERM, input_movers(call_a), input_movers(call_b)),
+                                 (MOVERS_TERM, _after(call_a), _after(call_b)))}
+    math_a = ms_a - math.fsum(a_ for a_, _ in parts.values())
+    math_b = ms_b - math.fsum(b_ for _, b_ in parts.values())
+    if not (ok(math_a) and ok(math_b) and math_a > 0 and math_b > 0):
         return None
     gap = Gap(call_a.variant, call_b.variant, call_a.shape_id, ms_a, ms_b, account_a=a, account_b=b)
     terms = cycle_terms(a, b)
@@ -184,11 +225,17 @@ def decompose(call_a: Call, call_b: Call) -> Gap | None:
     clock = -math.log(clk_a / clk_b) if ok(clk_a) and ok(clk_b) else 0.0
     terms.append(Term("clock", "clock", clock, clk_a, clk_b))
     model = math.fsum(t.log for t in terms if ok(t.log))
-    total = gap.log_ratio
-    terms.append(Term("residual", "residual", total - model))
+    terms.append(Term("residual", "residual", math.log(math_a / math_b) - model))
+    lm = log_mean(math_a, math_b)
     for t in terms:
-        t.share = t.log / total if ok(t.log) and total != 0 else math.nan
-        t.ms = t.share * gap.gap_ms if ok(t.share) else math.nan
+        t.ms = t.log * lm if ok(t.log) else math.nan
+    for key, (move_a, move_b) in reversed(parts.items()):
+        if move_a > 0 or move_b > 0:
+            terms.insert(0, Term(key, "kernels", math.nan, move_a, move_b, ms=move_a - move_b))
+    total = gap.log_ratio
+    for t in terms:
+        t.share = t.ms / gap.gap_ms if ok(t.ms) and gap.gap_ms != 0 else math.nan
+        t.log = t.share * total if ok(t.share) else math.nan
     gap.terms = terms
     return gap
 

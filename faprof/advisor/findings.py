@@ -38,6 +38,8 @@ CAUSES: dict[str, tuple[str, str]] = {
     "too_few_ctas": ("too few CTAs", "defect"),
     "launch_split": ("one launch per slice", "defect"),
     "kernels_per_call": ("kernels per call (fusion)", "defect"),
+    "kernels:input_copies": ("data-movement kernels before the math (copies, casts, preprocessing of the inputs)", "term"),
+    "kernels:data_movement": ("data-movement kernels between or after the math kernels", "term"),
     "mma_sync_on_hopper": ("mma.sync on Hopper", "limit"),
     "wave_tail": ("wave quantization / tail", "limit"),
     "launch_overhead": ("launch overhead", "limit"),
@@ -111,6 +113,10 @@ class Finding:
     """The cause this finding is a symptom of (a child in the gap's partition), or ''."""
     source: str = ""
     """Where in the source it happens ('file.cu:48 (52% of barrier samples)'), when line info was collected."""
+    claims: tuple[str, ...] = ()
+    """Gap terms this finding's own evidence shows it produces, beyond those its cause claims everywhere
+    (`faprof.advisor.partition.CLAIMS`): e.g. the data-movement kernels' time, for the finding that says
+    what those kernels move."""
 
     def __post_init__(self) -> None:
         if self.cause not in CAUSES:

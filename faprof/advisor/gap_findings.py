@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from faprof.advisor.differential import Gap, Term
+from faprof.advisor.differential import INPUTS_TERM, KERNEL_TERMS, Gap, Term
 from faprof.advisor.evidence import Call, ok
 from faprof.advisor.findings import CAUSES, Finding, num, pct, split_kv_fix
 from faprof.advisor.partition import AHEAD, Part, Partition, partition
@@ -50,6 +50,8 @@ def _whole_values(t: Term) -> str:
         return f"{pct(t.a)} vs {pct(t.b)} of active lanes predicated on"
     if t.key == "clock":
         return f"{num(t.a, '.0f')} vs {num(t.b, '.0f')} MHz SM clock in the timed runs"
+    if t.key in KERNEL_TERMS:
+        return f"{1e3 * t.a:.1f} vs {1e3 * t.b:.1f} µs of kernels doing none of the problem's math, in the timed call"
     return f"{num(t.a)} vs {num(t.b)}"
 
 
@@ -84,6 +86,13 @@ def _term_fix(t: Term, call: Call) -> str:
         return "fewer masked lanes: skip fully masked tiles, peel the tail tile out of the main loop"
     if t.key == "clock":
         return "the GPU ran slower during this row (power or thermal state): compare at equal clocks"
+    if t.key == INPUTS_TERM:
+        return ("read the inputs in place: index the original tensors inside the attention kernel (their strides, a "
+                "dtype conversion on load, KV head = query head // group) instead of copying, casting or transposing "
+                "them first, and compute per-row preprocessing where the math kernel loads the rows")
+    if t.key in KERNEL_TERMS:
+        return ("fewer kernels that only move data: keep intermediates on chip instead of handing them to another "
+                "kernel, and write the output once, in its final layout and dtype")
     return "see the term's meaning"
 
 

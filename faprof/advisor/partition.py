@@ -67,6 +67,8 @@ CLAIMS: dict[str, tuple[str, ...]] = {
     "excess_onchip_bytes": ("stall:long_scoreboard", "stall:lg_throttle", "stall:mio_throttle",
                             "stall:short_scoreboard", "stall:barrier", "pipe:lsu", "pipe:alu", "pipe:uniform"),
     "mma_sync_on_hopper": ("pipe:tensor_hmma", "pipe:lsu"),
+    # kernels that hand bytes to each other: the data-movement kernels' time (`faprof.advisor.roles`)
+    "kernels_per_call": ("kernels:input_copies", "kernels:data_movement"),
     # work that cannot contribute (tiles above the causal diagonal, padding) is more of every instruction
     "wasted_work": ("pipe:*", "lanes:predicated_off"),
     "launch_split": ("idle", "occupancy"),
@@ -79,7 +81,8 @@ CLAIMS: dict[str, tuple[str, ...]] = {
 #: is a root; mechanisms with their own precise counters next; shapes of the launch last.
 MECHANISMS = ("slower_math_path", "register_spills", "smem_bank_conflicts", "uncoalesced_global", "wasted_work",
               "fp64_arithmetic", "transcendentals", "tensor_cores_unused", "global_rmw", "excess_dram_bytes",
-              "excess_onchip_bytes", "mma_sync_on_hopper", "launch_split", "too_few_ctas", "wave_tail")
+              "kernels_per_call", "excess_onchip_bytes", "mma_sync_on_hopper", "launch_split", "too_few_ctas",
+              "wave_tail")
 
 #: Mechanisms that say *why* bytes moved -> the byte counts they make grow: where both hold, the
 #: byte count is the mechanism's symptom, and its terms are the mechanism's.
@@ -138,11 +141,16 @@ class Partition:
                       key=lambda p: -p.gross_ms)
 
 
-def claims(cause: str, term: str, absorbed: tuple[str, ...] = ()) -> bool:
+def claims(cause: str, term: str, absorbed: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> bool:
     """Whether a mechanism claims a term ('pipe:*' claims every pipe), itself or through the byte counts
-    it absorbs (`absorbed`: those of ABSORBS[cause] that hold for the call)."""
-    return any(term == c or (c.endswith(":*") and term.startswith(c[:-1]))
-               for k in (cause, *absorbed) for c in CLAIMS.get(k, ()))
+    it absorbs (`absorbed`: those of ABSORBS[cause] that hold for the call), or as its finding's own
+    evidence says (`extra`: `Finding.claims`)."""
+    held = (*extra, *(c for k in (cause, *absorbed) for c in CLAIMS.get(k, ())))
+    return any(term == c or (c.endswith(":*") and term.startswith(c[:-1])) for c in held)
+
+
+def _extra(found: list[Finding]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(c for f in found for c in f.claims))
 
 
 def shared_by(f: Finding, ref: list[Finding]) -> bool:
@@ -412,17 +420,19 @@ def partition(gap: Gap, own: list[Finding], ref_own: list[Finding]) -> Partition
             continue
         best = max(found, key=lambda f: f.gain if ok(f.gain) else -1.0)
         absorbed = tuple(k for k, by in taken.items() if by == cause)
-        mine = [k for k in positive if k not in owner and claims(cause, k, absorbed)]
+        extra = _extra(found)
+        mine = [k for k in positive if k not in owner and claims(cause, k, absorbed, extra)]
         if not mine:
-            if any(claims(cause, k) for k in positive):
+            if any(claims(cause, k, (), extra) for k in positive):
                 unclaimed_mechs.append(best)
             continue
         for k in mine:
             owner[k] = cause
         parts[cause] = Part(cause, [positive[k] for k in mine], best, [held[k] for k in absorbed])
     for f in unclaimed_mechs:  # a symptom: under the parent that took most of its terms
-        took = [owner[k] for k in positive if k in owner and claims(f.cause, k)]
-        parent = max(set(took), key=lambda c: sum(positive[k].ms for k in owner if owner[k] == c and claims(f.cause, k)))
+        took = [owner[k] for k in positive if k in owner and claims(f.cause, k, (), f.claims)]
+        parent = max(set(took), key=lambda c: sum(positive[k].ms for k in owner if owner[k] == c
+                                                   and claims(f.cause, k, (), f.claims)))
         parts[parent].children.append(f)
     produced = [k for k in (*CONTENTION, "stall:wait", "stall:barrier") if k in positive and k not in owner]
     _term_parents({k: t for k, t in positive.items() if k not in produced}, owner, parts)

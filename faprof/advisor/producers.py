@@ -9,7 +9,7 @@ source registers (or, for the scoreboards, the registers it overwrites) before i
 latency that stall reason waits for:
 
 - long_scoreboard: L1TEX operations (global, local, texture loads, atomics; cp.async through the
-  DEPBAR that waits for it);
+  DEPBAR that waits for it, whose wait the sampler often shows on the instruction after it);
 - short_scoreboard: MIO operations (shared-memory loads, ldmatrix, MUFU, shuffles, S2R);
 - wait: fixed-latency arithmetic (any other writer);
 - throttles (mio, lg, tex, math pipe), barrier, membar, branch_resolving and the rest are the stalled
@@ -163,6 +163,10 @@ def producers(code: list[Instr], i: int, reason: str) -> list[Instr]:
                 if _wants(reason, p):
                     found[p.index] = p
                 break
+    if not found and reason == "long_scoreboard" and code[(i - 1) % n].op == "DEPBAR":
+        # the wait a DEPBAR sets up is taken when the next instruction issues: a long-scoreboard stall there
+        # that no register explains waits for the cp.async groups the DEPBAR waits for
+        return producers(code, (i - 1) % n, reason)
     return list(found.values())
 
 

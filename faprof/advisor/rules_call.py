@@ -14,6 +14,7 @@ from collections.abc import Callable
 from faprof.advisor.evidence import Call, Launch, _num, nansum, ok
 from faprof.advisor.findings import Finding, big, num, pct
 from faprof.advisor.pairs import causal_pairs, tile_pairs
+from faprof.advisor.roles import describe_movers, input_movers, math_launches, movers
 from faprof.advisor.rules_kernel import Context
 from faprof.advisor.thresholds import value as T
 
@@ -46,7 +47,7 @@ def wasted_work(call: Call, ctx: Context) -> list[Finding]:
     if not call.launches or not ok(call.analytic_flops) or call.analytic_flops <= 0:
         return []
     hw, tf32 = 0.0, 0.0
-    for lz in call.launches:
+    for lz in math_launches(call):  # a data-movement kernel's FLOPs are none of the problem's
         hw = nansum(hw, lz.col("hw_flops"))
         t = lz.metric("tensor_ops_tf32")
         tf32 = nansum(tf32, t)
@@ -115,10 +116,19 @@ def launch_split(call: Call, ctx: Context) -> list[Finding]:
 
 
 def kernels_per_call(call: Call, ctx: Context) -> list[Finding]:
-    """Several different kernels per call: intermediates make a round trip through DRAM.
+    """Several different kernels per call: bytes make a round trip through DRAM between them.
 
-    Gain: the DRAM traffic beyond the problem's minimum bytes, at peak bandwidth, as a share of the
-    call's kernel time (a lower bound of what fusing saves)."""
+    What the round trip carries decides the fix (`faprof.advisor.roles`): data-movement kernels launched
+    before the first math kernel materialise transformed inputs (copies, K/V repeated per query head, casts,
+    transposes); between math kernels they carry intermediates (scores, probabilities); after the last one
+    they are an epilogue over the output. Gain: the DRAM traffic beyond the problem's minimum bytes, at peak
+    bandwidth, as a share of the call's kernel time (a lower bound of what fusing saves; the data-movement
+    kernels' own time is not taken whole, since a launch that overlaps its predecessor, as a split-KV combine
+    with programmatic dependent launch does, costs less than its replayed duration). The finding claims
+    those kernels' time in a gap's partition (`kernels:input_copies`, `kernels:data_movement`) unless a cause of the comparison claims it
+    first. The fix: several math kernels, or data movement between them, is unfused attention (scores and
+    probabilities through DRAM); else copies before the math are materialised inputs; else data movement
+    after it is an epilogue (a split-KV combine, a cast or transpose of the output)."""
     names = list(_by_kernel(call))
     nsys_names = call.nsys.get("kernel_names")
     if nsys_names is not None and not isinstance(nsys_names, float) and len(set(map(str, nsys_names))) > len(names):
@@ -136,9 +146,29 @@ def kernels_per_call(call: Call, ctx: Context) -> list[Finding]:
         gain = min(1.0, max(0.0, (dram - min_bytes) / bw / t))
         extra = (f"; {big(dram)}B of DRAM traffic vs {big(min_bytes)}B the problem needs: "
                  f"{1e6 * max(0.0, dram - min_bytes) / bw:.1f} µs at {bw / 1e9:.0f} GB/s")
+    moving, inputs = movers(call), input_movers(call)
     count = f"{kpc:.0f} kernels" if ok(kpc) else f"{len(call.launches)} kernel launches"
     ev = f"{count} per call ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''}){extra}"
-    fix = "fuse the kernels so scores and probabilities stay on chip (a FlashAttention-style single kernel)"
+    maths = math_launches(call)
+    last = max((lz.launch for lz in maths), default=-1)
+    between = [lz for lz in moving if lz.launch < last and not any(lz is i for i in inputs)]
+    epilogue = [lz for lz in moving if lz.launch > last]
+    if inputs:
+        ev += (f"; {describe_movers(inputs)} before the first math kernel: transformed copies of the inputs "
+               "(copied, repeated, cast or transposed) that the math kernel then reads")
+    if between:
+        ev += f"; {describe_movers(between)} between math kernels: intermediates handed from one to the next"
+    if epilogue:
+        ev += f"; {describe_movers(epilogue)} after the last math kernel: an epilogue over its output"
+    if between or len(maths) > 1 or not moving:
+        fix = "fuse the kernels so scores and probabilities stay on chip (a FlashAttention-style single kernel)"
+    elif inputs:
+        fix = ("read the inputs in place: index the original tensors inside the attention kernel (their strides, "
+               "a dtype conversion on load, KV head = query head // group for GQA) instead of materialising "
+               "copies, casts or transposes before it")
+    else:
+        fix = ("fold the epilogue into the math kernel: write the output once, in its final layout and dtype (a "
+               "split-KV combine, a cast or a transpose of O done where O is computed)")
     return [Finding(call.variant, call.shape_id, "kernels_per_call", gain, ev, fix, "kernels_per_call")]
 
 

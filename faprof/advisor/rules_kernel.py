@@ -18,6 +18,7 @@ from faprof.advisor.evidence import Call, Launch, nansum, ok
 from faprof.advisor.evidence import _num as _numf
 from faprof.advisor.findings import LIMITER_ADVICE, STALL_ADVICE, Finding, big, num, pct, split_kv_fix
 from faprof.advisor.pairs import tile_pairs
+from faprof.advisor.roles import exact_flops, executed_flops, math_share
 from faprof.advisor.thresholds import value as T
 from faprof.model import gpus
 from faprof.nsight.ncu import catalogue
@@ -191,11 +192,11 @@ def tensor_cores_unused(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     Evidence, in order of preference: FLOP counters (tensor FLOPs under TENSOR_MIN_FLOP_SHARE of the
     exact FLOPs while CUDA-core FLOPs carry at least CUDA_CORE_MATH_SHARE of them), else the pipes'
     utilization (tensor idle, FMA busy)."""
-    if call.dtype not in ("fp16", "bf16"):
-        return None
+    if call.dtype not in ("fp16", "bf16") or math_share(call, lz) < T("MATH_KERNEL_MIN_SHARE"):
+        return None  # a kernel beside the products (a combine, a softmax) does none of them, on any pipe
     cuda_flops = nansum(lz.col("fp32_flops"), lz.col("fp16_flops"))
     tflops = lz.col("tensor_flops")
-    exact = call.analytic_flops * lz.share if ok(call.analytic_flops) and ok(lz.share) else math.nan
+    exact = exact_flops(call, lz)
     fma = lz.metric("fma_pipe_util")
     busy = fma / 100 if ok(fma) else lz.col("sm_throughput_pct") / 100
     if ok(exact) and exact > 0 and ok(tflops) and ok(cuda_flops):
@@ -268,15 +269,25 @@ def transcendentals(lz: Launch, call: Call, ctx: Context) -> Finding | None:
 
 
 def _computed_scores(call: Call, lz: Launch) -> float:
-    """Scores (query-key pairs x B x H) this launch's share of the call computes, with whole tiles."""
+    """Scores (query-key pairs) the launch computed. A kernel doing the products (at least
+    MATH_KERNEL_MIN_SHARE of the problem's FLOPs): its executed FLOPs over the 4·D FLOPs of a score's two
+    products (QKᵀ and PV), padded rows and tiles included, as it computes an exp2 for each. Otherwise, or
+    where FLOPs were not counted: the problem's pairs with whole WASTED_WORK_TILE tiles (top-left causal),
+    times the launch's share of the problem's FLOPs (`faprof.advisor.roles.math_share`) for a kernel doing
+    products, whole for one beside them (a softmax kernel processes every score without their FLOPs)."""
+    d = _numf(call.problem("D"))
+    done = executed_flops(lz)
+    share = math_share(call, lz)
+    products = share >= T("MATH_KERNEL_MIN_SHARE")
+    if products and ok(done) and done > 0 and ok(d) and d > 0:
+        return done / (4 * d)
     try:
         b, h = int(call.problem("B")), int(call.problem("H"))
         sq, sk = int(call.problem("Sq")), int(call.problem("Sk"))
     except (TypeError, ValueError):
         return math.nan
     pairs = tile_pairs(sq, sk, bool(call.problem("causal")), int(T("WASTED_WORK_TILE")))
-    share = lz.share if ok(lz.share) else 1.0
-    return b * h * pairs * share
+    return b * h * pairs * (share if products else 1.0)
 
 
 def thread_divergence(lz: Launch, call: Call, ctx: Context) -> Finding | None:
@@ -344,7 +355,7 @@ def tf32_emulation(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     tf32 = lz.metric("tensor_ops_tf32")
     if call.dtype != "fp32" or not ok(tf32) or tf32 <= 0:
         return None
-    exact = call.analytic_flops * lz.share if ok(call.analytic_flops) and ok(lz.share) else math.nan
+    exact = exact_flops(call, lz)
     ratio = f" = {tf32 / exact:.1f}x this kernel's share of the exact FLOPs" if ok(exact) and exact > 0 else ""
     ev = (f"fp32 problem, {big(tf32)} TF32 tensor FLOPs{ratio}: fp32 accuracy from {T('TF32_PRODUCTS'):.0f} TF32 "
           f"products per product, so hardware FLOPs exceed the exact count by design")
@@ -447,6 +458,13 @@ KERNEL_RULES: tuple[KernelRule, ...] = (
     register_spills, uncoalesced_global, smem_bank_conflicts, tensor_cores_unused, fp64_arithmetic,
     transcendentals, thread_divergence, mma_sync_on_hopper, tf32_emulation, too_few_ctas, wave_tail, roofline_position,
 )
+
+#: The rules that hold for a data-movement kernel (`faprof.advisor.roles.movers`): how it accesses memory
+#: and how its grid fills the GPU. It does none of the problem's math, so no math rule speaks of it, and its
+#: time is what its bytes cost (the call's and the comparison's rules say which bytes and why), not a stall
+#: or a roofline position to tune.
+MOVER_RULES: tuple[KernelRule, ...] = (register_spills, uncoalesced_global, smem_bank_conflicts, thread_divergence,
+                                       too_few_ctas, wave_tail)
 
 #: Per-launch rules that return several findings (the accounting's terms).
 KERNEL_TERM_RULES = (stall_terms,)

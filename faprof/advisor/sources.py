@@ -9,13 +9,15 @@ whose warps were sampled stalled for it, a pipe at the lines issuing that pipe's
 mechanism at the lines of the stalls or pipe it produces. Causes with no line of their own (warps
 resident, idle SMs) point at the line where the kernel's warps spend most samples. Lines come from the
 call's own shape when the source pass profiled it, else from the variant's profiled shape (the same
-code), and the text says which.
+code), else from another variant's profile of the same kernel code at the shape (`borrow`), and the
+text says which.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
+from faprof.advisor.evidence import Call, Launch
 from faprof.advisor.findings import Finding
 from faprof.advisor.producers import PRODUCER_REASONS, top_producer
 from faprof.nsight.ncu.source import describe_line, top_lines
@@ -55,6 +57,43 @@ def _metrics_for(cause: str) -> tuple[str, ...]:
     return (*CAUSE_METRICS.get(cause, ()), "samples")
 
 
+#: Column of borrowed source rows (`borrow`): the variant whose run of the same kernel code they come from.
+BORROWED = "borrowed_from"
+
+
+def _code(lz: Launch) -> str:
+    return str(lz.row.get("kernel_demangled") or lz.kernel)
+
+
+def borrow(lines: pd.DataFrame, calls: list[Call]) -> pd.DataFrame:
+    """Source rows for calls the source pass did not profile, from another variant's profile of the same
+    kernel code at the same shape (the same full demangled name: the same SASS, so the same lines; the
+    samples are that variant's run). The source pass profiles one kernel per variant and shares a profile
+    between variants running the same code (`faprof.nsight.ncu.source.with_aliases`); a variant whose
+    profiled kernel carried no line info (a library copy kernel) still runs, beside it, a kernel another
+    variant's profile covers. Borrowed rows carry the donor in BORROWED."""
+    if lines.empty or not {"variant", "shape_id", "kernel"} <= set(lines.columns):
+        return lines
+    have = set(lines["variant"])
+    codes: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (shape, code) -> [(variant, kernel)] with rows
+    keyed = set(zip(lines["variant"], lines["shape_id"], lines["kernel"], strict=True))
+    for c in calls:
+        for lz in c.launches:
+            if (c.variant, c.shape_id, lz.kernel) in keyed:
+                codes.setdefault((c.shape_id, _code(lz)), []).append((c.variant, lz.kernel))
+    extra = []
+    for c in calls:
+        if c.variant in have:
+            continue
+        for lz in c.launches:
+            donors = [d for d in codes.get((c.shape_id, _code(lz)), []) if d[0] != c.variant]
+            if donors:
+                v, k = donors[0]
+                rows = lines[(lines["variant"] == v) & (lines["shape_id"] == c.shape_id) & (lines["kernel"] == k)]
+                extra.append(rows.assign(variant=c.variant, **{BORROWED: v}))
+    return pd.concat([lines, *extra], ignore_index=True) if extra else lines
+
+
 def locate(f: Finding, lines: pd.DataFrame, variant: str, shape_id: str) -> str:
     """'52% of barrier stall samples at fa.cu:48 (`__syncthreads();`)' for a finding, or ''."""
     if lines.empty:
@@ -64,6 +103,8 @@ def locate(f: Finding, lines: pd.DataFrame, variant: str, shape_id: str) -> str:
         return ""
     shape = shape_id if (mine["shape_id"] == shape_id).any() else str(mine["shape_id"].iloc[0])
     note = "" if shape == shape_id else f" (source lines of {shape})"
+    if BORROWED in mine.columns and mine[BORROWED].notna().any():
+        note += f" (from {mine[BORROWED].dropna().iloc[0]}'s profile of the same kernel code)"
     for metric in _metrics_for(f.cause):
         kind, _, reason = metric.partition(":")
         if kind == "stall" and reason in PRODUCER_REASONS:

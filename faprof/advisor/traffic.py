@@ -92,31 +92,30 @@ class Traffic:
         return lv.total / self.compulsory
 
 
-#: Problem fields that are integers (a parquet row may hold them as floats).
-def _sum(call: Call, key: str) -> float:
-    return nansum(*(lz.metric(key) for lz in call.launches))
+def _sum(launches: list[Launch], key: str) -> float:
+    return nansum(*(lz.metric(key) for lz in launches))
 
 
-def _l2_level(call: Call) -> Level:
-    sectors = {k: _sum(call, f"l2_sectors_{k}") for k in ("read", "write", "atom", "red")}
+def _l2_level(lzs: list[Launch]) -> Level:
+    sectors = {k: _sum(lzs, f"l2_sectors_{k}") for k in ("read", "write", "atom", "red")}
     if ok(sectors["read"]):
         return Level("l2", SECTOR_BYTES * sectors["read"], SECTOR_BYTES * nansum(sectors["write"]),
                      SECTOR_BYTES * nansum(sectors["atom"], sectors["red"]),
                      source="lts__t_sectors_srcunit_tex_op_{read,write,atom,red}")
-    read = nansum(_sum(call, "global_ld_sectors"), _sum(call, "local_ld_sectors"),
-                  _sum(call, "global_ldgsts_sectors_bypass"), _sum(call, "global_ldgsts_sectors_access"))
-    write = nansum(_sum(call, "global_st_sectors"), _sum(call, "local_st_sectors"))
+    read = nansum(_sum(lzs, "global_ld_sectors"), _sum(lzs, "local_ld_sectors"),
+                  _sum(lzs, "global_ldgsts_sectors_bypass"), _sum(lzs, "global_ldgsts_sectors_access"))
+    write = nansum(_sum(lzs, "global_st_sectors"), _sum(lzs, "local_st_sectors"))
     return Level("l2", SECTOR_BYTES * read if ok(read) else math.nan, SECTOR_BYTES * write if ok(write) else math.nan,
                  source="L1/TEX global, local and cp.async sectors (what L1 asked for: an upper bound of L2's)")
 
 
-def _shared_level(call: Call) -> Level:
-    ld = _sum(call, "smem_wavefronts_ld")
-    st = _sum(call, "smem_wavefronts_st")
-    c_ld = nansum(_sum(call, "smem_bank_conflicts_ld"))
-    c_st = nansum(_sum(call, "smem_bank_conflicts_st"))
+def _shared_level(lzs: list[Launch]) -> Level:
+    ld = _sum(lzs, "smem_wavefronts_ld")
+    st = _sum(lzs, "smem_wavefronts_st")
+    c_ld = nansum(_sum(lzs, "smem_bank_conflicts_ld"))
+    c_st = nansum(_sum(lzs, "smem_bank_conflicts_st"))
     if not ok(ld):
-        total = _sum(call, "smem_wavefronts")
+        total = _sum(lzs, "smem_wavefronts")
         return Level("shared", WAVEFRONT_BYTES * total if ok(total) else math.nan,
                      source="shared wavefronts x 128 B (bank conflicts not separable)")
     return Level("shared", WAVEFRONT_BYTES * max(0.0, ld - c_ld), WAVEFRONT_BYTES * max(0.0, nansum(st) - c_st),
@@ -128,9 +127,9 @@ def _peak(lz: Launch, per_cycle: str, clock: str) -> float:
     return p * c if ok(p) and ok(c) and p > 0 and c > 0 else math.nan
 
 
-def _bandwidths(call: Call, levels: dict[str, Level]) -> None:
+def _bandwidths(call: Call, levels: dict[str, Level], launches: list[Launch]) -> None:
     """Bytes per second per level: DRAM measured on the timed row when present, else ncu's peaks."""
-    lz = max(call.launches, key=lambda x: x.duration_ms if ok(x.duration_ms) else 0.0)
+    lz = max(launches, key=lambda x: x.duration_ms if ok(x.duration_ms) else 0.0)
     measured = _num(call.measurement.get("mem_bw_gbs"))
     dram = levels["dram"]
     if ok(measured) and measured > 0:
@@ -145,21 +144,23 @@ def _bandwidths(call: Call, levels: dict[str, Level]) -> None:
     levels["shared"].bandwidth_source = "ncu peak"
 
 
-def traffic(call: Call) -> Traffic | None:
-    """A call's bytes by level; None when it has no profiled launch."""
-    if not call.launches:
+def traffic(call: Call, launches: list[Launch] | None = None) -> Traffic | None:
+    """A call's bytes by level (`launches`: those of its launches to count, default all); None when it has
+    no profiled launch."""
+    lzs = call.launches if launches is None else launches
+    if not lzs:
         return None
     prob = AttentionProblem.from_row(call.measurement)
     compulsory = float(prob.min_bytes()) if prob is not None else _num(call.measurement.get("min_bytes"))
     flops = float(prob.flops()) if prob is not None else call.analytic_flops
     levels = {
-        "dram": Level("dram", _sum(call, "dram_bytes_read"), _sum(call, "dram_bytes_write"),
+        "dram": Level("dram", _sum(lzs, "dram_bytes_read"), _sum(lzs, "dram_bytes_write"),
                       source="dram__bytes_read/write"),
-        "l2": _l2_level(call),
-        "shared": _shared_level(call),
+        "l2": _l2_level(lzs),
+        "shared": _shared_level(lzs),
     }
-    _bandwidths(call, levels)
-    hits = [(lz.metric("l2_hit_rate"), lz.duration_ms) for lz in call.launches]
+    _bandwidths(call, levels, lzs)
+    hits = [(lz.metric("l2_hit_rate"), lz.duration_ms) for lz in lzs]
     hits = [(h, w) for h, w in hits if ok(h) and ok(w) and w > 0]
     hit = sum(h * w for h, w in hits) / sum(w for _, w in hits) if hits else math.nan
     return Traffic(call.variant, call.shape_id, compulsory, levels, hit, flops)

@@ -116,8 +116,10 @@ def plan_source(summary: pd.DataFrame, mode: str = DEFAULT_SOURCE_MODE,
 
     Args:
         summary: ncu_summary of the bundle.
-        mode: 'auto' (per variant, its longest kernel at its largest profiled shape: the shape with the
-            most FLOPs, ties by the longest call), 'all' (every profiled kernel at every shape), 'off'.
+        mode: 'auto' (per variant, at its largest profiled shape (the shape with the most FLOPs, ties by the
+            longest call) the kernel that executed the most FLOPs: the one doing the problem's math, not a
+            library copy or cast beside it, which carries no line info; the longest kernel where FLOPs were
+            not counted), 'all' (every profiled kernel at every shape), 'off'.
         flops: (variant, shape_id) -> the problem's FLOPs, to rank shapes (default: the summary's
             analytic_flops).
         only: variants to consider (None: all): faprof's and users' kernels, whose binaries carry line
@@ -139,8 +141,7 @@ def plan_source(summary: pd.DataFrame, mode: str = DEFAULT_SOURCE_MODE,
         if flops:
             per_shape["fl"] = [flops.get((str(variant), str(s)), f) for s, f in zip(per_shape.index, per_shape["fl"], strict=True)]
         shape = per_shape.sort_values(["fl", "ms"], ascending=False, na_position="last").index[0]
-        at = g[g["shape_id"] == shape].groupby("kernel", sort=False)["duration_ms"].sum()
-        kernel = str(at.idxmax())
+        kernel = _math_kernel(g[g["shape_id"] == shape])
         code = _code_id(g, shape, kernel)
         twin = next((i for i, t in enumerate(out) if t.shape_id == shape and _code_id(launches, shape, t.kernel, t.variant) == code), None)
         if twin is not None:  # the same kernel code at the same shape (a variant reusing another's forward)
@@ -149,6 +150,16 @@ def plan_source(summary: pd.DataFrame, mode: str = DEFAULT_SOURCE_MODE,
             continue
         out.append(SourceTarget(str(variant), str(shape), kernel))
     return out
+
+
+def _math_kernel(at: pd.DataFrame) -> str:
+    """Of one call's launches, the kernel that executed the most FLOPs (`hw_flops`), else the longest."""
+    time = at.groupby("kernel", sort=False)["duration_ms"].sum()
+    if "hw_flops" in at.columns:
+        flops = pd.to_numeric(at["hw_flops"], errors="coerce").groupby(at["kernel"], sort=False).sum(min_count=1)
+        if flops.notna().any() and float(flops.max()) > 0:
+            return str(flops.idxmax())
+    return str(time.idxmax())
 
 
 def _code_id(launches: pd.DataFrame, shape: str, kernel: str, variant: str | None = None) -> str:
