@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
         cause = "level (no cause)" if r.level else "faster than its twin" if r.faster else (r.primary or "–")
         err = "–" if r.error != r.error else f"{100 * r.error:+.0f}%"
         print(f"| {r.variant} | {r.twin} | {r.shape_id} | {r.dtype} | {_us(r.measured_gap_us)} | {cause} | "
-              f"{r.expected} | {_us(r.estimated_gain_us)} | {err} |")
+              f"{r.expected if isinstance(r.expected, str) else 'none (no defect to find)'} | {_us(r.estimated_gain_us)} | {err} |")
     named = table[~table["level"] & ~table["faster"]]
     s = error_summary(named)
     right = int((named["primary"] == named["expected"]).sum())
