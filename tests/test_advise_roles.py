@@ -220,3 +220,17 @@ def test_the_source_pass_profiles_the_kernel_doing_the_math(bundle):
     summ = bundle.read("ncu_summary").drop(columns=["hw_flops"])
     kv = [t for t in source.plan_source(summ) if "planted_kv_repeat" in (t.variant, *t.also)]
     assert [t.kernel for t in kv] == ["elementwise_kernel"]
+
+
+def test_the_outputs_a_read_modify_write_is_weighed_against_are_the_packed_query_tokens():
+    """A packed (varlen) batch writes total_q rows of output, not B x the longest sequence: global_rmw's
+    'writes beyond the problem's outputs' must not get the padded batch's bytes for free."""
+    from faprof.advisor.evidence import Call
+    from faprof.advisor.rules_pair import _output_bytes
+    from faprof.model.problem import AttentionProblem
+
+    packed = AttentionProblem(B=3, H=4, Hkv=2, Sq=100, Sk=100, D=32, dtype="fp16", causal=True,
+                              seqlens_q=(100, 50, 7), seqlens_k=(100, 50, 7))
+    dense = AttentionProblem(B=2, H=4, Sq=64, Sk=64, D=32, dtype="fp16")
+    assert _output_bytes(Call("v", packed.shape_id, packed.to_row())) == 157 * 4 * 32 * 2
+    assert _output_bytes(Call("v", dense.shape_id, dense.to_row())) == 2 * 64 * 4 * 32 * 2

@@ -255,7 +255,8 @@ def _output_bytes(call: Call) -> float:
     p = AttentionProblem.from_row(call.measurement)
     if p is None:
         return math.nan
-    return float(p.B * p.H * p.Sq * p.D * p.elt_bytes) if p.direction == "fwd" else math.nan
+    # total_q: a packed (varlen) batch's output is its query tokens, not B x the longest sequence
+    return float(p.total_q * p.H * p.D * p.elt_bytes) if p.direction == "fwd" else math.nan
 
 
 def _executed_flops(call: Call) -> float:
