@@ -14,7 +14,6 @@ import pandas as pd
 import pytest
 
 from faprof import advisor
-from faprof.advisor import rules_call
 from faprof.advisor.thresholds import THRESHOLDS, value
 
 SMS = 132
@@ -184,10 +183,42 @@ def test_wasted_work_from_exact_flops_with_a_tile_allowance():
 
 
 def test_tile_and_causal_pair_counts():
-    assert rules_call.causal_pairs(4, 4) == 10
-    assert rules_call.causal_pairs(6, 4) == 10 + 2 * 4  # rows past Sk see every key
-    assert rules_call.tile_pairs(256, 256, True, 128) == 128 * 128 * (1 + 2)
-    assert rules_call.tile_pairs(200, 100, False, 128) == 2 * 128 * 128
+    from faprof.advisor.pairs import causal_pairs, tile_pairs
+
+    assert causal_pairs(4, 4) == 10
+    assert causal_pairs(6, 4) == 10 + 2 * 4  # rows past Sk see every key
+    assert tile_pairs(256, 256, True, 128) == 128 * 128 * (1 + 2)
+    assert tile_pairs(200, 100, False, 128) == 2 * 128 * 128
+
+
+@pytest.mark.parametrize("kw", [
+    dict(causal=True, mask_align="bottom_right", Sq=1, Sk=300),        # decode: the one query sees every key
+    dict(causal=True, mask_align="bottom_right", Sq=70, Sk=200),
+    dict(causal=True, mask_align="top_left", Sq=200, Sk=70),
+    dict(causal=True, mask_align="bottom_right", Sq=90, Sk=40),        # rows 0-49 see nothing
+    dict(causal=True, window=(31, 0), Sq=150, Sk=150),                 # sliding window
+    dict(causal=False, window=(20, 9), Sq=100, Sk=130),
+    dict(causal=True, B=3, seqlens_q=(70, 5, 33), seqlens_k=(70, 5, 33), Sq=70, Sk=70),  # packed batch
+])
+def test_the_tile_allowance_counts_every_mask_and_sequence_against_brute_force(kw):
+    """wasted_work's allowance (whole tiles over the keys each query tile sees) for bottom-right causal,
+    windows and packed batches, against enumerating the pairs and the tiles holding any of them."""
+    from faprof.advisor.pairs import problem_pairs
+    from faprof.model.problem import AttentionProblem
+
+    args = dict(B=1, H=2, D=32, dtype="fp16") | kw
+    p = AttentionProblem(**args)
+    tile = 16
+    exact = tiles = 0
+    for sq, sk in zip(p.q_lens(), p.k_lens(), strict=True):
+        seen = [[k for k in range(sk) if p.mask.key_range(i, sq, sk)[0] <= k <= p.mask.key_range(i, sq, sk)[1]]
+                for i in range(sq)]
+        exact += sum(len(s) for s in seen)
+        for qt in range(-(-sq // tile)):
+            kts = {k // tile for s in seen[qt * tile:(qt + 1) * tile] for k in s}
+            tiles += len(kts) * tile * tile
+    assert problem_pairs(p, tile) == (exact, tiles)
+    assert exact * p.H * 4 * p.D == p.fwd_flops()  # the model's exact FLOPs count the same pairs
 
 
 # ----------------------------------------------------------------------------- parallelism

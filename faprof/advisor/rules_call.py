@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from faprof.advisor.evidence import Call, Launch, _num, nansum, ok
 from faprof.advisor.findings import Finding, big, num, pct
-from faprof.advisor.pairs import causal_pairs, tile_pairs
+from faprof.advisor.pairs import row_pairs
 from faprof.advisor.roles import describe_movers, input_movers, math_launches, movers
 from faprof.advisor.rules_kernel import Context
 from faprof.advisor.thresholds import value as T
@@ -30,13 +30,6 @@ def correctness(call: Call, ctx: Context) -> list[Finding]:
 
 
 # -------------------------------------------------------------------------------- wasted work
-def _problem(call: Call) -> tuple[int, int, bool] | None:
-    sq, sk, causal = _num(call.problem("Sq")), _num(call.problem("Sk")), call.problem("causal")
-    if not (ok(sq) and ok(sk)) or causal is None:
-        return None
-    return int(sq), int(sk), bool(causal)
-
-
 def wasted_work(call: Call, ctx: Context) -> list[Finding]:
     """Hardware FLOPs over the exact FLOPs, beyond what whole tiles make unavoidable.
 
@@ -55,14 +48,14 @@ def wasted_work(call: Call, ctx: Context) -> list[Finding]:
         return []
     effective = hw - (1 - 1 / T("TF32_PRODUCTS")) * (tf32 if ok(tf32) else 0.0)
     ratio = effective / call.analytic_flops
-    prob = _problem(call)
     tile = int(T("WASTED_WORK_TILE"))
     allowance, allow_text = 1.0, "no problem shape known: no tile allowance"
-    if prob is not None:
-        sq, sk, causal = prob
-        exact_pairs = causal_pairs(sq, sk) if causal else sq * sk
-        allowance = tile_pairs(sq, sk, causal, tile) / exact_pairs if exact_pairs else 1.0
-        allow_text = f"{tile}-row tiles{' up to the diagonal' if causal else ''} need {allowance:.2f}x"
+    # every mask (alignment, window) and every sequence of a packed batch, from the problem's own model
+    counted = row_pairs(call.measurement, tile)
+    if counted is not None:
+        exact_pairs, tiled, over = counted
+        allowance = tiled / exact_pairs if exact_pairs else 1.0
+        allow_text = f"{tile}-row tiles{over} need {allowance:.2f}x"
     if ratio <= allowance * T("WASTED_WORK_MIN_RATIO"):
         return []
     tf_text = f" (TF32 FLOPs counted 1/{T('TF32_PRODUCTS'):.0f})" if ok(tf32) and tf32 > 0 else ""

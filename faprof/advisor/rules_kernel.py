@@ -17,7 +17,7 @@ from faprof.advisor.accounting import WARP_SIZE, launch_account
 from faprof.advisor.evidence import Call, Launch, nansum, ok
 from faprof.advisor.evidence import _num as _numf
 from faprof.advisor.findings import LIMITER_ADVICE, STALL_ADVICE, Finding, big, num, pct, split_kv_fix
-from faprof.advisor.pairs import tile_pairs
+from faprof.advisor.pairs import row_pairs
 from faprof.advisor.roles import exact_flops, executed_flops, math_share
 from faprof.advisor.thresholds import value as T
 from faprof.model import gpus
@@ -272,7 +272,7 @@ def _computed_scores(call: Call, lz: Launch) -> float:
     """Scores (query-key pairs) the launch computed. A kernel doing the products (at least
     MATH_KERNEL_MIN_SHARE of the problem's FLOPs): its executed FLOPs over the 4·D FLOPs of a score's two
     products (QKᵀ and PV), padded rows and tiles included, as it computes an exp2 for each. Otherwise, or
-    where FLOPs were not counted: the problem's pairs with whole WASTED_WORK_TILE tiles (top-left causal),
+    where FLOPs were not counted: the problem's pairs with whole WASTED_WORK_TILE tiles (its mask, every sequence),
     times the launch's share of the problem's FLOPs (`faprof.advisor.roles.math_share`) for a kernel doing
     products, whole for one beside them (a softmax kernel processes every score without their FLOPs)."""
     d = _numf(call.problem("D"))
@@ -281,13 +281,12 @@ def _computed_scores(call: Call, lz: Launch) -> float:
     products = share >= T("MATH_KERNEL_MIN_SHARE")
     if products and ok(done) and done > 0 and ok(d) and d > 0:
         return done / (4 * d)
+    counted = row_pairs(call.measurement, int(T("WASTED_WORK_TILE")))  # every sequence, the problem's mask
     try:
-        b, h = int(call.problem("B")), int(call.problem("H"))
-        sq, sk = int(call.problem("Sq")), int(call.problem("Sk"))
+        h = int(call.problem("H"))
     except (TypeError, ValueError):
         return math.nan
-    pairs = tile_pairs(sq, sk, bool(call.problem("causal")), int(T("WASTED_WORK_TILE")))
-    return b * h * pairs * (share if products else 1.0)
+    return h * counted[1] * (share if products else 1.0) if counted is not None else math.nan
 
 
 def thread_divergence(lz: Launch, call: Call, ctx: Context) -> Finding | None:
