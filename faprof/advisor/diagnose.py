@@ -278,6 +278,7 @@ def diagnose(source: Any, against: str | None = None) -> pd.DataFrame:
     absolute = {id(c): _absolute(c, ctx) for c in calls}
     lines = borrow(tables.get("source_lines"), calls)
     notes = _shape_notes(calls, absolute)
+    parsed: dict = {}  # each profiled kernel's SASS parsed once, however many causes and shapes point at it
     rows: list[dict[str, Any]] = []
     for call in calls:
         ag = canon.get((against, call.shape_id), against) if against else None
@@ -286,7 +287,7 @@ def diagnose(source: Any, against: str | None = None) -> pd.DataFrame:
         else:
             found, level = _call_findings(call, calls, absolute, ag)
         ranked = _rank(found, level)
-        attach([f for f, _ in ranked], lines, call.variant, call.shape_id)
+        attach([f for f, _ in ranked], lines, call.variant, call.shape_id, memo=parsed)
         named = also.get((call.variant, call.shape_id))
         for rank, (f, is_primary) in enumerate(ranked, start=1):
             rows.append({**_row(f, call, rank, is_primary), "aliases": named})

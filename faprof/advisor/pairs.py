@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -14,6 +15,7 @@ def causal_pairs(sq: int, sk: int) -> int:
     return MaskSpec(causal=True).pairs(sq, sk)
 
 
+@functools.lru_cache(maxsize=4096)  # pure in its arguments; rules ask it again for every kernel of a call
 def tile_pairs(sq: int, sk: int, causal: bool, tile: int, mask: MaskSpec | None = None) -> int:
     """Pairs a kernel with square tiles of `tile` rows must compute for one sequence: for each query tile,
     whole key tiles from the one holding the first key any of its rows sees to the one holding the last

@@ -209,17 +209,26 @@ def blame(code: list[Instr], reasons: tuple[str, ...] = PRODUCER_REASONS) -> pd.
     return pd.DataFrame(rows, columns=list(BLAME_COLUMNS)).sort_values("samples", ascending=False, ignore_index=True)
 
 
-def top_producer(lines: pd.DataFrame, variant: str, shape_id: str, reason: str) -> dict | None:
+def top_producer(lines: pd.DataFrame, variant: str, shape_id: str, reason: str,
+                 memo: dict[tuple[str, str, str], list[Instr]] | None = None) -> dict | None:
     """The instruction most of `reason`'s samples are charged to, for one call's source rows: file, line,
-    sass, share of the reason's samples; None when the rows carry no per-instruction data."""
+    sass, share of the reason's samples; None when the rows carry no per-instruction data. `memo`: parsed
+    kernels by (variant, shape, kernel), kept by the caller across calls on the same rows (a diagnosis
+    locates several causes, at several shapes, in one profiled kernel)."""
     if lines.empty or "pc" not in lines.columns:
         return None
     mine = lines[(lines["variant"] == variant) & (lines["shape_id"] == shape_id) & lines["pc"].notna()]
     if mine.empty:
         return None
     best = None
-    for _kernel, rows in mine.groupby("kernel", sort=False):
-        b = blame(kernel_code(rows), (reason,))
+    for kernel, rows in mine.groupby("kernel", sort=False):
+        key = (variant, shape_id, str(kernel))
+        code = memo.get(key) if memo is not None else None
+        if code is None:
+            code = kernel_code(rows)
+            if memo is not None:
+                memo[key] = code
+        b = blame(code, (reason,))
         b = b[b["reason"] == reason]
         total = float(b["samples"].sum())
         if b.empty or total <= 0:

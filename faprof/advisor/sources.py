@@ -94,8 +94,9 @@ def borrow(lines: pd.DataFrame, calls: list[Call]) -> pd.DataFrame:
     return pd.concat([lines, *extra], ignore_index=True) if extra else lines
 
 
-def locate(f: Finding, lines: pd.DataFrame, variant: str, shape_id: str) -> str:
-    """'52% of barrier stall samples at fa.cu:48 (`__syncthreads();`)' for a finding, or ''."""
+def locate(f: Finding, lines: pd.DataFrame, variant: str, shape_id: str, memo: dict | None = None) -> str:
+    """'52% of barrier stall samples at fa.cu:48 (`__syncthreads();`)' for a finding, or ''. `memo`: parsed
+    kernels kept across calls on the same `lines` (`faprof.advisor.producers.top_producer`)."""
     if lines.empty:
         return ""
     mine = lines[lines["variant"] == variant]
@@ -108,7 +109,7 @@ def locate(f: Finding, lines: pd.DataFrame, variant: str, shape_id: str) -> str:
     for metric in _metrics_for(f.cause):
         kind, _, reason = metric.partition(":")
         if kind == "stall" and reason in PRODUCER_REASONS:
-            hit = top_producer(mine, variant, shape, reason)
+            hit = top_producer(mine, variant, shape, reason, memo)
             if hit is not None:  # the instruction the stalled ones wait for, not where they wait
                 return describe_line(hit, f"{reason.replace('_', ' ')} stall samples charged to their producer,") + note
         hits = top_lines(mine, variant, shape, metric, n=1)
@@ -117,13 +118,15 @@ def locate(f: Finding, lines: pd.DataFrame, variant: str, shape_id: str) -> str:
     return ""
 
 
-def attach(found: list[Finding], lines: pd.DataFrame, variant: str, shape_id: str, top: int = 3) -> None:
-    """Set `source` on the first `top` causes of a ranked list (notes and ncu rules left out)."""
+def attach(found: list[Finding], lines: pd.DataFrame, variant: str, shape_id: str, top: int = 3,
+           memo: dict | None = None) -> None:
+    """Set `source` on the first `top` causes of a ranked list (notes and ncu rules left out); `memo` as for
+    `locate`, one per `lines`."""
     n = 0
     for f in found:
         if n >= top:
             break
         if f.kind in ("note", "ncu", "correctness"):
             continue
-        f.source = locate(f, lines, variant, shape_id)
+        f.source = locate(f, lines, variant, shape_id, memo)
         n += 1
