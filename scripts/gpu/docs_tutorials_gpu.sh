@@ -9,7 +9,9 @@
 # into $OUT/bundles.tgz; a table prints last: tutorial, step (the command), the exit code the page
 # says, the one it gave, seconds.
 #
-#   bash scripts/gpu/docs_tutorials_gpu.sh [TUTORIAL ...]      e.g. modern-problems ci-gate; default: all
+#   bash scripts/gpu/docs_tutorials_gpu.sh [TUTORIAL[:PART] ...]  e.g. modern-problems ci-gate; default: all
+#   bash scripts/gpu/docs_tutorials_gpu.sh modern-problems:triton modern-problems:varlen   (parts of a page:
+#        modern-problems:decode, :triton, :varlen; multi-gpu-dask:resume, :gpus)
 #   FULL=1 BUDGET_S=560 bash scripts/gpu/docs_tutorials_gpu.sh compare-gpus multi-gpu-dask
 #
 # Pages with no GPU step (read-a-diagnosis) get a row saying so. getting-started.md is not a tutorial
@@ -57,7 +59,8 @@ N=0
 row() {  # row TUTORIAL WANT RC SECONDS COMMAND-TEXT [NOTE]
   ROWS+=("$(printf '%-16s %-4s %-4s %5s  %s%s' "$1" "$2" "$3" "$4" "$5" "${6:+  [$6]}")")
 }
-wanted() { [ "$ONLY" = "  " ] || [[ "$ONLY" == *" $1 "* ]]; }
+wanted() { [ "$ONLY" = "  " ] || [[ "$ONLY" == *" $1 "* ]] || [[ "$ONLY" == *" $1:"* ]]; }  # the page or a part
+part() { [ "$ONLY" = "  " ] || [[ "$ONLY" == *" $1 "* ]] || [[ "$ONLY" == *" $1:$2 "* ]]; }  # part PAGE PART
 # step TUTORIAL WANT EST_S LIMIT_S COMMAND...: run COMMAND (a word list) under timeout; WANT may be "0|4";
 # STEP_TEXT=... names the step in the table when COMMAND is not what the page writes
 step() {
@@ -114,7 +117,8 @@ decode, varlen = re.findall(r"^```toml\n(.*?)^```", open(sys.argv[1]).read(), re
 open("my_decode.toml", "w").write(decode)
 open("my_varlen.toml", "w").write(varlen)
 EOF
-  if step modern-problems 0 90 240 faprof profile --kernel examples/kernels/gqa_decode.cu --scenario my_decode.toml --ncu; then
+  if part modern-problems decode \
+      && step modern-problems 0 90 240 faprof profile --kernel examples/kernels/gqa_decode.cu --scenario my_decode.toml --ncu; then
     B=$(bundle_of "$LAST_LOG")
     if [ -n "$B" ]; then
       step modern-problems 0 15 90 faprof explain "$B" --variant gqa_decode --against sdpa_flash --format text \
@@ -122,13 +126,14 @@ EOF
              || row modern-problems - - - "(the explain above)" "FAIL: split-KV not named"; }
     fi
   fi
-  step modern-problems 0 40 150 faprof profile --kernel examples/kernels/triton_decode.py:triton_decode --scenario my_decode.toml
-  step modern-problems 0 20 120 faprof profile --scenario my_varlen.toml
+  part modern-problems triton \
+    && step modern-problems 0 80 150 faprof profile --kernel examples/kernels/triton_decode.py:triton_decode --scenario my_decode.toml
+  part modern-problems varlen && step modern-problems 0 20 120 faprof profile --scenario my_varlen.toml
 fi
 
 # multi-gpu-dask.md step 3: Ctrl-C a run once its first rows are written, then --resume it (the page
 # names no scenario: smoke, the smallest); steps 1 and 2 further down
-if wanted multi-gpu-dask; then
+if part multi-gpu-dask resume; then
   if STEP_TEXT="faprof profile --scenario smoke, then Ctrl-C after its first row (bin/interrupt_smoke)" \
       step multi-gpu-dask 130 20 120 interrupt_smoke; then
     R=$(ls -d runs_resume/*/ 2>/dev/null | head -1)
@@ -168,7 +173,7 @@ if wanted compare-gpus; then
 fi
 
 # multi-gpu-dask.md steps 1 and 2 on GPUs: they spread one run over several GPUs
-if wanted multi-gpu-dask; then
+if part multi-gpu-dask gpus; then
   if [ -n "$FULL" ] && [ "$NGPU" -ge 2 ]; then
     step multi-gpu-dask 0 90 240 faprof profile --scenario l4_causal --gpus all
     PORT=$((20000 + RANDOM % 20000))
