@@ -210,6 +210,23 @@ def test_recorded_runs_reestimate_from_the_script(tmp_path):
     assert "NVIDIA H200" in floors  # the other model's floor is kept
 
 
+def test_the_script_makes_the_folder_it_writes_into(tmp_path):
+    """The ci-gate tutorial writes perf/noise.toml in a checkout that has no perf/ yet."""
+    import runpy
+    import sys
+
+    out = tmp_path / "perf" / "noise.toml"
+    argv = ["gate_noise_floor.py", "--runs", str(SLOW[0]), str(SLOW[1]), "--out", str(out)]
+    old, sys.argv = sys.argv, argv
+    try:
+        with pytest.raises(SystemExit) as e:
+            runpy.run_path(str(ROOT / "scripts" / "analysis" / "gate_noise_floor.py"), run_name="__main__")
+    finally:
+        sys.argv = old
+    assert e.value.code == 0
+    assert [f.gpu_name for f in load_floors(out)] == ["NVIDIA H100 80GB HBM3"]
+
+
 def test_measurements_of_the_fixtures_are_the_recorded_runs():
     """The fixtures are the bundles gpu_gate_check.sh wrote (same commit, same GPU, CUPTI), not edited copies."""
     for b in (*SAME, *SLOW):

@@ -75,7 +75,8 @@ def main(argv: list[str]) -> int:
               f"({f.row_runs} row-runs, {f.residual_df} df); per variant: {spread}", file=sys.stderr)
     if out is None:
         print(text, end="")
-    else:
+    else:  # a new perf/ folder is made (the ci-gate tutorial writes perf/noise.toml before perf/ exists)
+        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text)
         print(f"wrote {out}", file=sys.stderr)
     return 0
