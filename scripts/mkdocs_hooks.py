@@ -248,6 +248,8 @@ def cause_entries() -> dict[str, dict[str, Any]]:
         table = {"stall": catalogue.STALL_ADVICE, "pipe": catalogue.PIPE_ADVICE}.get(family)
         if table is not None and name in table:
             e["advice"] = table[name]
+        if family == "pipe":
+            e["advice_on_tc"] = catalogue.PIPE_ADVICE_PRODUCTS_ON_TENSOR_CORES.get(name)
     for module, fn in _module_functions("faprof.advisor"):
         for node in ast.walk(fn):  # `if t.key == "<cause>": return "<text>"`: a text the cause is said with
             if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and node.body \
@@ -343,6 +345,10 @@ def _cause_section(key: str, e: dict[str, Any]) -> list[str]:
     if adv is not None:
         out += ["", f"- **What it is:** {_md(adv.meaning)}", f"- **Points to:** {_md(adv.points_to)}",
                 f"- **Fix:** {_md(adv.fix)}"]
+        alt = e.get("advice_on_tc")
+        if alt is not None:
+            out += [f"- **When the kernel's matrix products already run on tensor cores** (`PRODUCTS_ON_TC_SHARE`), "
+                    f"it points to: {_md(alt.points_to)}", f"- **and the fix is:** {_md(alt.fix)}"]
     rules = [r for r in e["rules"] if r["doc"] or r["reads"] or r["thresholds"]]
     if rules:
         out += ["", "**Named by:**", ""]

@@ -227,3 +227,15 @@ def test_stall_causes_name_the_instruction_that_produced_what_warps_wait_for(bun
             sass = s.split("`")[1].split()  # the producer's SASS, a guard predicate (@!P3) first where it has one
             op = sass[1] if sass[0].startswith("@") else sass[0]
             assert op.startswith(("LD", "ST", "ATOM", "RED")), (variant, s)
+
+
+def test_small_tiles_extra_rescales_get_the_element_wise_fix_not_tensor_cores():
+    """planted_small_tile runs its products on tensor cores like its twin; its extra fp32 instructions are
+    the output rescales of twice as many key tiles, so their term's fix is per-score work, not 'tensor cores'."""
+    bundle = _holder("planted_small_tile")
+    diag = _diag(bundle, CONTROL_OF["planted_small_tile"])
+    fma = diag[(diag["variant"] == "planted_small_tile") & (diag["cause"] == "pipe:fma")]
+    if fma.empty:
+        pytest.skip(f"{bundle.path.name}: no fp32 instruction term for planted_small_tile")
+    for fix in fma["fix"]:
+        assert fix.startswith("fewer CUDA-core instructions per score") and "larger key tiles" in fix

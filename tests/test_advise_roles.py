@@ -85,6 +85,30 @@ def test_a_call_is_never_all_data_movement_and_nothing_is_decided_without_counte
     assert [roles.exact_flops(call, lz) for lz in call.launches] == pytest.approx([2.5e8, 7.5e8])
 
 
+def test_more_cuda_core_math_beside_tensor_core_products_is_element_wise_work():
+    """pipe:fma / pipe:fp16 terms: 'do QKᵀ and PV on tensor cores' only where the products are not there yet;
+    beside tensor-core products the extra instructions are per-score work (softmax, rescales, masks)."""
+    from faprof.advisor.gap_findings import _term_fix
+
+    term = differential.Term("pipe:fma", "instructions", 0.1)
+    on_tc = evidence.Call("v", "s", analytic_flops=1e9)
+    on_tc.launches = [evidence.Launch("k", 0, 0, {"duration_ms": 1.0, "tensor_flops": 9e8, "fp32_flops": 1e8},
+                                      {"smsp__thread_inst_executed.sum": 1e8}, "9.0", share=1.0)]
+    on_cuda = evidence.Call("v", "s", analytic_flops=1e9)
+    on_cuda.launches = [evidence.Launch("k", 0, 0, {"duration_ms": 1.0, "tensor_flops": 0.0, "fp32_flops": 1e9},
+                                        {"smsp__thread_inst_executed.sum": 1e9}, "9.0", share=1.0)]
+    no_counters = evidence.Call("v", "s", analytic_flops=1e9)
+    no_counters.launches = [evidence.Launch("k", 0, 0, {"duration_ms": 1.0}, {}, "9.0", share=1.0)]
+    assert roles.products_on_tensor_cores(on_tc)
+    assert not roles.products_on_tensor_cores(on_cuda) and not roles.products_on_tensor_cores(no_counters)
+    assert "rescale the accumulator once per key tile" in _term_fix(term, on_tc)
+    assert "tensor cores" not in _term_fix(term, on_tc).split(" (points to")[0]
+    assert _term_fix(term, on_cuda).startswith("do QKᵀ and PV on tensor cores")
+    assert _term_fix(term, no_counters).startswith("do QKᵀ and PV on tensor cores")
+    other = differential.Term("pipe:alu", "instructions", 0.1)
+    assert _term_fix(other, on_tc) == _term_fix(other, on_cuda)
+
+
 # --------------------------------------------------------------------------- the gap, recorded
 @pytest.mark.parametrize("shape", [B16, B4])
 def test_the_copy_kernels_are_one_term_and_the_terms_still_sum_to_the_gap(calls, shape):

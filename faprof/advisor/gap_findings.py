@@ -21,6 +21,7 @@ from faprof.advisor.findings import CAUSES, Finding, num, pct, split_kv_fix
 from faprof.advisor.partition import AHEAD, Part, Partition, partition
 from faprof.advisor.partition import CLAIMS as PARTITION_CLAIMS
 from faprof.advisor.partition import MECHANISMS as PARTITION_MECHANISMS
+from faprof.advisor.roles import products_on_tensor_cores
 from faprof.advisor.thresholds import value as T
 from faprof.nsight.ncu import catalogue
 
@@ -75,6 +76,8 @@ def _term_fix(t: Term, call: Call) -> str:
         return f"{a.fix} (points to: {a.points_to})"
     if kind == "pipe" and name in catalogue.PIPE_ADVICE:
         a = catalogue.PIPE_ADVICE[name]
+        if name in catalogue.PIPE_ADVICE_PRODUCTS_ON_TENSOR_CORES and products_on_tensor_cores(call):
+            a = catalogue.PIPE_ADVICE_PRODUCTS_ON_TENSOR_CORES[name]
         return f"{a.fix} (points to: {a.points_to})"
     if t.key == "occupancy":
         return "fewer registers or less shared memory per block, or more warps per block, so more warps are resident"

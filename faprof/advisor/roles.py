@@ -86,6 +86,15 @@ def math_share(call: Call, lz: Launch) -> float:
     return lz.duration_ms / total if ok(total) and total > 0 and ok(lz.duration_ms) else lz.share
 
 
+def products_on_tensor_cores(call: Call) -> bool:
+    """Whether the call's math kernels do their matrix products on tensor cores: tensor-core FLOPs at least
+    PRODUCTS_ON_TC_SHARE of the FLOPs they executed. False without the counters."""
+    maths = math_launches(call)
+    tensor = nansum(*(lz.col("tensor_flops") for lz in maths))
+    every = nansum(*(executed_flops(lz) for lz in maths))
+    return ok(tensor) and ok(every) and every > 0 and tensor >= T("PRODUCTS_ON_TC_SHARE") * every
+
+
 def exact_flops(call: Call, lz: Launch) -> float:
     """The problem's exact FLOPs this launch carries (`math_share` of them)."""
     share = math_share(call, lz)

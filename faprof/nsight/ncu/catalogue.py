@@ -33,6 +33,7 @@ from faprof.nsight.ncu.catalogue_core import (  # noqa: F401  (re-exported: the 
 from faprof.nsight.ncu.catalogue_stalls import (  # noqa: F401  (re-exported: the catalogue's names)
     NOT_A_STALL,
     PIPE_ADVICE,
+    PIPE_ADVICE_PRODUCTS_ON_TENSOR_CORES,
     STALL_ADVICE,
     STALL_REASONS,
     STALL_SOURCES,

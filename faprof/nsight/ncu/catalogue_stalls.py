@@ -121,6 +121,21 @@ PIPE_ADVICE: dict[str, Advice] = {
                     "fragment layouts that feed the next MMA directly (no shuffles or moves between them)"),
 }
 
+#: The CUDA-core math pipes' advice when the kernel already runs its matrix products on tensor cores
+#: (faprof.advisor.roles.products_on_tensor_cores): more of their instructions is then element-wise work per
+#: score, not matrix products, and PIPE_ADVICE's "do the products on tensor cores" would be the wrong fix.
+PIPE_ADVICE_PRODUCTS_ON_TENSOR_CORES: dict[str, Advice] = {
+    pipe: Advice(
+        PIPE_ADVICE[pipe].meaning,
+        "element-wise work per score beside tensor-core products: the softmax (scale, row max, exp2 argument, "
+        "row sums), the output rescale each key tile (more of them with smaller key tiles), a mask or score "
+        "modifier evaluated per element, conversions",
+        "fewer CUDA-core instructions per score: fold the softmax scale and log2(e) into the one FFMA feeding "
+        "exp2, rescale the accumulator once per key tile (larger key tiles: fewer rescales), evaluate a mask only "
+        "in the tiles it cuts (whole tiles unmasked, empty tiles skipped)")
+    for pipe in ("fma", "fp16")
+}
+
 #: Spellings that differ between metric families: warp-state metrics say `no_instruction`,
 #: PC sampling `no_instructions`.
 _REASON_ALIASES = {"no_instruction": "no_instructions"}
