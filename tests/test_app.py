@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import io
 import json
+import shlex
+import shutil
 import sys
 import tarfile
 from pathlib import Path
@@ -595,11 +597,25 @@ def test_dashboard_command_runs_streamlit_on_the_app(tmp_path):
     pytest.importorskip("streamlit")
     res = CliRunner().invoke(main, ["dashboard", "--print-command", "--port", "8765", str(BUNDLES)])
     assert res.exit_code == 0, res.output
-    out = " ".join(res.output.split())
-    assert f"-m streamlit run {APP}" in out and "--server.port 8765" in out
-    assert out.endswith(f"-- {BUNDLES.resolve()}")  # run folders go to the app after `--`
+    argv = shlex.split(res.output)  # as a shell reads the printed line: a path with spaces stays one word
+    assert argv[argv.index("-m"):argv.index("-m") + 4] == ["-m", "streamlit", "run", str(APP)]
+    assert argv[argv.index("--server.port") + 1] == "8765"
+    assert argv[-2:] == ["--", str(BUNDLES.resolve())]  # run folders go to the app after `--`
     res = CliRunner().invoke(main, ["dashboard", str(tmp_path / "missing")])
     assert res.exit_code == 2 and "does not exist" in res.output
+
+
+def test_dashboard_command_quotes_a_path_with_spaces(tmp_path):
+    from click.testing import CliRunner
+
+    from faprof.cli import main
+
+    pytest.importorskip("streamlit")
+    runs = tmp_path / "my runs" / "a run"
+    shutil.copytree(BUNDLES, runs)
+    res = CliRunner().invoke(main, ["dashboard", "--print-command", str(runs)])
+    assert res.exit_code == 0, res.output
+    assert shlex.split(res.output)[-1] == str(runs.resolve())
 
 
 def test_dashboard_command_says_how_to_install_streamlit(monkeypatch):

@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from faprof import analysis as fd
+from faprof.report.png import browser_env
 
 pytestmark = pytest.mark.browser
 
@@ -219,7 +220,7 @@ def test_every_page_renders_in_chromium(server):
     problems: list[str] = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
-                                    args=CHROMIUM_ARGS, timeout=60_000)
+                                    args=CHROMIUM_ARGS, timeout=60_000, env=browser_env())
         try:
             page = browser.new_page(viewport=VIEWPORT)
             page.set_default_timeout(PAGE_LOAD_S * 1000)
@@ -268,7 +269,7 @@ def test_a_variant_has_one_colour_in_every_chart(server):
     charts_with: dict[str, set[str]] = {}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
-                                    args=CHROMIUM_ARGS, timeout=60_000)
+                                    args=CHROMIUM_ARGS, timeout=60_000, env=browser_env())
         try:
             page = browser.new_page(viewport=VIEWPORT)
             page.set_default_timeout(PAGE_LOAD_S * 1000)

@@ -233,6 +233,20 @@ time.sleep(600)
     assert cap.report_after_s is not None and cap.report_after_s < cap.wall_s
 
 
+def test_leftover_qdstrm_reads_quoted_paths_with_spaces(tmp_path):
+    """nsys quotes the paths it prints; a temporary folder with spaces in its name is still one path."""
+    spaced = tmp_path / "a tmp dir" / "nsys-report-9f9f.qdstrm"
+    spaced.parent.mkdir()
+    spaced.write_bytes(b"x")
+    log = f"Generating '{spaced}'\nImporter error status: Importation failed.\n"
+    assert nsys.leftover_qdstrm(tmp_path / "r", log) == [spaced]
+    assert nsys.leftover_qdstrm(tmp_path / "r", f'Generating "{spaced}"') == [spaced]
+    if not any(c.isspace() for c in str(tmp_path)):  # an unquoted path ends at the first blank
+        bare = tmp_path / "bare.qdstrm"
+        bare.write_bytes(b"x")
+        assert nsys.leftover_qdstrm(tmp_path / "r", f"{log}also {bare} here") == sorted([spaced, bare])
+
+
 def test_run_capture_deletes_a_qdstrm_left_without_a_report(tmp_path):
     elsewhere = tmp_path / "tmp" / "nsys-report-1a2b.qdstrm"
     fake = _fake_nsys(tmp_path, f"""

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from faprof.report import writer
+from faprof.report.png import browser_env
 from faprof.store import Bundle
 
 pytestmark = pytest.mark.browser
@@ -48,7 +49,8 @@ def test_the_l4_causal_report_fits_1280_px_and_its_first_screen_is_the_answer(tm
     shots = Path(os.environ.get("FAPROF_SHOTS") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=exe, args=["--headless=new", "--no-sandbox", "--disable-gpu"])
+        browser = p.chromium.launch(executable_path=exe, args=["--headless=new", "--no-sandbox", "--disable-gpu"],
+                                    env=browser_env())
         try:
             page = browser.new_page(viewport=WINDOW)
             page.goto(html.as_uri())

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -181,6 +182,7 @@ def test_dashboard_command_points_at_the_installed_app(installed):
     if importlib.util.find_spec("streamlit") is None or importlib.util.find_spec("plotly") is None:
         pytest.skip("streamlit/plotly not installed (pip install 'faprof[app]')")
     out = installed.faprof("dashboard", "--print-command").stdout.strip()
-    app = Path(out.split(" run ", 1)[1].split()[0])
+    argv = shlex.split(out)  # the command as a shell reads it (a path with spaces is one word)
+    app = Path(argv[argv.index("run") + 1])
     assert app == installed.site / "faprof" / "data" / "app" / "dashboard.py"
     assert app.is_file() and (app.parent / "pages").is_dir()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -191,7 +192,7 @@ def dashboard(runs: tuple[Path, ...], port: int | None, host: str, print_command
         argv += ["--server.port", str(port)]
     argv += ["--", *[str(r.resolve()) for r in runs]]
     if print_command:
-        say(" ".join(argv))
+        say(shlex.join(argv))  # paste-able: a path with spaces stays one word
         return
     sys.stdout.flush()
     os.execv(sys.executable, argv)

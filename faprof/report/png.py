@@ -91,9 +91,34 @@ def png_images(charts: list[Any], limit: float | None = None) -> tuple[dict[str,
     return _render(spec, limit_s(len(charts)) if limit is None else limit)
 
 
+#: A Unix socket's path holds at most 107 bytes (sun_path), and Chromium binds its SingletonSocket at
+#: $TMPDIR/org.chromium.Chromium.XXXXXX/SingletonSocket: under a longer temporary folder it dies at start
+#: ("Socket path too long"; seen with a 110-character TMPDIR).
+SOCKET_PATH_MAX = 107
+CHROMIUM_SOCKET_TAIL = len("/org.chromium.Chromium.XXXXXX/SingletonSocket")
+
+#: Short temporary folders a browser gets instead, the first that exists and is writable.
+SHORT_TMPDIRS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def browser_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """`env` (default: this environment) for starting Chromium: TMPDIR moved to a short folder when the
+    temporary folder is too long for Chromium's socket path, unchanged otherwise."""
+    env = dict(os.environ if env is None else env)
+    tmp = env.get("TMPDIR") or tempfile.gettempdir()
+    if len(os.fsencode(tmp)) + CHROMIUM_SOCKET_TAIL <= SOCKET_PATH_MAX:
+        return env
+    for short in SHORT_TMPDIRS:
+        if os.path.isdir(short) and os.access(short, os.W_OK | os.X_OK):
+            env["TMPDIR"] = short
+            break
+    return env
+
+
 def _child_env() -> dict[str, str]:
-    """This environment with this interpreter's module path, so the child imports what this process does."""
-    env = dict(os.environ)
+    """This environment with this interpreter's module path, so the child imports what this process does;
+    TMPDIR short enough for the browser it starts (`browser_env`)."""
+    env = browser_env()
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
     return env
 

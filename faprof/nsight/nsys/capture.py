@@ -90,10 +90,16 @@ def _generated(log_text: str) -> bool:
     return bool(re.search(r"^\s*Generated:", log_text, re.MULTILINE))
 
 
+#: A .qdstrm path in nsys' log: in single or double quotes (spaces allowed), else up to the first blank.
+_QDSTRM_IN_LOG = re.compile(r"'(/[^'\n]+?\.qdstrm)'|\"(/[^\"\n]+?\.qdstrm)\"|(/[^\s'\"]+\.qdstrm)")
+
+
 def leftover_qdstrm(report_base: str | Path, log_text: str = "") -> list[Path]:
     """Raw captures (.qdstrm) nsys left for this report: beside it, or named in its log."""
     found = {Path(f"{report_base}.qdstrm")}
-    found |= {Path(p) for p in re.findall(r"['\"]?(/[^\s'\"]+\.qdstrm)['\"]?", log_text)}
+    # quoted as nsys prints them ("Generating '/tmp/nsys-report-1a2b.qdstrm'": the path may hold spaces), or bare
+    for groups in _QDSTRM_IN_LOG.findall(log_text):
+        found.add(Path(next(g for g in groups if g)))
     return sorted(p for p in found if p.is_file())
 
 
