@@ -187,22 +187,26 @@ def test_a_missing_floor_file_is_an_error(tmp_path):
         load_floors(tmp_path / "nope.toml")
 
 
-def test_recorded_runs_reestimate_from_the_script(tmp_path):
-    """scripts/analysis/gate_noise_floor.py writes what `estimate` gives, keeping another GPU model's floor in the file."""
+def _run_script(argv: list[str]) -> int:
+    """scripts/analysis/gate_noise_floor.py run as `python3 gate_noise_floor.py ARGV...`: its exit code."""
     import runpy
     import sys
 
-    out = tmp_path / "noise.toml"
-    shutil.copy(ROOT / "faprof" / "data" / "gate_noise.toml", out)
-    argv = ["gate_noise_floor.py", "--runs", str(SLOW[0]), str(SLOW[1]), "variants=fa2_mma,sdpa_flash",
-            "--note", "slow stage only", "--out", str(out)]
-    old, sys.argv = sys.argv, argv
+    old, sys.argv = sys.argv, ["gate_noise_floor.py", *argv]
     try:
         with pytest.raises(SystemExit) as e:
             runpy.run_path(str(ROOT / "scripts" / "analysis" / "gate_noise_floor.py"), run_name="__main__")
     finally:
         sys.argv = old
-    assert e.value.code == 0
+    return e.value.code
+
+
+def test_recorded_runs_reestimate_from_the_script(tmp_path):
+    """scripts/analysis/gate_noise_floor.py writes what `estimate` gives, keeping another GPU model's floor in the file."""
+    out = tmp_path / "noise.toml"
+    shutil.copy(ROOT / "faprof" / "data" / "gate_noise.toml", out)
+    assert _run_script(["--runs", str(SLOW[0]), str(SLOW[1]), "variants=fa2_mma,sdpa_flash",
+                        "--note", "slow stage only", "--out", str(out)]) == 0
     floors = {f.gpu_name: f for f in load_floors(out)}
     expect = estimate([RunSet((Bundle(SLOW[0]), Bundle(SLOW[1])), ("fa2_mma", "sdpa_flash"))])
     assert floors["NVIDIA H100 80GB HBM3"].row_sd == pytest.approx(expect.row_sd, abs=5e-7)
@@ -212,18 +216,8 @@ def test_recorded_runs_reestimate_from_the_script(tmp_path):
 
 def test_the_script_makes_the_folder_it_writes_into(tmp_path):
     """The ci-gate tutorial writes perf/noise.toml in a checkout that has no perf/ yet."""
-    import runpy
-    import sys
-
     out = tmp_path / "perf" / "noise.toml"
-    argv = ["gate_noise_floor.py", "--runs", str(SLOW[0]), str(SLOW[1]), "--out", str(out)]
-    old, sys.argv = sys.argv, argv
-    try:
-        with pytest.raises(SystemExit) as e:
-            runpy.run_path(str(ROOT / "scripts" / "analysis" / "gate_noise_floor.py"), run_name="__main__")
-    finally:
-        sys.argv = old
-    assert e.value.code == 0
+    assert _run_script(["--runs", str(SLOW[0]), str(SLOW[1]), "--out", str(out)]) == 0
     assert [f.gpu_name for f in load_floors(out)] == ["NVIDIA H100 80GB HBM3"]
 
 

@@ -40,7 +40,7 @@ from typing import Any
 from faprof.advisor.accounting import WARP_SIZE, Account, call_account
 from faprof.advisor.evidence import Call, Launch, Tables, nansum, ok
 from faprof.advisor.evidence import _num as number
-from faprof.advisor.roles import input_movers, math_launches, movers
+from faprof.advisor.roles import input_movers, later_movers, math_launches
 from faprof.advisor.thresholds import value as T
 from faprof.analysis import aliases
 from faprof.model import schema
@@ -182,14 +182,8 @@ def _timed_part(call: Call, launches: list[Launch], ms: float) -> float:
     if not launches:
         return 0.0
     total = call.profiled_ms
-    part = nansum(*(lz.duration_ms for lz in launches))
+    part = nansum(*(lz.duration_ms for lz in launches))  # NaN when none was profiled: no timed part
     return ms * part / total if ok(total) and total > 0 and ok(part) else math.nan
-
-
-def _after(call: Call) -> list[Launch]:
-    """Data-movement kernels launched after a math kernel (intermediates, epilogues)."""
-    before = input_movers(call)
-    return [lz for lz in movers(call) if not any(lz is b for b in before)]
 
 
 def decompose(call_a: Call, call_b: Call) -> Gap | None:
@@ -214,7 +208,7 @@ def decompose(call_a: Call, call_b: Call) -> Gap | None:
         return None
     parts = {key: (_timed_part(call_a, ka, ms_a), _timed_part(call_b, kb, ms_b))
              for key, ka, kb in ((INPUTS_TERM, input_movers(call_a), input_movers(call_b)),
-                                 (MOVERS_TERM, _after(call_a), _after(call_b)))}
+                                 (MOVERS_TERM, later_movers(call_a), later_movers(call_b)))}
     math_a = ms_a - math.fsum(a_ for a_, _ in parts.values())
     math_b = ms_b - math.fsum(b_ for _, b_ in parts.values())
     if not (ok(math_a) and ok(math_b) and math_a > 0 and math_b > 0):

@@ -73,6 +73,13 @@ def input_movers(call: Call) -> list[Launch]:
     return [lz for lz in moving if lz.launch < first]
 
 
+def later_movers(call: Call) -> list[Launch]:
+    """Data-movement kernels launched after a math kernel: between math kernels (intermediates) or after the
+    last (an epilogue over the output)."""
+    before = input_movers(call)
+    return [lz for lz in movers(call) if not any(lz is b for b in before)]
+
+
 def math_share(call: Call, lz: Launch) -> float:
     """The launch's share of the problem's exact FLOPs: its executed FLOPs over those of the call's math
     kernels (0 for a data-movement kernel); its share of the math kernels' time where FLOPs were not counted."""

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from faprof.advisor.evidence import Call, Launch, _num, nansum, ok
 from faprof.advisor.findings import Finding, big, num, pct
 from faprof.advisor.pairs import row_pairs
-from faprof.advisor.roles import describe_movers, input_movers, math_launches, movers
+from faprof.advisor.roles import describe_movers, input_movers, later_movers, math_launches, movers
 from faprof.advisor.rules_kernel import Context
 from faprof.advisor.thresholds import value as T
 
@@ -139,13 +139,13 @@ def kernels_per_call(call: Call, ctx: Context) -> list[Finding]:
         gain = min(1.0, max(0.0, (dram - min_bytes) / bw / t))
         extra = (f"; {big(dram)}B of DRAM traffic vs {big(min_bytes)}B the problem needs: "
                  f"{1e6 * max(0.0, dram - min_bytes) / bw:.1f} µs at {bw / 1e9:.0f} GB/s")
-    moving, inputs = movers(call), input_movers(call)
+    moving, inputs, later = movers(call), input_movers(call), later_movers(call)
     count = f"{kpc:.0f} kernels" if ok(kpc) else f"{len(call.launches)} kernel launches"
     ev = f"{count} per call ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''}){extra}"
     maths = math_launches(call)
     last = max((lz.launch for lz in maths), default=-1)
-    between = [lz for lz in moving if lz.launch < last and not any(lz is i for i in inputs)]
-    epilogue = [lz for lz in moving if lz.launch > last]
+    between = [lz for lz in later if lz.launch < last]
+    epilogue = [lz for lz in later if lz.launch > last]
     if inputs:
         ev += (f"; {describe_movers(inputs)} before the first math kernel: transformed copies of the inputs "
                "(copied, repeated, cast or transposed) that the math kernel then reads")
