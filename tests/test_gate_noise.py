@@ -221,6 +221,14 @@ def test_the_script_makes_the_folder_it_writes_into(tmp_path):
     assert [f.gpu_name for f in load_floors(out)] == ["NVIDIA H100 80GB HBM3"]
 
 
+def test_a_floor_that_cannot_be_written_is_printed_and_exits_2(tmp_path, capsys):
+    blocker = tmp_path / "perf"
+    blocker.write_text("a file where the folder would go")
+    assert _run_script(["--runs", str(SLOW[0]), str(SLOW[1]), "--out", str(blocker / "noise.toml")]) == 2
+    got = capsys.readouterr()
+    assert "could not write" in got.err and "NVIDIA H100 80GB HBM3" in got.out
+
+
 def test_measurements_of_the_fixtures_are_the_recorded_runs():
     """The fixtures are the bundles gpu_gate_check.sh wrote (same commit, same GPU, CUPTI), not edited copies."""
     for b in (*SAME, *SLOW):

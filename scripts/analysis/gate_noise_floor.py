@@ -76,8 +76,13 @@ def main(argv: list[str]) -> int:
     if out is None:
         print(text, end="")
     else:  # a new perf/ folder is made (the ci-gate tutorial writes perf/noise.toml before perf/ exists)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text)
+        except OSError as e:  # the floors are printed instead, so the runs' estimate is not lost
+            print(text, end="")
+            print(f"error: could not write {out} ({e.strerror or e}); the floors are printed above", file=sys.stderr)
+            return 2
         print(f"wrote {out}", file=sys.stderr)
     return 0
 
