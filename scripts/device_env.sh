@@ -2,8 +2,8 @@
 # lent GPU machine needs (see the device notes in README's "On a GPU machine").
 #   - .device/debs: libdw1/libelf1 unpacked onto LD_LIBRARY_PATH (nsys' importer needs them);
 #   - .device/git_sha: the commit being measured (the copy of the tree there has no .git);
-#   - .whl/*.whl: Python packages the GPU image lacks (cupti-python for CUPTI kernel timing),
-#     installed into /tmp/site;
+#   - .whl/*.whl: Python packages the GPU image lacks (cupti-python for CUPTI kernel timing, dask and
+#     distributed for --cluster), installed into /tmp/site, their commands (`dask`) on PATH;
 #   - this source tree first on PYTHONPATH, and one extension build cache for every script.
 # A script that runs another one (scripts/gpu/gpu_final.sh) does the unpacking and installing once.
 export PYTHONUNBUFFERED=1
@@ -15,7 +15,8 @@ fi
 [ -f .device/git_sha ] && export FAPROF_GIT_SHA=$(cat .device/git_sha)
 if ls .whl/*.whl >/dev/null 2>&1 && [ -z "${FAPROF_DEVICE_WHEELS:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} && export FAPROF_DEVICE_WHEELS=1
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} && export PATH=/tmp/site/bin:$PATH \
+    && export FAPROF_DEVICE_WHEELS=1
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export FAPROF_CACHE=${FAPROF_CACHE:-/tmp/faprof_cache}

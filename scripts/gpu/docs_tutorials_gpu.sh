@@ -176,6 +176,11 @@ fi
 if part multi-gpu-dask gpus; then
   if [ -n "$FULL" ] && [ "$NGPU" -ge 2 ]; then
     step multi-gpu-dask 0 90 240 faprof profile --scenario l4_causal --gpus all
+  fi
+  if [ -n "$FULL" ] && [ "$NGPU" -ge 2 ] && ! { command -v dask >/dev/null && "$PY" -c "import distributed" 2>/dev/null; }; then
+    not_run multi-gpu-dask 0 "dask scheduler; dask worker ...; faprof profile --scenario l4_causal --cluster ..." \
+      "no dask/distributed here: pip install 'faprof[cluster]', or carry their wheels in .whl/"
+  elif [ -n "$FULL" ] && [ "$NGPU" -ge 2 ]; then
     PORT=$((20000 + RANDOM % 20000))
     dask scheduler --host 127.0.0.1 --port "$PORT" --dashboard-address 127.0.0.1:0 > "$OUT/logs/dask-scheduler.log" 2>&1 &
     SCHED=$!
