@@ -39,6 +39,12 @@ def test_smoke_on_the_cluster_gives_the_local_rows(dask_cluster, tmp_path, smoke
     timed = df[df["status"] == "ok"]
     assert len(timed) and (timed["attempts"] == 1).all()
     assert remote.pending_rows() == []
+    # smoke times cpu_ref on the host: a worker Dask started on 1 torch thread of several cores is named
+    one_thread = [w["dask_worker"] for w in m["workers"]
+                  if w["env"].get("torch_threads") == 1 and (w["env"].get("cpu_count") or 1) > 1]
+    said = [line for line in m.get("log", []) if "runs torch on 1 CPU thread" in line]
+    assert "cpu_ref" in set(df["variant"]) and len(said) == len(one_thread)
+    assert all(any(a in line for line in said) for a in one_thread)
 
 
 def test_unreachable_scheduler_is_one_line_and_no_bundle(tmp_path, monkeypatch):
@@ -105,3 +111,13 @@ def test_a_gpu_worker_with_threads_and_no_gpu_resource_is_refused():
     with pytest.raises(FaprofError, match=r"tcp://g:1 has a GPU, 2 threads and no GPU resource"):
         cluster.check_gpu_sharing(client, [*cpu_only, {"dask_worker": "tcp://g:1", "cuda_available": True}], None)
     cluster.check_gpu_sharing(client, [{"dask_worker": "tcp://g:1", "cuda_available": True}], {"GPU": 1})
+
+
+def test_a_one_thread_worker_is_named_only_when_the_run_times_the_host():
+    envs = [{"dask_worker": "tcp://a:1", "torch_threads": 1, "cpu_count": 32},
+            {"dask_worker": "tcp://b:1", "torch_threads": 16, "cpu_count": 32},
+            {"dask_worker": "tcp://c:1", "torch_threads": 1, "cpu_count": 1}]
+    notes = cluster.host_thread_notes(envs, ["cpu_ref"])
+    assert len(notes) == 1 and "tcp://a:1 runs torch on 1 CPU thread of 32 cores" in notes[0]
+    assert "cpu_ref" in notes[0] and "pre-spawn-environ" in notes[0]
+    assert cluster.host_thread_notes(envs, []) == []  # GPU variants only: nothing to say

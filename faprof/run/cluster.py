@@ -202,6 +202,20 @@ def check_gpu_sharing(client: Any, envs: list[dict[str, Any]], resources: dict[s
                               "`dask worker ADDRESS --resources GPU=1` (or --nthreads 1)")
 
 
+def host_thread_notes(envs: list[dict[str, Any]], host_variants: list[str]) -> list[str]:
+    """One line per Dask worker whose torch runs on one CPU thread on a host of several cores, when
+    the run has host-timed variants (`device="cpu"`, e.g. cpu_ref): Dask's nanny starts workers with
+    OMP_NUM_THREADS=MKL_NUM_THREADS=1 (`distributed.nanny.pre-spawn-environ`), so those rows time a
+    single-threaded CPU and read several times slower than a local run's. GPU rows are unaffected."""
+    if not host_variants:
+        return []
+    return [f"Dask worker {e.get('dask_worker')} runs torch on 1 CPU thread of {e.get('cpu_count')} cores "
+            f"(Dask's nanny sets OMP_NUM_THREADS=MKL_NUM_THREADS=1): {', '.join(host_variants)}, timed on the host, "
+            "will be slower than in a local run; GPU rows are not affected. To give them the cores, set both "
+            "under distributed.nanny.pre-spawn-environ in the workers' Dask config (docs: Several GPUs and clusters)"
+            for e in envs if e.get("torch_threads") == 1 and int(e.get("cpu_count") or 1) > 1]
+
+
 def _takes_n_workers(client: Any) -> bool:
     import inspect
 
@@ -241,6 +255,10 @@ def run_rows(su: RunSetup, state: RunState) -> None:
                     "gpu_uuid": e.get("gpu_uuid") or None, "env": e} for e in envs]
         state.bundle = open_run(su.bundle, su, envs[0], list(models), workers, True,
                                 f"the Dask cluster at {options.cluster}")
+        host_variants = sorted({v.name for _, v in su.pairs if v.device == "cpu"})
+        for note in host_thread_notes(envs, host_variants):
+            progress("warning", {"message": note})
+            state.bundle.log(note)
         t_rows = time.perf_counter()
         _run(client, state.bundle, su, models, workers, resources, progress, futures)
         state.timing_wall_s = time.perf_counter() - t_rows
