@@ -3,8 +3,8 @@
 # in a scratch folder that links examples/, tests/ and scenarios/, and prints a table last: step,
 # the exit code the page says, the exit code it gave, seconds. Files a page tells the user to write
 # are taken from the page itself (the first ```python block of triton-kernel.md; the ```toml blocks
-# and the Python check of modern-problems.md). Not part of the test suite
-# (a few minutes on 2 cores); run it after changing a tutorial or the CLI: bash scripts/docs_tutorials_cpu.sh
+# and the Python check of modern-problems.md). tests/test_tutorials_cpu.py runs it (with dask where
+# distributed is installed) in CI, about 2.5 minutes on 2 cores; by hand: bash scripts/docs_tutorials_cpu.sh
 # Stages: `bash scripts/docs_tutorials_cpu.sh [dask]` also starts a local Dask scheduler and worker
 # on 127.0.0.1 (multi-gpu-dask.md step 2) and stops them.
 set -uo pipefail
@@ -105,10 +105,11 @@ if [ "${1:-}" = "dask" ]; then
   PORT=$((20000 + RANDOM % 20000))
   dask scheduler --host 127.0.0.1 --port "$PORT" --dashboard-address 127.0.0.1:0 > sched.log 2>&1 &
   SCHED=$!
-  sleep 5
   dask worker "tcp://127.0.0.1:$PORT" --nthreads 1 --dashboard-address 127.0.0.1:0 > worker.log 2>&1 &
   WORKER=$!
-  sleep 8
+  # the page's reader waits for the worker's "Registered to" line: wait for one worker (up to 120 s)
+  "$PY" -c "from distributed import Client; Client('tcp://127.0.0.1:$PORT', timeout='120s').wait_for_workers(1, timeout=120)" \
+    > wait.log 2>&1 || { ROWS+=("dask-cluster: no worker registered within 120 s (sched.log, worker.log)  FAIL"); tail -5 worker.log; }
   step dask-cluster 0 faprof profile --scenario smoke --variants torch_standard,sdpa_math --cluster "tcp://127.0.0.1:$PORT"
   kill "$WORKER" "$SCHED" 2>/dev/null
   wait "$WORKER" "$SCHED" 2>/dev/null
