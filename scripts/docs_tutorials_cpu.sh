@@ -102,15 +102,16 @@ step modern-bad-total 2 bad 's/total_q = 445/total_q = 512/' my_varlen.toml
 
 # multi-gpu-dask.md step 2: a scheduler and one worker on the loopback address, stopped at the end
 if [ "${1:-}" = "dask" ]; then
-  PORT=$((20000 + RANDOM % 20000))
-  dask scheduler --host 127.0.0.1 --port "$PORT" --dashboard-address 127.0.0.1:0 > sched.log 2>&1 &
+  # a free port the scheduler picks (--port 0), its address read back from its scheduler file, as the
+  # page's reader reads it from the scheduler's first lines
+  dask scheduler --host 127.0.0.1 --port 0 --dashboard-address 127.0.0.1:0 --scheduler-file sched.json > sched.log 2>&1 &
   SCHED=$!
-  dask worker "tcp://127.0.0.1:$PORT" --nthreads 1 --dashboard-address 127.0.0.1:0 > worker.log 2>&1 &
+  dask worker --scheduler-file sched.json --nthreads 1 --dashboard-address 127.0.0.1:0 > worker.log 2>&1 &
   WORKER=$!
   # the page's reader waits for the worker's "Registered to" line: wait for one worker (up to 120 s)
-  "$PY" -c "from distributed import Client; Client('tcp://127.0.0.1:$PORT', timeout='120s').wait_for_workers(1, timeout=120)" \
-    > wait.log 2>&1 || { ROWS+=("dask-cluster: no worker registered within 120 s (sched.log, worker.log)  FAIL"); tail -5 worker.log; }
-  step dask-cluster 0 faprof profile --scenario smoke --variants torch_standard,sdpa_math --cluster "tcp://127.0.0.1:$PORT"
+  ADDR=$("$PY" -c "from distributed import Client; c = Client(scheduler_file='sched.json', timeout='120s'); c.wait_for_workers(1, timeout=120); print(c.scheduler.address)" 2> wait.log) \
+    || { ROWS+=("dask-cluster: no worker registered within 120 s (sched.log, worker.log)  FAIL"); tail -5 worker.log; }
+  step dask-cluster 0 faprof profile --scenario smoke --variants torch_standard,sdpa_math --cluster "$ADDR"
   kill "$WORKER" "$SCHED" 2>/dev/null
   wait "$WORKER" "$SCHED" 2>/dev/null
 fi
