@@ -134,7 +134,6 @@ def test_a_browser_that_never_answers_is_stopped_at_the_limit_and_killed(tmp_pat
     assert not [p for p in started if _alive(p)], started
 
 
-@pytest.mark.browser
 def test_a_browser_gets_a_short_tmpdir_when_the_temporary_folder_is_too_long_for_its_socket():
     """Chromium binds $TMPDIR/org.chromium.Chromium.XXXXXX/SingletonSocket, at most 107 bytes: under a
     longer TMPDIR it dies at start ("Socket path too long"), so its TMPDIR moves to a short folder."""
@@ -146,6 +145,7 @@ def test_a_browser_gets_a_short_tmpdir_when_the_temporary_folder_is_too_long_for
     assert png.browser_env({"TMPDIR": "/tmp/short"})["TMPDIR"] == "/tmp/short"
 
 
+@pytest.mark.browser
 def test_report_with_chromium_has_png_charts(tmp_path):
     if png.find_browser() is None:
         pytest.skip("no Chrome/Chromium for kaleido (apt-get install chromium, or scripts/setup.sh)")
