@@ -174,29 +174,30 @@ fi
 
 # multi-gpu-dask.md steps 1 and 2 on GPUs: they spread one run over several GPUs
 if part multi-gpu-dask gpus; then
-  if [ -n "$FULL" ] && [ "$NGPU" -ge 2 ]; then
-    step multi-gpu-dask 0 90 240 faprof profile --scenario l4_causal --gpus all
-  fi
-  if [ -n "$FULL" ] && [ "$NGPU" -ge 2 ] && ! { command -v dask >/dev/null && "$PY" -c "import distributed" 2>/dev/null; }; then
-    not_run multi-gpu-dask 0 "dask scheduler; dask worker ...; faprof profile --scenario l4_causal --cluster ..." \
-      "no dask/distributed here: pip install 'faprof[cluster]', or carry their wheels in .whl/"
-  elif [ -n "$FULL" ] && [ "$NGPU" -ge 2 ]; then
-    PORT=$((20000 + RANDOM % 20000))
-    dask scheduler --host 127.0.0.1 --port "$PORT" --dashboard-address 127.0.0.1:0 > "$OUT/logs/dask-scheduler.log" 2>&1 &
-    SCHED=$!
-    sleep 5
-    CUDA_VISIBLE_DEVICES=0 dask worker "tcp://127.0.0.1:$PORT" --resources GPU=1 --nthreads 1 > "$OUT/logs/dask-worker0.log" 2>&1 &
-    W0=$!
-    CUDA_VISIBLE_DEVICES=1 dask worker "tcp://127.0.0.1:$PORT" --resources GPU=1 --nthreads 1 > "$OUT/logs/dask-worker1.log" 2>&1 &
-    W1=$!
-    sleep 10
-    step multi-gpu-dask 0 90 240 faprof profile --scenario l4_causal --cluster "tcp://127.0.0.1:$PORT"
-    kill "$W0" "$W1" "$SCHED" 2>/dev/null
-    wait "$W0" "$W1" "$SCHED" 2>/dev/null
-  else
+  if [ -z "$FULL" ] || [ "$NGPU" -lt 2 ]; then
     why="needs two GPUs (here: $NGPU) and FULL=1 (l4_causal: ~105 s on one H100)"
     not_run multi-gpu-dask 0 "faprof profile --scenario l4_causal --gpus all" "$why"
     not_run multi-gpu-dask 0 "CUDA_VISIBLE_DEVICES=0,1 dask worker ... --resources GPU=1; faprof profile --scenario l4_causal --cluster ..." "$why"
+  else
+    step multi-gpu-dask 0 90 240 faprof profile --scenario l4_causal --gpus all
+    if ! { command -v dask >/dev/null && "$PY" -c "import distributed" 2>/dev/null; }; then
+      not_run multi-gpu-dask 0 "dask scheduler; dask worker ...; faprof profile --scenario l4_causal --cluster ..." \
+        "no dask/distributed here: pip install 'faprof[cluster]', or carry their wheels in .whl/"
+    else
+      # as scripts/docs_tutorials_cpu.sh: a free port, the address over a scheduler file, the workers waited for
+      dask scheduler --host 127.0.0.1 --port 0 --dashboard-address 127.0.0.1:0 --scheduler-file sched.json \
+        > "$OUT/logs/dask-scheduler.log" 2>&1 &
+      SCHED=$!
+      CUDA_VISIBLE_DEVICES=0 dask worker --scheduler-file sched.json --resources GPU=1 --nthreads 1 > "$OUT/logs/dask-worker0.log" 2>&1 &
+      W0=$!
+      CUDA_VISIBLE_DEVICES=1 dask worker --scheduler-file sched.json --resources GPU=1 --nthreads 1 > "$OUT/logs/dask-worker1.log" 2>&1 &
+      W1=$!
+      ADDR=$("$PY" -c "from distributed import Client; c = Client(scheduler_file='sched.json', timeout='120s'); c.wait_for_workers(2, timeout=120); print(c.scheduler.address)" 2> "$OUT/logs/dask-wait.log")
+      STEP_TEXT="faprof profile --scenario l4_causal --cluster tcp://127.0.0.1:PORT" \
+        step multi-gpu-dask 0 90 240 faprof profile --scenario l4_causal --cluster "$ADDR"
+      kill "$W0" "$W1" "$SCHED" 2>/dev/null
+      wait "$W0" "$W1" "$SCHED" 2>/dev/null
+    fi
   fi
 fi
 
