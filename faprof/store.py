@@ -25,8 +25,8 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import tarfile
-import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -75,8 +75,22 @@ def slugify(text: str) -> str:
     return s or "unknown"
 
 
+def _temp_beside(path: Path) -> tuple[int, str]:
+    """A new temporary file beside `path` (an open descriptor and its name), made as open() makes a
+    file: mode 0666 less the umask, so a bundle's files are as readable as any other file the user
+    writes (tempfile.mkstemp's are 0600, private to the user)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    for _ in range(100):
+        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
+
+
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _temp_beside(path)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -90,7 +104,7 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def _atomic_write_parquet(df: pd.DataFrame, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _temp_beside(path)
     os.close(fd)
     try:
         df.to_parquet(tmp, index=False)
@@ -474,7 +488,6 @@ def write_files(dest: str | Path, files: Mapping[str, str | bytes]) -> list[Path
                     created.append(d)
             p.parent.mkdir(parents=True, exist_ok=True)
             _atomic_write_bytes(p, data.encode("utf-8") if isinstance(data, str) else data)
-            os.chmod(p, 0o644)  # mkstemp makes files private; a report is for reading
             written.append(p)
     except OSError as e:
         for p in written:

@@ -78,3 +78,22 @@ def test_resolve_find_merge_export(tmp_path):
     assert any(p.name == "bundle_manifest.json" for p in written)
     # an exported or reported folder is never taken for a run
     assert [b.path for b in find_bundles(tmp_path)] == [b2.path, b1.path]
+
+
+def test_bundle_files_are_created_as_other_files_are(tmp_path):
+    """Bundle files get 0666 less the umask, as open() makes them (not mkstemp's private 0600)."""
+    import os
+    import stat
+
+    mask = os.umask(0o022)
+    try:
+        b = Bundle.create(tmp_path, "s", "cpu", {})
+        b.append_measurement(_row("a", "s1"))
+        b.compact()
+        files = [b.manifest_path, b.table_path("measurements")]
+        assert [stat.S_IMODE(p.stat().st_mode) for p in files] == [0o644, 0o644]
+        os.umask(0o077)
+        b.log("private now")
+        assert stat.S_IMODE(b.manifest_path.stat().st_mode) == 0o600
+    finally:
+        os.umask(mask)
