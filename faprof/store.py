@@ -29,7 +29,7 @@ import secrets
 import tarfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -408,8 +408,10 @@ def _is_bundle(folder: Path) -> bool:
     return isinstance(m, dict) and "schema_version" in m and "run_id" in m
 
 
-def resolve_run(spec: str | Path, runs_dir: str | Path = "runs") -> Bundle:
-    """A bundle from a path, or a run id / unique prefix under `runs_dir`, or 'latest'."""
+def resolve_run(spec: str | Path, runs_dir: str | Path = "runs",
+                notice: Callable[[str], None] | None = None) -> Bundle:
+    """A bundle from a path, or a run id / unique prefix under `runs_dir`, or 'latest' (the newest
+    complete run; `notice` is told when 'latest' passes over newer unfinished runs or falls back to one)."""
     p = Path(spec)
     if p.exists():
         return Bundle.open(p)
@@ -417,13 +419,38 @@ def resolve_run(spec: str | Path, runs_dir: str | Path = "runs") -> Bundle:
     if str(spec) == "latest":
         if not candidates:
             raise FaprofError(f"no run bundles under {runs_dir}; run `faprof profile` first")
-        return candidates[0]
+        return _latest(candidates, runs_dir, notice or (lambda _m: None))
     matches = [b for b in candidates if b.run_id.startswith(str(spec))]
     if len(matches) == 1:
         return matches[0]
     if not matches:
         raise FaprofError(f"no run bundle {spec!r} (not a folder, nor a run id under {runs_dir}/)")
     raise FaprofError(f"{spec!r} matches {len(matches)} runs under {runs_dir}/; give more of the name")
+
+
+def _run_status(b: Bundle) -> str:
+    """A bundle's manifest status ('damaged' when its manifest cannot be read)."""
+    try:
+        return str(b.manifest().get("status") or "unknown")
+    except FaprofError:
+        return "damaged"
+
+
+def _latest(candidates: list[Bundle], runs_dir: str | Path, notice: Callable[[str], None]) -> Bundle:
+    """The newest complete bundle of `candidates` (newest first), else the newest one, said in `notice`."""
+    skipped: list[tuple[Bundle, str]] = []
+    for b in candidates:
+        status = _run_status(b)
+        if status == "complete":
+            if skipped:
+                newer = ", ".join(f"{s.run_id} ({st})" for s, st in skipped[:3])
+                more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+                notice(f"latest: {b.run_id}, the newest complete run; newer runs that did not finish: {newer}{more}")
+            return b
+        skipped.append((b, status))
+    b, status = skipped[0]
+    notice(f"latest: {b.run_id} is {status}, not complete (no run under {runs_dir} finished); its rows may be partial")
+    return b
 
 
 def load_many(paths: list[str | Path]) -> tuple[pd.DataFrame, list[dict[str, Any]]]:

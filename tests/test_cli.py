@@ -398,3 +398,17 @@ def test_doctor_without_a_gpu_still_shows_the_timer_and_clock_rows():
     assert r.exit_code == 0
     rows = {ln.split("│")[1].strip(): ln for ln in r.output.splitlines() if ln.count("│") >= 3}
     assert "host clock" in rows["gpu timer"] and "no GPU" in rows["clocks (NVML)"]
+
+
+def test_latest_passes_over_an_interrupted_run_and_says_so(tmp_path):
+    """`show latest` shows the newest complete run, and names the newer interrupted one in a note."""
+    shutil.copytree(BUNDLES / H100_L4, tmp_path / H100_L4)
+    newer = tmp_path / "20261122T000000Z_cpu_l4-causal"
+    shutil.copytree(BUNDLES / CPU_L4, newer)
+    m = json.loads((newer / "manifest.json").read_text())
+    (newer / "manifest.json").write_text(json.dumps({**m, "run_id": newer.name, "status": "interrupted"}))
+    r = CliRunner().invoke(main, ["show", "latest", "--runs-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    first = r.output.splitlines()[0]
+    assert first.startswith("note: latest: " + H100_L4) and f"{newer.name} (interrupted)" in first
+    assert "NVIDIA H100 80GB HBM3 (complete)" in r.output

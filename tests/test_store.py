@@ -80,6 +80,23 @@ def test_resolve_find_merge_export(tmp_path):
     assert [b.path for b in find_bundles(tmp_path)] == [b2.path, b1.path]
 
 
+def test_latest_is_the_newest_complete_run_and_says_when_it_is_not(tmp_path):
+    """'latest' passes over a newer interrupted run (naming it); with no complete run it takes the newest, saying so."""
+    old = Bundle.create(tmp_path, "s", "cpu", {}, now=datetime(2026, 1, 1, tzinfo=UTC))
+    new = Bundle.create(tmp_path, "s", "cpu", {}, now=datetime(2026, 1, 2, tzinfo=UTC))
+    new.update_manifest(status="interrupted")
+    notes: list[str] = []
+    assert resolve_run("latest", tmp_path, notes.append).path == new.path  # `old` is running: not complete either
+    assert len(notes) == 1 and "no run under" in notes[0] and new.run_id in notes[0] and "interrupted" in notes[0]
+    old.update_manifest(status="complete")
+    notes.clear()
+    assert resolve_run("latest", tmp_path, notes.append).path == old.path
+    assert len(notes) == 1 and old.run_id in notes[0] and f"{new.run_id} (interrupted)" in notes[0]
+    new.update_manifest(status="complete")
+    notes.clear()
+    assert resolve_run("latest", tmp_path, notes.append).path == new.path and notes == []
+
+
 def test_bundle_files_are_created_as_other_files_are(tmp_path):
     """Bundle files get 0666 less the umask, as open() makes them (not mkstemp's private 0600)."""
     import os

@@ -27,6 +27,11 @@ def say(message: str, style: str | None = None) -> None:
     console.print(message, style=style, soft_wrap=True, highlight=False, markup=False)
 
 
+def note(message: str) -> None:
+    """A note on stdout before a command's output ('note: ...'): what the command chose for the user."""
+    say(f"note: {message}", style="yellow")
+
+
 def error_line(message: str, prefix: str = "error: ") -> None:
     """An error or hint on stderr exactly as written: click.echo never wraps, and colours only a terminal.
 

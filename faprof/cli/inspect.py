@@ -12,6 +12,7 @@ from faprof.cli.app import (
     console,
     fmt,
     main,
+    note,
     print_baselines,
     print_reasons,
     print_sanitizer,
@@ -27,12 +28,12 @@ from faprof.errors import FaprofError
 @click.argument("run")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
 def show(run: str, runs_dir: Path) -> None:
-    """Print a run bundle's table again (RUN: a folder, a run id prefix, or 'latest')."""
+    """Print a run bundle's table again (RUN: a folder, a run id prefix, or 'latest': the newest complete run)."""
     from faprof.analysis import aliases
     from faprof.analysis import core as analysis
     from faprof.store import resolve_run
 
-    bundle = resolve_run(run, runs_dir)
+    bundle = resolve_run(run, runs_dir, note)
     m = bundle.manifest()
     if m.get("kind") == "sanitize":
         print_sanitizer(bundle, f"compute-sanitizer: {', '.join((m.get('settings') or {}).get('variants') or [])} "
@@ -57,7 +58,7 @@ def export(run: str, csv_dir: Path, runs_dir: Path) -> None:
     """Write a run bundle's tables as CSV files (and its manifest as JSON)."""
     from faprof.store import export_csv, resolve_run
 
-    bundle = resolve_run(run, runs_dir)
+    bundle = resolve_run(run, runs_dir, note)
     for p in export_csv(bundle, csv_dir):
         say(f"wrote {p}")
 
@@ -87,7 +88,7 @@ def report(run: str, out_dir: Path | None, formats: str, focus: str | None, runs
     bad = set(fmts) - {"md", "html", "csv"}
     if bad or not fmts:
         raise FaprofError(f"unknown report format(s) {sorted(bad) or [formats]}: use md, html and/or csv")
-    bundle = resolve_run(run, runs_dir)
+    bundle = resolve_run(run, runs_dir, note)
     if bundle.measurements().empty and bundle.manifest().get("kind") != "sanitize":
         raise FaprofError(f"{bundle.path} has no measurements yet; nothing to report")
     dest = out_dir or bundle.path / "report"
@@ -120,7 +121,7 @@ def explain(run: str, variant: str | None, shape: str | None, per_shape: bool, a
     from faprof.measure.wrong_text import explain_wrong_rows
     from faprof.store import resolve_run
 
-    bundle = resolve_run(run, runs_dir)
+    bundle = resolve_run(run, runs_dir, note)
     # wrong rows first: which bug it looks like and where (the timing findings wait for a right result)
     wrong = explain_wrong_rows(bundle.measurements(), bundle.read("error_maps"), variant, shape)
     for line in wrong:
@@ -176,8 +177,8 @@ def compare(run_a: str, run_b: str | None, gpu_a: str | None, gpu_b: str | None,
     )
     from faprof.store import resolve_run
 
-    a = resolve_run(run_a, runs_dir)
-    b = resolve_run(run_b, runs_dir) if run_b else a
+    a = resolve_run(run_a, runs_dir, note)
+    b = resolve_run(run_b, runs_dir, note) if run_b else a
     if run_b is None:
         models = gpu_models(a)
         if len(models) < 2 and not (gpu_a and gpu_b):
@@ -263,7 +264,7 @@ def gate(baseline: str, candidate: str, threshold: str | None, allow_mismatch: b
                           confirm=confirm, noise_floor=noise_floor)
     if noise_floor and noise_floor.lower() != "none":
         load_floors(noise_floor)  # a bad floor file stops here, before a candidate scenario is profiled
-    base = gate_run.open_bundle(baseline, runs_dir)
+    base = gate_run.open_bundle(baseline, runs_dir, note)
 
     def progress(event: str, info: dict[str, Any]) -> None:
         if event == "bundle":
@@ -281,7 +282,7 @@ def gate(baseline: str, candidate: str, threshold: str | None, allow_mismatch: b
         raise FaprofError("--variants, --kernel, --ncu and --ncu-variants apply when CANDIDATE is a scenario to run "
                           f"now; {candidate} is a bundle")
     else:
-        cand = gate_run.open_bundle(candidate, runs_dir)
+        cand = gate_run.open_bundle(candidate, runs_dir, note)
     retime = (lambda b, pairs: gate_run.retime(b, pairs, out_dir, progress)) if rerun_ambiguous or confirm else None
     result = run_gate(base, cand, options, retime)
     _show_gate(result, show_all, md_file, junit_file, json_file)

@@ -15,6 +15,7 @@ from faprof.cli.app import (
     error_line,
     main,
     ncu_record,
+    note,
     print_baselines,
     print_ncu_outcome,
     print_reasons,
@@ -217,7 +218,7 @@ def ncu_cmd(run: str, ncu_set: str, ncu_variants: str | None, ncu_shapes: str | 
     from faprof.store import resolve_run
 
     gpu_list = parse_gpus(gpus)
-    bundle = resolve_run(run, runs_dir)
+    bundle = resolve_run(run, runs_dir, note)
     if not this_gpu()[0]:  # before the bundle's user kernels are built for a GPU that is not there
         raise FaprofError("no CUDA GPU visible here: Nsight Compute needs the GPU the bundle was measured on "
                           f"({(bundle.manifest().get('env') or {}).get('gpu_name') or 'none recorded'}); "

@@ -54,9 +54,10 @@ def is_scenario(spec: str, runs_dir: str | Path = "runs") -> bool:
         b.run_id.startswith(spec) for b in find_bundles(runs_dir))
 
 
-def open_bundle(spec: str, runs_dir: str | Path = "runs") -> Bundle:
-    """BASELINE or CANDIDATE as a bundle (a folder, a run id prefix under `runs_dir`, or 'latest')."""
-    return resolve_run(spec, runs_dir)
+def open_bundle(spec: str, runs_dir: str | Path = "runs", notice: Callable[[str], None] | None = None) -> Bundle:
+    """BASELINE or CANDIDATE as a bundle (a folder, a run id prefix under `runs_dir`, or 'latest':
+    the newest complete run, `notice` told when it is not the newest)."""
+    return resolve_run(spec, runs_dir, notice)
 
 
 def profile_candidate(scenario: str, variant_names: Sequence[str] | None, kernels: Sequence[str], ncu: str | None,
