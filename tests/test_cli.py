@@ -237,6 +237,23 @@ def test_a_corrupt_table_is_one_line_naming_the_file_and_nothing_is_written(tmp_
     assert r.exit_code == 2 and not (run / "report").exists()
 
 
+@pytest.mark.parametrize("cmd", ["show", "report", "explain", "compare", "gate"])
+def test_a_foreign_measurements_table_is_one_line_naming_the_file(tmp_path, cmd):
+    """A valid parquet table without faprof's row columns is damage: one line naming the file and the
+    columns it lacks, exit 2 (not a KeyError, "no timed rows" or "No findings")."""
+    run = tmp_path / "foreign_run"
+    shutil.copytree(BUNDLES / H100_L4, run)
+    pd.DataFrame({"a": [1, 2], "b": ["x", "y"]}).to_parquet(run / "measurements.parquet")
+    other = str(BUNDLES / H100_L4)
+    args = {"show": ["show", str(run)], "report": ["report", str(run), "--out", str(tmp_path / "out")],
+            "explain": ["explain", str(run)], "compare": ["compare", other, str(run)], "gate": ["gate", other, str(run)]}[cmd]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2, r.output
+    line = _one_error_line(r.output)
+    assert line.startswith(f"error: {run / 'measurements.parquet'} has no variant, shape_id, status columns"), line
+    assert "damaged" in line and not (tmp_path / "out").exists()
+
+
 def test_a_damaged_manifest_is_one_line_too(tmp_path):
     run = tmp_path / "bad_manifest"
     shutil.copytree(BUNDLES / H100_L4, run)
