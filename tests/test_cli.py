@@ -429,3 +429,13 @@ def test_latest_passes_over_an_interrupted_run_and_says_so(tmp_path):
     first = r.output.splitlines()[0]
     assert first.startswith("note: latest: " + H100_L4) and f"{newer.name} (interrupted)" in first
     assert "NVIDIA H100 80GB HBM3 (complete)" in r.output
+
+
+def test_the_timing_footer_names_cpu_times_as_such():
+    """A run without GPU rows says its times are the host clock's, never "GPU times"; a mixed run says both."""
+    r = CliRunner().invoke(main, ["show", str(BUNDLES / CPU_L4)])
+    assert r.exit_code == 0, r.output
+    assert "CPU times: host clock: 15 rows" in r.output.splitlines() and "GPU times" not in r.output
+    r = CliRunner().invoke(main, ["show", str(BUNDLES / H100_L4)])
+    footer = [ln for ln in r.output.splitlines() if "times: " in ln]
+    assert footer and footer[0].startswith("GPU times: ") and "host clock" not in footer[0].split("CPU times: ")[0]

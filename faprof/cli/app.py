@@ -156,10 +156,15 @@ def print_timing_note(df) -> None:
     if "timer" not in df:
         return
     names = {"cupti": "CUPTI kernel time per call (union of the call's kernel intervals)",
-             "cuda_event": "CUDA events around each call (fallback: a few-µs floor per call)", "host": "host clock (CPU rows)"}
+             "cuda_event": "CUDA events around each call (fallback: a few-µs floor per call)", "host": "host clock"}
     timers = [t for t in dict.fromkeys(df["timer"].dropna()) if t]
-    if timers:
-        say("GPU times: " + "; ".join(f"{names.get(t, t)}: {int((df['timer'] == t).sum())} rows" for t in timers))
+    # GPU rows' timers under "GPU times", CPU rows' (the host clock) under "CPU times": a run without a
+    # GPU has only the latter, and its footer must not call host-clock times GPU times
+    parts = [(label, [t for t in timers if (t == "host") == (label == "CPU times")]) for label in ("GPU times", "CPU times")]
+    line = "; ".join(f"{label}: " + "; ".join(f"{names.get(t, t)}: {int((df['timer'] == t).sum())} rows" for t in ts)
+                     for label, ts in parts if ts)
+    if line:
+        say(line)
     notes = sorted({str(n) for n in df.get("timer_note", []) if isinstance(n, str) and n})
     for n in notes[:3]:
         say(f"  timer fallback: {n}", style="yellow")
