@@ -34,7 +34,8 @@ MAX_ROWS = 128
 #: Tile sizes tried where the variant's tile is not known (the common query and key tiles).
 TILE_CANDIDATES = (16, 32, 64, 128)
 
-#: Families, in the order that breaks ties between equally good signatures (specific before generic).
+#: Families, in the order that breaks ties between equally good signatures (after Signature.generic: a
+#: specific signature before a generic reading).
 FAMILIES: dict[str, str] = {
     "placement": "depends on where the work sits (batch/head index)",
     "race": "race (results change from call to call)",
@@ -82,6 +83,12 @@ class Signature:
     """Where it matched, and anything else worth saying."""
     unit: str = "rows"
     """What n_wrong and n_explained count: 'rows' (of the examined slices), or 'elements' (of the whole output)."""
+    generic: bool = False
+    """A reading of where the wrong rows are or what they hold (the last partial tile, elements never
+    written, a batch or head index), not of the computation that makes them wrong: it ranks below any
+    specific signature that explains as much (faprof.measure.signatures.rank)."""
+    per_input: dict[str, float] = field(default_factory=dict)
+    """The share explained on each input it matched on (filled by rank from check_input and share)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -4,9 +4,10 @@ A signature is a cheap test of one relationship a real bug produces, run only on
 wrong, on the inputs the check used, at the reference's precision and device:
 
 - alternative references: attention computed the way a buggy kernel would (causal mask missing,
-  shifted by one key, aligned bottom-right, applied to a non-causal problem; another softmax
-  scale; the final 1/l missing or applied twice; the keys of a last partial tile ignored, or its
-  zero padding counted as keys). The variant "matches" one in a row when the row is wrong against
+  shifted by one key, aligned bottom-right, applied to a non-causal problem; a window off by one;
+  the soft-cap missing or misapplied; another softmax scale; the final 1/l missing or applied twice;
+  the keys of a last partial tile ignored, or its zero padding counted as keys; a query head reading
+  K, V or both from another KV head; a packed sequence reading keys across its boundary). The variant "matches" one in a row when the row is wrong against
   the true reference, right against the alternative (the check's own rules), at least 1 / CLOSER
   times nearer to it than to the truth, and the alternative itself is wrong there. Its score is
   the share of the wrong rows it explains, on up to MAX_SLICES wrong (b, h) slices (MAX_ROWS rows
@@ -19,7 +20,10 @@ wrong, on the inputs the check used, at the reference's precision and device:
   the harness's repeat comparison).
 
 A correct output never gets a signature (nothing is wrong, nothing is tested). A signature is
-reported when it explains at least MIN_SHARE of the wrong rows; the best one names the bug family.
+reported when it explains at least MIN_SHARE of the wrong rows; the best one names the bug family. A
+generic reading (the last partial tile, elements never written: where the wrong rows are, not what
+makes them wrong) names it only when no specific signature explains as much of the wrong rows over
+the inputs (rank).
 
 Modules: the shared types and the slices examined (`signatures_case`), the matching rules
 (`signatures_match`), the alternative references (`signatures_refs`), the families
@@ -117,32 +121,43 @@ def find(case: Case) -> list[Signature]:
 
 def rank(sigs: Sequence[Signature]) -> list[Signature]:
     """One signature per (family, kind), its outputs and inputs merged (the first one's figures unless a
-    later one explains more), best first: by the share of wrong rows explained, then FAMILIES' order.
+    later one explains more), best first: by the share of wrong rows explained, a specific signature
+    before a generic one (Signature.generic: the last partial tile, elements never written), then
+    FAMILIES' order; then every generic reading goes below each specific signature that explains at
+    least as much of the wrong rows over the inputs (`coverage`: the share explained on each input any
+    signature matched on, 0 where it did not match, averaged), so a reading that fits one probe does not
+    lead a bug named on every probe: it leads only when no specific signature explains as much.
 
     The smallest statement that explains the most leads, and what it already explains is not repeated:
     a slice statement ('correct at B=1, wrong when B>1') opens the title of the best signature that says
     what the index changes (FOLD_INTO); a signature is dropped when one ranked above it explains at least
-    FULL_SHARE of the wrong rows on every input it matched on (a race only when that one has two CTAs
+    FULL_SHARE of the wrong rows on every input it matched on (a specific one never by a generic reading,
+    which says where the rows are, not what makes them wrong; a race only when that one has two CTAs
     writing the same rows: the order they land in is the race; a race, which compares two calls, drops
     nothing)."""
     merged: dict[tuple[str, str], Signature] = {}
     for sg in sigs:
         key = (sg.family, sg.kind)
+        mine = shares_by_input(sg)
         if key not in merged:
             merged[key] = Signature(**sg.to_dict())
+            merged[key].per_input = mine
             continue
         m = merged[key]
         for attr, val in (("output", sg.output), ("check_input", sg.check_input)):
             _join(m, attr, val)
+        for ci, sh in mine.items():
+            m.per_input[ci] = max(sh, m.per_input.get(ci, 0.0))
         if sg.share > m.share:
             m.share, m.n_wrong, m.n_explained, m.err_ref, m.err_alt, m.detail, m.title = (
                 sg.share, sg.n_wrong, sg.n_explained, sg.err_ref, sg.err_alt, sg.detail, sg.title)
-    out = sorted(_fold_slices(list(merged.values())), key=_order)
+    inputs = sorted({ci for m in merged.values() if not _statement(m) for ci in m.per_input})
+    cov = {id(m): coverage(m, inputs) for m in merged.values()}
+    out = _generic_below(sorted(_fold_slices(list(merged.values())), key=_order), cov)
     kept: list[Signature] = []
     for sg in out:
-        mine = set(sg.check_input.split(", "))
-        full = [k for k in kept if k.share >= FULL_SHARE and k.unit == "rows" and k.family != "race"
-                and mine <= set(k.check_input.split(", "))]
+        full = [k for k in kept if k.unit == "rows" and k.family != "race" and (sg.generic or not k.generic)
+                and all(k.per_input.get(ci, 0.0) >= FULL_SHARE for ci in sg.per_input)]
         if sg.family == "race":
             full = [k for k in full if k.family == "placement" and k.kind.endswith("_overlap")]
         if not full:
@@ -150,15 +165,52 @@ def rank(sigs: Sequence[Signature]) -> list[Signature]:
     return kept
 
 
+def shares_by_input(sg: Signature) -> dict[str, float]:
+    """The share `sg` explains on each input it matched on (its own record, else its share on each)."""
+    if sg.per_input:
+        return dict(sg.per_input)
+    return {ci: sg.share for ci in sg.check_input.split(", ") if ci}
+
+
+def coverage(sg: Signature, inputs: Sequence[str]) -> float:
+    """How much of the wrong rows `sg` explains over `inputs`: its share on each, 0 where it did not
+    match, averaged (its own share where there is nothing to average over)."""
+    if not inputs:
+        return sg.share
+    return sum(sg.per_input.get(ci, 0.0) for ci in inputs) / len(inputs)
+
+
 #: A slice statement left on its own ranks as if it explained this share: below a mechanism that explains
 #: every wrong row (it says where the bug depends, not what it is), above any that explains less.
 SLICE_RANK_SHARE = 0.99
 
 
-def _order(x: Signature) -> tuple[float, int]:
+def _statement(x: Signature) -> bool:
+    """A slice statement ('correct at B=1, wrong when B>1'): its inputs include a probe that passed."""
+    return x.kind.endswith("_dependent")
+
+
+def _order(x: Signature) -> tuple[float, bool, int]:
     order = list(FAMILIES)
-    share = SLICE_RANK_SHARE if x.kind.endswith("_dependent") else x.share
-    return (-round(share, 2), order.index(x.family) if x.family in order else 99)
+    share = SLICE_RANK_SHARE if _statement(x) else x.share
+    return (-round(share, 2), x.generic, order.index(x.family) if x.family in order else 99)
+
+
+def _generic_below(ranked: list[Signature], cov: dict[int, float]) -> list[Signature]:
+    """`ranked` with each generic reading (a slice statement keeps its SLICE_RANK_SHARE place) moved below the
+    last specific signature that explains at least as much over the inputs (cov: id -> coverage, rounded as
+    the ranking rounds shares); the rest keep their order."""
+    def much(x: Signature) -> float:
+        return round(cov.get(id(x), x.share), 2)
+
+    place = {id(x): i for i, x in enumerate(ranked)}
+    moved = [x for x in ranked if x.generic and not _statement(x)]
+    out = [x for x in ranked if not (x.generic and not _statement(x))]
+    for x in moved:
+        above = [i for i, y in enumerate(out) if place[id(y)] < place[id(x)]
+                 or not y.generic and much(y) >= much(x)]
+        out.insert(max(above, default=-1) + 1, x)
+    return out
 
 
 def _join(m: Signature, attr: str, val: str) -> None:

@@ -188,7 +188,7 @@ def tail_signatures(case: Case) -> list[Signature]:
         tail_rows = int(rows[:, :, whole:].numel())
         detail = f"{inside} of {total} wrong {unit} are there; {inside} of its {tail_rows} {unit} are wrong; {unw} elements unwritten"
         found.append(Signature("partial_tile", f"tail_{state}", title, name, case.check_input, inside / total, total,
-                               inside, float(oe.err[:, :, whole:].max()), math.nan, detail))
+                               inside, float(oe.err[:, :, whole:].max()), math.nan, detail, generic=True))
     return found
 
 
@@ -214,7 +214,8 @@ def unwritten_signature(case: Case) -> Signature | None:
     if n_unw == 0 or rows_w == 0:
         return None
     return Signature("unwritten", "unwritten", f"{n_unw} output elements never written (the NaN poison is still there)",
-                     ", ".join(names), case.check_input, rows_u / rows_w, rows_w, rows_u, math.inf, math.nan, where)
+                     ", ".join(names), case.check_input, rows_u / rows_w, rows_w, rows_u, math.inf, math.nan, where,
+                     generic=True)
 
 
 def propagated_signature(case: Case, s: Slices) -> Signature | None:

@@ -258,5 +258,5 @@ def slice_signatures(problem: Any, probes: Sequence[Mapping[str, Any]], maps: Se
         detail = (f"{axis} {n - 1} is wrong in the whole run and right run alone on the same inputs: the result depends "
                   f"on the {axis} index (or on other {axis}{'es' if axis == 'batch' else 's'}' work), not on the data")
         out.append(Signature("placement", f"{axis}_dependent", title, "out", f"randn, {probe}", 1.0, total, total,
-                             math.nan, math.nan, detail, unit="elements"))
+                             math.nan, math.nan, detail, unit="elements", generic=True))
     return out
