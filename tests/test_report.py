@@ -328,6 +328,21 @@ def test_cite_keeps_title_gpu_and_date_and_drops_the_path():
     assert report.cite("shared/seeds/x.txt") == "" and report.cite(None) == ""
 
 
+def test_cite_keeps_a_parenthesised_title_whole_and_the_first_line_says_source_or_reproduces():
+    """A comma inside parentheses is part of the title (the llama scenarios' sources), and a source whose
+    figures the scenario does not quote is its source, not a report it reproduces."""
+    llama = ("Meta Llama 3 8B model card and config.json (num_attention_heads 32, num_key_value_heads 8, "
+             "hidden_size 4096, so head dim 128; 8k context), 2024-04-18")
+    assert report.cite(llama) == (f"*{llama.removesuffix(', 2024-04-18')}* (2024-04-18)")
+    mistral = "Mistral 7B (Jiang et al., arXiv 2310.06825, 2023-10-10) and its config.json (head_dim 128, sliding_window 4096)"
+    assert report.cite(mistral) == f"*{mistral}*"
+    df = pd.DataFrame({"status": ["ok"]})
+    m = {"run_id": "r", "status": "complete", "scenario": {"source": llama}}
+    assert report.meta(m, df).endswith(f" · source: {report.cite(llama)}.")
+    m = {**m, "scenario": {"source": "FlashAttention Kernel Benchmark Report, NVIDIA L4, 2025-10-13"}, "published": [{"value": 1}]}
+    assert report.meta(m, df).endswith(" · reproduces *FlashAttention Kernel Benchmark Report* (NVIDIA L4, 2025-10-13).")
+
+
 def test_a_damaged_bundle_writes_nothing(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(L4, run)

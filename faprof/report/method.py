@@ -31,18 +31,28 @@ _TIMER_ORDER = ("cupti", "cuda_event", "event", "host")
 
 
 def cite(source: str | None) -> str:
-    """A seed report cited by title, GPU and date: 'path/003_x.txt (Title, GPU, date)' -> '*Title* (GPU, date)'.
+    """A scenario's source cited by its title, then the rest: 'Title, GPU, date' -> '*Title* (GPU, date)'.
 
-    The file path is dropped: a user who clones faprof does not have the seed files.
+    The title ends at the first comma outside parentheses, so a source whose title holds a
+    parenthesised list ('Meta Llama 3 8B model card and config.json (num_attention_heads 32, ...),
+    2024-04-18') keeps it whole. A seed report given as 'path/003_x.txt (Title, GPU, date)' is cited
+    by what is in the parentheses: a user who clones faprof does not have the seed files.
     """
     if not source:
         return ""
-    m = re.search(r"\(([^()]*)\)\s*$", source)
-    inner = m.group(1) if m else source
-    if re.fullmatch(r"\S+\.(txt|md)", inner.strip()):
-        return ""
-    title, _, rest = inner.partition(",")
-    return f"*{title.strip()}* ({rest.strip()})" if rest else f"*{title.strip()}*"
+    text = str(source).strip()
+    seed = re.fullmatch(r"\S+\.(?:txt|md)(?:\s*\((.*)\))?", text, flags=re.DOTALL)
+    if seed:
+        text = (seed.group(1) or "").strip()
+        if not text:
+            return ""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth <= 0:
+            title, rest = text[:i].strip(), text[i + 1:].strip()
+            return f"*{title}* ({rest})" if rest else f"*{title}*"
+    return f"*{text}*"
 
 
 def timers(df: pd.DataFrame) -> list[str]:
@@ -67,8 +77,8 @@ def meta(m: dict[str, Any], df: pd.DataFrame) -> str:
     if used:
         parts.append("timed with " + ", ".join(TIMER_SHORT.get(x, x) for x in used) + "; medians with their 95% CI")
     src = cite((m.get("scenario") or {}).get("source"))
-    if src:
-        parts.append(f"reproduces {src}")
+    if src:  # a seed report whose figures the scenario quotes is reproduced; a model card is only a source
+        parts.append(f"reproduces {src}" if m.get("published") else f"source: {src}")
     return " · ".join(parts) + "."
 
 

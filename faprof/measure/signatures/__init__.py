@@ -2,7 +2,8 @@
 
 The package holds the case under test (case), the alternative references each family is tested
 against (refs), the families themselves (families, stride, placement: where the work sits, heads: the
-KV head a query head reads), how a candidate is matched against the error map (match) and the ranking
+KV head a query head reads, layout: packed and paged problems, crossing: a packed sequence's key range
+crossing into its neighbour), how a candidate is matched against the error map (match) and the ranking
 that ties them together (core). Callers use the names below.
 """
 

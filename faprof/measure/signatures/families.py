@@ -66,7 +66,7 @@ def alternative_signatures(case: Case, s: Slices) -> list[Signature]:
     for alt in alternatives(case, dev, s.rows):
         res = attend(s.q, s.k, s.v, alt.scale if alt.scale is not None else p.softmax_scale, alt.allowed,
                      alt.pad, alt.norm, s.dout if grads else None,
-                     p.softcap if alt.softcap is None else alt.softcap, alt.cap_unscaled)
+                     p.softcap if alt.softcap is None else alt.softcap, alt.cap_bug)
         for name, oe in case.errors.items():
             if name not in res or oe.n_bad == 0 or not s.covers(name):
                 continue

@@ -10,8 +10,10 @@ reads, so one code path serves every layout:
   taken as the pool's block (blocks of the sequences before b) + j) or in logical order (pool block j),
   or the cache length ignored (the last, partial block read whole);
 - the problem's own fields changed (any layout): the mask aligned to the other corner, a window off by
-  one on either side or ignored, the causal mask missing, the soft-cap missing, a query head reading KV
-  head h % Hkv.
+  one on either side or ignored, the causal mask missing, the soft-cap missing or misapplied (refs.CAP_BUGS),
+  a query head reading KV head h % Hkv for K and V, for K only or for V only;
+- a sequence's key range crossing into the previous or the next sequence by a few keys, k fitted from
+  the data (faprof.measure.signatures.crossing).
 
 A row is one (token, head) of the output; it is explained by match.explain's rules (wrong, right
 against the alternative by the check's own rules, nearer to it, the alternative itself wrong there).
@@ -24,9 +26,19 @@ from collections.abc import Callable
 from typing import Any
 
 from faprof.measure import errormap, positions
+from faprof.measure.signatures import refs
 from faprof.measure.signatures.case import MIN_SHARE, Signature
+from faprof.measure.signatures.crossing import crossing_signatures
 from faprof.measure.signatures.match import Tol, explain
-from faprof.variants.definition import AttnArgs, assemble_q, attend, attention, sequence_kv, sequence_q
+from faprof.variants.definition import (
+    AttnArgs,
+    assemble_q,
+    attend,
+    attention,
+    sequence_kv,
+    sequence_q,
+    sequence_views,
+)
 
 
 def layout_signatures(problem: Any, q: Any, k: Any, v: Any, args: AttnArgs | None, result: Any, ref: Any,
@@ -80,6 +92,8 @@ def layout_signatures(problem: Any, q: Any, k: Any, v: Any, args: AttnArgs | Non
         where = _where(st[2])
         found.append(Signature(family, kind, title.format(where=where), "out", check_input, st[1] / n_w, n_w, st[1],
                                st[3], st[4], f"rows of {where}"))
+    if problem.layout == "varlen":
+        found += crossing_signatures(problem, qq, kk, vv, (r, rf, thr, bad, unw.bool()), tol, _where, check_input)
     return found
 
 
@@ -195,17 +209,60 @@ def _fields(p: Any, args: AttnArgs | None) -> list[Alternative]:
         out.append(("window", "window_ignored", "sliding window ignored in {where}", changed(p.with_(window=None))))
     if p.softcap:
         out.append(("softcap", "softcap_missing", "logit soft-cap missing in {where}", changed(p.with_(softcap=0.0))))
+        out += _softcap(p, args)
     if p.group > 1:
         heads = torch.tensor([h % p.kv_heads for h in range(p.H)])
-        axis = 2 if p.layout == "paged" else (1 if p.layout == "varlen" else 1)
+        mine = torch.tensor([h // p.group for h in range(p.H)])
+        axis = 2 if p.layout == "paged" else 1
         mha = p.with_(Hkv=None)
 
-        def modulo(q: Any, k: Any, v: Any) -> Any:
-            kx, vx = (t.index_select(axis, heads.to(t.device)) for t in (k, v))
-            return changed(mha)(q, kx, vx)
+        def modulo(k_wrong: bool, v_wrong: bool) -> Callable[[Any, Any, Any], Any]:
+            def fn(q: Any, k: Any, v: Any) -> Any:
+                kx, vx = (t.index_select(axis, (heads if wrong else mine).to(t.device))
+                          for t, wrong in ((k, k_wrong), (v, v_wrong)))
+                return changed(mha)(q, kx, vx)
+            return fn
 
         out.append(("kv_head", "kv_head_modulo", f"query head h reads KV head h % Hkv instead of h // {p.group} "
-                    "in {where}", modulo))
+                    "in {where}", modulo(True, True)))
+        out.append(("kv_head", "k_head_modulo", f"query head h reads its K from KV head h % Hkv instead of h // {p.group} "
+                    "in {where}; its V from the right one", modulo(True, False)))
+        out.append(("kv_head", "v_head_modulo", f"query head h reads its V from KV head h % Hkv instead of h // {p.group} "
+                    "in {where}; its K from the right one", modulo(False, True)))
+    return out
+
+
+def _softcap(p: Any, args: AttnArgs | None) -> list[Alternative]:
+    """The soft-cap misapplied (refs.CAP_BUGS) in any layout: the definition, one sequence at a time, with the
+    scores capped the way the bug caps them."""
+    import torch
+
+    from faprof.model.mask import allowed
+
+    def capped(bug: str) -> Callable[[Any, Any, Any], Any]:
+        def fn(q: Any, k: Any, v: Any) -> Any:
+            parts = []
+            for sv in sequence_views(p, q, k, v, args):
+                sq, sk = sv.q.shape[-2], sv.k.shape[-2]
+                ok = allowed(p.mask, sq, sk).to(q.device)
+                kx, vx = (t.repeat_interleave(p.group, dim=0) for t in (sv.k, sv.v))
+                o = refs.attend(sv.q, kx, vx, p.softmax_scale, ok, softcap=p.softcap, cap_bug=bug)["out"]
+                parts.append(torch.nan_to_num(o, nan=0.0))  # a query that sees no key: zeros
+            return assemble_q(p, parts)
+        return fn
+
+    masked = p.causal or p.window is not None
+    out: list[Alternative] = [
+        ("softcap", "softcap_unscaled", "logit soft-cap applied before the softmax scale (c·tanh(q·k / c)·scale) in "
+         "{where}", capped("unscaled")),
+        ("softcap", "softcap_scaled_twice", "softmax scale applied inside and outside the soft-cap "
+         "(c·tanh(scale·q·k / c)·scale) in {where}", capped("scaled_twice")),
+        ("softcap", "softcap_on_probs", "logit soft-cap applied to the probabilities instead of the scores in {where}",
+         capped("on_probs")),
+    ]
+    if masked:
+        out.append(("softcap", "softcap_after_mask", "logit soft-cap applied after the mask in {where}: masked keys "
+                    "score -c instead of -inf and get weight", capped("after_mask")))
     return out
 
 

@@ -2,9 +2,10 @@
 
 Masks follow faprof.model.mask's rule (either corner, a sliding window, the soft-cap): the causal mask
 missing, shifted by one key, aligned to the other corner or applied to a non-causal problem; a window
-off by one on either side, ignored, or aligned to the other corner; the soft-cap missing or applied
-before the scale; another softmax scale; the final 1/l missing or applied twice; the keys of a last
-partial tile ignored, or its zero padding counted as keys.
+off by one on either side, ignored, or aligned to the other corner; the soft-cap missing, applied before
+the scale, with the scale on both sides of tanh, after the mask (masked keys at -c) or to the
+probabilities (CAP_BUGS); another softmax scale; the final 1/l missing or applied twice; the keys of a
+last partial tile ignored, or its zero padding counted as keys.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def allowed_mask(Sq: int, Sk: int, kind: str | None, shift: int = 0, device: Any
 
 
 def attend(q: Any, k: Any, v: Any, scale: float, allowed: Any = None, pad: int = 0, norm: str | None = None,
-           dout: Any = None, softcap: float = 0.0, cap_unscaled: bool = False) -> dict[str, Any]:
+           dout: Any = None, softcap: float = 0.0, cap_bug: str | None = None) -> dict[str, Any]:
     """Attention over [n, S, D] slices the way a (possibly buggy) kernel computes it.
 
     Args:
@@ -79,8 +80,8 @@ def attend(q: Any, k: Any, v: Any, scale: float, allowed: Any = None, pad: int =
         pad: zero keys (score 0, value 0) appended unmasked: a last tile's padding counted as keys.
         norm: None (softmax), 'missing' (no final 1/l) or 'twice' (1/l applied twice).
         dout: [n, Sq, D] upstream gradient: when given, dq, dk, dv too (autograd).
-        softcap: logit soft-cap c (0: none): scores c·tanh(s / c) after scaling, or before it with
-            cap_unscaled (a kernel that caps the raw q·k and scales afterwards).
+        softcap: logit soft-cap c (0: none): scores c·tanh(s / c) after scaling, then masked.
+        cap_bug: how a buggy kernel applies the cap (CAP_BUGS; None: as the definition does).
 
     Returns:
         {'out', 'lse'} (and 'dq', 'dk', 'dv'); rows that see no key are NaN in 'out' (a kernel gives
@@ -96,18 +97,12 @@ def attend(q: Any, k: Any, v: Any, scale: float, allowed: Any = None, pad: int =
         if pad:
             z = torch.zeros(k.shape[0], pad, k.shape[2], dtype=k.dtype, device=k.device)
             kk, vv = torch.cat([k, z], dim=1), torch.cat([v, z], dim=1)
-        s = torch.matmul(q, kk.transpose(-2, -1))
-        if softcap and cap_unscaled:
-            s = softcap * torch.tanh(s / softcap) * scale
-        else:
-            s = s * scale
-            if softcap:
-                s = softcap * torch.tanh(s / softcap)
-        if allowed is not None:
-            s = s.masked_fill(~allowed, float("-inf"))
+        s = capped(torch.matmul(q, kk.transpose(-2, -1)), scale, softcap, cap_bug, allowed)
         m = s.amax(dim=-1, keepdim=True).detach()
         m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # a constant shift: softmax is unchanged
         p = torch.exp(s - m)
+        if softcap and cap_bug == "on_probs":
+            p = softcap * torch.tanh(p / softcap)
         ln = p.sum(dim=-1, keepdim=True)
         o = torch.matmul(p, vv)
         safe = torch.where(ln > 0, ln, torch.ones_like(ln))
@@ -123,6 +118,36 @@ def attend(q: Any, k: Any, v: Any, scale: float, allowed: Any = None, pad: int =
     return res
 
 
+#: Soft-cap bugs `capped` and `attend` compute: name -> what the kernel computes (cap c, scale, scores s).
+CAP_BUGS = {
+    "unscaled": "c·tanh(q·k / c)·scale",
+    "scaled_twice": "c·tanh(scale·q·k / c)·scale",
+    "after_mask": "c·tanh(-inf / c) = -c for a masked key",
+    "on_probs": "c·tanh(p / c) of p = exp(s - max), s uncapped",
+}
+
+
+def capped(raw: Any, scale: float, softcap: float, cap_bug: str | None, allowed: Any) -> Any:
+    """Masked scores from raw q·k the way a kernel with soft-cap bug `cap_bug` (CAP_BUGS; None: none)
+    computes them: scale, cap c·tanh(s / c) (c = softcap, 0: none), then the mask (-inf)."""
+    import torch
+
+    bug = cap_bug if softcap else None
+    if bug == "unscaled":
+        s = softcap * torch.tanh(raw / softcap) * scale
+    elif bug == "scaled_twice":
+        s = softcap * torch.tanh(raw * scale / softcap) * scale
+    else:
+        s = raw * scale
+        if softcap and bug not in ("after_mask", "on_probs"):
+            s = softcap * torch.tanh(s / softcap)
+    if allowed is not None:
+        s = s.masked_fill(~allowed, float("-inf"))
+    if bug == "after_mask":
+        s = softcap * torch.tanh(s / softcap)
+    return s
+
+
 @dataclass
 class Alt:
     """One alternative reference: the bug it stands for and how `attend` computes it."""
@@ -136,7 +161,8 @@ class Alt:
     norm: str | None = None
     softcap: float | None = None
     """None: the problem's soft-cap."""
-    cap_unscaled: bool = False
+    cap_bug: str | None = None
+    """How the soft-cap is misapplied (CAP_BUGS), None: as the definition applies it."""
 
 
 def _corner(align: str) -> str:
@@ -199,6 +225,27 @@ def mask_alternatives(p: Any, dev: Any, rows: Any = None) -> list[Alt]:
     return [a for a in alts if not _same_mask(a.allowed, true)]
 
 
+def softcap_alternatives(p: Any, true: Any) -> list[Alt]:
+    """The soft-cap bugs of a problem with a cap c: the cap missing, the scale applied outside tanh instead
+    of inside it or on both sides, the cap applied after the mask (only where something is masked) or to the
+    probabilities. Everything else (the mask `true`, the scale) as the problem has it."""
+    if not p.softcap:
+        return []
+    c = f"{p.softcap:g}"
+    right = f"instead of c·tanh(scale·q·k / c), c = {c}"
+    alts = [Alt("softcap", "softcap_missing", f"logit soft-cap {c} missing: scores are not capped", true, softcap=0.0),
+            Alt("softcap", "softcap_unscaled", f"logit soft-cap {c} applied before the softmax scale: "
+                f"{CAP_BUGS['unscaled']} {right}", true, cap_bug="unscaled"),
+            Alt("softcap", "softcap_scaled_twice", f"softmax scale applied inside and outside the soft-cap {c}: "
+                f"{CAP_BUGS['scaled_twice']} {right}", true, cap_bug="scaled_twice")]
+    if true is not None and not bool(true.all()):
+        alts.append(Alt("softcap", "softcap_after_mask", f"logit soft-cap {c} applied after the mask: masked keys "
+                        f"score -{c} (c·tanh(-inf)) instead of -inf and get weight", true, cap_bug="after_mask"))
+    alts.append(Alt("softcap", "softcap_on_probs", f"logit soft-cap {c} applied to the probabilities instead of the "
+                    f"scores: {CAP_BUGS['on_probs']}", true, cap_bug="on_probs"))
+    return alts
+
+
 def _same_mask(a: Any, b: Any) -> bool:
     import torch
 
@@ -216,11 +263,7 @@ def alternatives(case: Case, dev: Any, rows: Any = None) -> list[Alt]:
     Sq, Sk, D, s = p.Sq, p.Sk, p.D, p.softmax_scale
     true = true_mask(p, dev, rows)
     alts = mask_alternatives(p, dev, rows)
-    if p.softcap:
-        alts.append(Alt("softcap", "softcap_missing", f"logit soft-cap {p.softcap:g} missing: scores are not capped",
-                        true, softcap=0.0))
-        alts.append(Alt("softcap", "softcap_unscaled", f"logit soft-cap {p.softcap:g} applied before the softmax scale "
-                        "(c·tanh(q·k / c)·scale instead of c·tanh(scale·q·k / c))", true, cap_unscaled=True))
+    alts += softcap_alternatives(p, true)
     seen: list[float] = [s]
     for value, label in ((1.0, "no scale applied"), (1.0 / D, "1/D"), (1.0 / math.sqrt(D), "1/sqrt(D)"),
                          (math.sqrt(D), "sqrt(D)"), (s * s, "the scale applied twice"),
