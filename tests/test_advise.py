@@ -103,6 +103,21 @@ def test_launch_overhead_is_aggregated_and_only_where_the_gpu_waits():
 
 
 
+def test_explain_of_one_shape_shows_where_by_default():
+    """The README's `faprof explain` command, without --format, prints each finding with its `where:`
+    line (the text view), as the README shows; --format table has a where column too."""
+    run = DATA / "accounting" / "20261125T041303Z_nvidia-h100-80gb-hbm3_l4-causal"
+    args = ["explain", str(run), "--variant", "fa2_mma", "--against", "sdpa_cudnn",
+            "--shape", "b16_h8_sq512_sk512_d64_fp16_causal_fwd"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0] == "fa2_mma · b16_h8_sq512_sk512_d64_fp16_causal_fwd"
+    assert any(ln.startswith("    where: 99% of tensor hmma instructions at mma_ptx.cuh:40") for ln in lines), r.output
+    r = CliRunner().invoke(main, [*args, "--format", "table"])
+    assert r.exit_code == 0 and "where" in r.output and "mma_ptx.cuh:40" in r.output
+
+
 def test_explain_command(tmp_path):
     r = CliRunner().invoke(main, ["explain", str(L4_NCU), "--format", "text", "--variant", "fa1"])
     assert r.exit_code == 0, r.output

@@ -156,12 +156,12 @@ def rich_table(diag: pd.DataFrame, summary: pd.DataFrame | None = None, per_shap
 
     t = Table(title=title or None, header_style="bold", show_lines=True)
     if per_shape:
-        for c in ("variant · shape", "#", "cause", "est. gain", "evidence", "fix"):
+        for c in ("variant · shape", "#", "cause", "est. gain", "evidence", "where", "fix"):
             t.add_column(c, overflow="fold")
         for _, r in diag.sort_values(["variant", "shape_id", "rank"], kind="stable").iterrows():
             cause = f"[bold]{r['title']}[/]" if r["primary"] else str(r["title"])
             t.add_row(f"{who(r)}\n{r['shape_id']}", str(r["rank"]), cause, share_text(r),
-                      str(r["evidence"]), str(r["fix"]))
+                      str(r["evidence"]), _where(r), str(r["fix"]))
         return t
 
     s = summary if summary is not None else summarize(diag)

@@ -109,10 +109,11 @@ def report(run: str, out_dir: Path | None, formats: str, focus: str | None, runs
 @click.option("--shape", "shape", help="Only this shape_id: its ranked findings, one by one.")
 @click.option("--per-shape", is_flag=True, help="Ranked findings of every (variant, shape) instead of the summary across shapes.")
 @click.option("--against", "against", help="Explain each variant's gap to this variant (default: the fastest profiled one at each shape).")
-@click.option("--format", "fmt", type=click.Choice(["table", "text", "md"]), default="table", show_default=True,
-              help="A rich table, plain text, or Markdown.")
+@click.option("--format", "fmt", type=click.Choice(["table", "text", "md"]),
+              help="A rich table, plain text, or Markdown (default: text for one shape or --per-shape: each finding "
+                   "with its evidence, the source line it points at (where) and its fix; a table for the summary).")
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
-def explain(run: str, variant: str | None, shape: str | None, per_shape: bool, against: str | None, fmt: str,
+def explain(run: str, variant: str | None, shape: str | None, per_shape: bool, against: str | None, fmt: str | None,
             runs_dir: Path) -> None:
     """Why each variant is as fast as it is: the advisor's ranked diagnosis of a run bundle.
 
@@ -147,6 +148,7 @@ def explain(run: str, variant: str | None, shape: str | None, per_shape: bool, a
                       "(run `faprof profile ... --ncu --nsys`).")
         return
     per = per_shape or bool(shape)
+    fmt = fmt or ("text" if per else "table")  # findings one by one read as text; the summary as a table
     if fmt == "md":
         console.print(advisor.render_markdown(diag, per_shape=per), markup=False, soft_wrap=True)
     elif fmt == "text":
