@@ -111,7 +111,7 @@ def _playwright():
     except ImportError:
         pytest.skip("playwright is not installed (pip install 'faprof[dev]')")
     if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
-        pytest.skip("chromium is not installed (apt-get install -y chromium, or scripts/setup.sh)")
+        pytest.skip("chromium is not installed (apt-get install -y chromium, or FAPROF_INSTALL_BROWSER=1 bash scripts/setup.sh)")
     try:
         import streamlit  # noqa: F401
     except ImportError:

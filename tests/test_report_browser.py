@@ -43,7 +43,7 @@ def test_the_l4_causal_report_fits_1280_px_and_its_first_screen_is_the_answer(tm
         pytest.skip("playwright is not installed (pip install 'faprof[dev]')")
     exe = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
     if exe is None:
-        pytest.skip("chromium is not installed (apt-get install -y chromium, or scripts/setup.sh)")
+        pytest.skip("chromium is not installed (apt-get install -y chromium, or FAPROF_INSTALL_BROWSER=1 bash scripts/setup.sh)")
     html = tmp_path / "report.html"
     html.write_text(writer.render_html(Bundle(L4_H100)))
     shots = Path(os.environ.get("FAPROF_SHOTS") or tmp_path)
