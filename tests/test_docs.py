@@ -219,3 +219,17 @@ def test_the_readme_is_short_and_starts_with_the_two_commands():
     # the README points into the docs, at pages that exist
     links = re.findall(r"\]\((docs/[^)#]+)", text)
     assert links and all((ROOT / link).is_file() for link in links), links
+
+
+#: Internal history a reader cannot look up: "issue 28", "faprof issue 27", "the issue's bar".
+INTERNAL_HISTORY = re.compile(r"\b(?:issues? #?\d+|issue's|the issue that)", re.IGNORECASE)
+
+
+def test_user_facing_text_names_no_internal_issue():
+    """Docs, the README, scenario files and faprof's and the dashboard's code say what is meant, not
+    which internal issue asked for it (scripts/ and tests/ are the developers' and may)."""
+    files = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "scenarios").glob("*.toml"),
+             *(ROOT / "faprof").rglob("*.py"), *(ROOT / "app").rglob("*.py")]
+    hits = [f"{p.relative_to(ROOT)}:{i}: {line.strip()[:100]}" for p in files
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if INTERNAL_HISTORY.search(line)]
+    assert not hits, "\n".join(hits)

@@ -1,4 +1,4 @@
-"""The Hopper backward steps (issue 28: fa3_bwd_a .. fa3_bwd_d), wired into autograd and the registry.
+"""The Hopper backward steps (fa3_bwd_a .. fa3_bwd_d), wired into autograd and the registry.
 
 Each step is a variant whose forward is fa3_wgmma_e's forward op (which writes the natural-log LSE
 the backward needs) and whose backward is torch.ops.faprof.fa3_bwd_<step> (kernels/fa3_bwd_a.cu ..

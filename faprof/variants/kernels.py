@@ -148,7 +148,7 @@ fa2_wmma_fwd = _tc_fwd("fa2_wmma_fwd")
 fa2_mma_fwd = _tc_fwd("fa2_mma_fwd")
 
 
-# ------------------------------------------------- problems beyond 2022's (issue 36)
+# ------------------------------------------------- problems beyond 2022's (GQA, masks, windows, varlen, paged KV)
 #: Features the forward of fa2_mma runs (its GEN instantiation, kernels/fa2_mma.cu).
 FA2_MMA_FEATURES = frozenset({"gqa", "bottom_right", "window", "softcap", "varlen"})
 
@@ -420,9 +420,9 @@ def register_all() -> None:
     _register_cuda_core()
     _register_tensor_core()
     _register_fa3()
-    # Hopper backward steps (issue 28; faprof/variants/fa3_backward.py): fa3_bwd_a, fa3_bwd_b, with fa3_wgmma_e's forward
+    # Hopper backward steps (faprof/variants/fa3_backward.py): fa3_bwd_a, fa3_bwd_b, with fa3_wgmma_e's forward
     kernel_fa3_bwd.register_variants(_fa3_check, fa3_wgmma_e_fwd)
-    # Split-KV decoding (issue 36; faprof/variants/decode.py)
+    # Split-KV decoding (faprof/variants/decode.py)
     kernel_decode.register_variant()
     for _name, _kernel, _bwd in (("naive", "naive", None), ("fa1", "fa1", None), ("fa2", "fa2", "fa2"),
                                  ("fa2_det", "fa2", "fa2"), ("fa2_wmma", "fa2_wmma", None),

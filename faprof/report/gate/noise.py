@@ -2,8 +2,8 @@
 
 A row's kept samples say how precisely one run measured it (0.1-0.3% on the H100), not how much
 the next run of the same code will differ: between runs the GPU's power and clock state changes,
-and on the H100 a large call's time moves by 1-2.5% a row, now and then by 9% (tests/data/gate,
-faprof issue 27). The gate therefore needs a model of that noise, estimated from runs of one code:
+and on the H100 a large call's time moves by 1-2.5% a row, now and then by 9% (tests/data/gate).
+The gate therefore needs a model of that noise, estimated from runs of one code:
 
     log t[run, variant, shape] = mu[variant, shape] + c[run, variant] + u[run, variant, shape]
 

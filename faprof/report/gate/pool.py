@@ -2,7 +2,7 @@
 
 Why: two runs of one commit on the H100 differ row by row by far more than either run's samples
 say (a row's interval from its samples is 0.1-1% wide; between the runs the rows moved by 0.925x
-to 1.042x: tests/data/gate/h100/same, faprof issue 27). The run-to-run part is noise the samples cannot see, so a
+to 1.042x: tests/data/gate/h100/same). The run-to-run part is noise the samples cannot see, so a
 row's own interval cannot decide a 2% threshold. What can: the rows of one kernel (variant) move
 together when its code changes, and their run-to-run noise is largely independent from row to row.
 

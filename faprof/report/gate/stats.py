@@ -22,7 +22,7 @@ bootstrap of the ratio of medians:
 `verdict` puts one row's interval against the practical threshold t: `slower` when the whole
 interval lies above 1 + t, `faster` when it lies below 1 / (1 + t), `same` when it lies inside
 [1 / (1 + t), 1 + t], and `ambiguous` when it crosses an edge. That interval covers the row's own
-samples only; two runs of one commit differ by more (faprof issue 27), so `faprof gate` gives it
+samples only; two runs of one commit differ by more (tests/data/gate/h100/same), so `faprof gate` gives it
 only to rows it cannot judge with their kernel and the GPU's between-run noise
 (`faprof.report.gate.pool`, which also uses `hl_one_sample` below).
 """
