@@ -34,8 +34,8 @@ UPLOAD_ROOT = Path(tempfile.gettempdir()) / "faprof-dashboard-uploads"
 
 CTX_KEY = "_faprof_ctx"
 
-STATUS_COLORS = {"ok": "#2e7d32", "wrong": "#d32f2f", "failed": "#b71c1c", "unsupported": "#f9a825",
-                 "skipped": "#9e9e9e"}
+STATUS_COLORS = {"ok": "#2e7d32", "wrong": "#d32f2f", "untrusted": "#6a1b9a", "failed": "#b71c1c",
+                 "unsupported": "#f9a825", "skipped": "#9e9e9e"}
 """One colour per row status, the same on every page (red for the two that need attention)."""
 
 STATUS_SYMBOLS = {"ok": "circle", "wrong": "x"}

@@ -39,7 +39,7 @@ import pandas as pd
 
 from faprof import store_error_maps
 from faprof.errors import FaprofError
-from faprof.measure import stability, stats
+from faprof.measure import limits, stability, stats
 from faprof.model import schema
 
 MANIFEST = "manifest.json"
@@ -248,7 +248,18 @@ class Bundle:
             gpu = (self.manifest().get("env") or {}).get("gpu_name")
             if gpu:
                 df["gpu_name"] = df["gpu_name"].fillna(gpu)
-        return df
+        return self._judged(df)
+
+    def _judged(self, df: pd.DataFrame) -> pd.DataFrame:
+        """Rows re-judged against the GPU's physical limits (faprof.measure.limits) as this faprof
+        judges them, so a bundle of an older faprof cannot show a time its GPU cannot reach as ok.
+        Rows without `l2_flushed` (older bundles) were flushed as their run's timing settings say."""
+        if df.empty or "status" not in df.columns:
+            return df
+        m = self.manifest()
+        timing = (m.get("settings") or {}).get("timing") or {}
+        flushed = bool(timing.get("flush_l2", True)) if isinstance(timing, dict) else True
+        return limits.judge_frame(df, m.get("env") or {}, flushed)
 
     def append_measurement(self, row: dict[str, Any]) -> None:
         """Add one finished row as its own file (constant time: nothing else is read or rewritten).

@@ -462,8 +462,9 @@ def test_one_colour_per_variant_in_every_chart_of_a_session(app):
                     seen.setdefault(variant, set()).add(colour)
                     drawn[page] += 1
     assert drawn["variants"] > 20 and drawn["gpus"] > 5  # both pages' charts were read
-    # sdpa_auto ran cuDNN's kernel on this run's shapes (nsys/ncu records): one kernel, one line, sdpa_auto's
-    assert {"fa2_mma", "sdpa_flash", "sdpa_auto"} <= set(seen) and "sdpa_cudnn" not in seen
+    # sdpa_auto ran cuDNN's kernel on this run's shapes (nsys/ncu records), folded into one line where the two
+    # medians agree; at B=64 H=64 they are 5.4% apart (3.62 vs 3.81 ms), so sdpa_cudnn has a point of its own
+    assert {"fa2_mma", "sdpa_flash", "sdpa_auto", "sdpa_cudnn"} <= set(seen)
     assert all(len(c) == 1 for c in seen.values()), {v: c for v, c in seen.items() if len(c) > 1}
 
 

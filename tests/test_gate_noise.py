@@ -72,11 +72,13 @@ def _bundles(tmp_path: Path, x: np.ndarray, variants: list[str], gpu: str = "NVI
 
 
 def test_estimate_recovers_known_row_noise_and_offset(tmp_path):
-    """Four variants x 8 shapes x 12 runs drawn with row_sd 1% and offset_sd 0.5%: both are recovered."""
+    """Four variants x 8 shapes x 12 runs drawn with row_sd 1% and offset_sd 0.5%: both are recovered. (The
+    times, e^0.5 ms give or take 30%, are ones the H100 can reach on the bundle's B=4 H=16 S=4096 shapes:
+    a faster one would be untrusted when read, faprof.measure.limits, and leave the estimate.)"""
     rng = np.random.default_rng(11)
     variants = ["fa2_mma", "fa3_wgmma_e", "sdpa_cudnn", "sdpa_flash"]
     runs = 12
-    x = (rng.normal(-0.5, 0.3, (4, 8, 1)) + rng.normal(0, 0.005, (4, 1, runs)) + rng.normal(0, 0.01, (4, 8, runs)))
+    x = (rng.normal(0.5, 0.3, (4, 8, 1)) + rng.normal(0, 0.005, (4, 1, runs)) + rng.normal(0, 0.01, (4, 8, runs)))
     f = estimate([RunSet(tuple(_bundles(tmp_path, x, variants)), tuple(variants))])
     assert f.residual_df == 4 * 7 * (runs - 1) and f.offset_df == 4 * (runs - 1) and f.row_runs == 4 * 8 * runs
     assert f.row_sd == pytest.approx(0.01, rel=0.1)

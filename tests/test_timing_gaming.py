@@ -68,20 +68,48 @@ def test_work_deferred_to_the_next_call_is_timed_in_full():
     assert row["median_ms"] >= _floor_ms()  # each call does the previous call's work
 
 
-def test_work_dropped_when_the_inputs_repeat_is_flagged_wrong():
+def test_work_dropped_when_the_inputs_repeat_gets_no_repeat_to_drop():
+    # the timed calls alternate two input sets (faprof.measure.rotation): no call repeats the last one's
+    # tensors, so the trick never fires and every call is timed in full
     row = _measure("gaming_deferred_skip")
-    assert row["median_ms"] < _floor_ms()  # what the trick buys: timed calls do nothing ...
-    assert row["timing_flagged"] is True and row["correct"] is False  # ... and the row says so
-    assert "not written when the call and all the work it started have finished" in row["timing_flag_reason"]
-    assert "never written" in row["check_reason"]
+    assert row["input_sets"] == 2
+    assert row["median_ms"] >= _floor_ms()
+    assert row["correct"] is True and row["timing_flagged"] is False
 
 
 def test_a_result_cached_by_pointer_is_flagged_wrong():
     row = _measure("gaming_cache")
-    assert row["median_ms"] < _floor_ms()
     assert row["timing_flagged"] is True and row["correct"] is False
     assert "returns a result of earlier inputs" in row["timing_flag_reason"]
     assert "cache keyed by pointer" in row["check_reason"]
+
+
+def test_a_result_cached_by_content_is_timed_on_new_inputs():
+    # a cache keyed by the inputs' values serves both timed input sets; calls on new inputs cannot be served
+    row = _measure("gaming_content_cache")
+    assert row["correct"] is True and row["timing_flagged"] is True
+    assert "isolated calls on new inputs" in row["timing_flag_reason"]
+    assert "result cached from earlier inputs" in row["timing_flag_reason"]
+    assert row["timer"] == "host_drained" and row["median_ms"] >= _floor_ms()
+
+
+def test_timed_calls_that_skip_their_work_are_wrong():
+    # back-to-back calls (the timing loop's) leave the output buffer as the previous call left it: the
+    # other input set's answer, which the check of the timed calls names
+    row = _measure("gaming_skip_b2b")
+    assert row["correct"] is False and row["timed_checked"] >= 1
+    assert "returned the other input set's result" in row["check_reason"]
+
+
+def test_timed_calls_that_do_half_the_work_are_wrong():
+    row = _measure("gaming_half_b2b")
+    assert row["correct"] is False
+    assert "timed call" in row["check_reason"] and "fails the check" in row["check_reason"]
+
+
+def test_honest_timed_calls_are_checked_on_both_input_sets():
+    row = _measure("gaming_control")
+    assert row["input_sets"] == 2 and row["timed_checked"] >= 1 and row["repeatable"] is True
 
 
 def test_output_written_into_an_input_is_flagged():
@@ -126,11 +154,24 @@ def test_events_rows_are_checked_against_the_whole_device():
     assert integrity.missed_work(_drain("host", [0.06] * 5), 0.01, "cuda_event", enqueue_ms=0.05) is None
 
 
-def test_cpu_rows_need_a_thread_left_running():
-    # a loaded CPU's clock moves by more than HOST_GAP_FACTOR: a gap alone never flags a CPU row
-    assert integrity.missed_work(_drain("host", [50.0] * 5), 10.0, "host") is None
+def test_cpu_rows_need_a_thread_left_running_or_every_new_input_call_far_slower():
+    # a loaded CPU's clock moves by more than HOST_GAP_FACTOR: a gap under ALONE_HOST_FACTOR never flags a CPU row
+    assert integrity.missed_work(_drain("host", [25.0] * 5), 10.0, "host") is None
+    assert integrity.missed_work(_drain("host", [50.0, 50.0, 25.0]), 10.0, "host") is None  # one call within it
     why = integrity.missed_work(_drain("host", [50.0] * 5, threads=5), 0.2, "host")
     assert why and "goes on 50 ms" in why
+    why = integrity.missed_work(_drain("host", [50.0] * 5), 10.0, "host")
+    assert why and "isolated calls on new inputs" in why and "5x slower" in why
+
+
+def test_cupti_rule_flags_timed_calls_faster_than_calls_on_new_inputs():
+    # isolated calls on new inputs take their own kernels' time; the timed loop, on inputs seen before, less
+    assert integrity.missed_work(_drain("cupti", [1.0] * 5, [1.0] * 5), 0.9, "cupti") is None  # noise
+    assert integrity.missed_work(_drain("cupti", [0.4] * 5, [0.4] * 5), 0.2, "cupti")
+    # one slow isolated call is not enough: the fastest must be slower too
+    assert integrity.missed_work(_drain("cupti", [2.0, 2.0, 2.0, 1.0, 1.0], [2.0, 2.0, 2.0, 1.0, 1.0]), 1.0, "cupti") is None
+    # microsecond kernels: ALONE_ABS_MS of slack
+    assert integrity.missed_work(_drain("cupti", [0.0075] * 5, [0.0075] * 5), 0.005, "cupti") is None
 
 
 def test_cupti_collect_separates_the_harness_the_calls_and_kernels_no_call_launched():
@@ -142,11 +183,12 @@ def test_cupti_collect_separates_the_harness_the_calls_and_kernels_no_call_launc
     timer = object.__new__(cupti_timer.KernelTimer)
     timer._cupti = types.SimpleNamespace(activity_flush_all=lambda _: None)
     timer._windows = [(100, 200, 1)]
-    c.kernels = [(10, 150, 160), (11, 90, 99), (12, 300, 340), (13, 170, 180)]
+    sig = ("k", "1,1,1", "32,1,1", 40, 0)
+    c.kernels = [(10, 150, 160, sig), (11, 90, 99, sig), (12, 300, 340, sig), (13, 170, 180, sig)]
     c.links = {10: 1, 11: cupti_timer.HARNESS_ID}
     c.api = {13: 120}  # launched from another thread inside call 1's host window: call 1's
     got = timer.collect()
-    assert set(got) == {1} and got[1].kernels == 2 and got[1].sum_ns == 20
+    assert set(got) == {1} and got[1].kernels == 2 and got[1].sum_ns == 20 and got[1].sig == (sig, sig)
     assert timer.last_unlinked == [(300, 340)]
     assert timer.last_counts["unlinked"] == 1
 
@@ -169,9 +211,10 @@ def test_the_bundle_and_the_report_show_every_flag(bundle):
 
     df = bundle.measurements()
     flagged = set(df[df["timing_flagged"].fillna(False).astype(bool)]["variant"])
-    assert flagged == {"gaming_thread", "gaming_deferred_skip", "gaming_cache", "gaming_inplace"}
+    assert flagged == {"gaming_thread", "gaming_cache", "gaming_inplace", "gaming_content_cache", "gaming_skip_b2b",
+                       "gaming_half_b2b"}
     assert not df[~df["variant"].isin(flagged)]["timing_flagged"].fillna(False).astype(bool).any()
-    assert set(df[df["status"] == "wrong"]["variant"]) == {"gaming_deferred_skip", "gaming_cache"}
+    assert set(df[df["status"] == "wrong"]["variant"]) == {"gaming_cache", "gaming_skip_b2b", "gaming_half_b2b"}
     text = render_appendix(bundle)
     assert "Flagged timings" in text and "returns a result of earlier inputs" in text
     assert "gaming_thread ⚑ timing flagged" in tables.md_table(tables.results_frame(df))

@@ -306,11 +306,10 @@ def fold_aliases(calls: list[Call], tables: Tables) -> tuple[list[Call], dict[tu
 
 
 def same_kernels_as(call: Call, other: Call) -> bool:
-    """Whether two calls ran the same kernels alike (names, grid, block of every profiled launch)."""
-    def sig(c: Call) -> tuple[tuple[str, str, str], ...]:
-        return tuple((str(lz.row.get("kernel_demangled") or lz.kernel), str(lz.row.get("grid")), str(lz.row.get("block")))
-                     for lz in c.launches)
-    return bool(call.launches) and sig(call) == sig(other)
+    """Whether two calls ran the same kernel (faprof.analysis.aliases.same_kernel: every record agrees and
+    their medians cannot be told apart): such a pair is never compared, explained or levelled."""
+    return bool(call.launches) and aliases.same_kernel_of(([lz.row for lz in call.launches], call.measurement),
+                                                          ([lz.row for lz in other.launches], other.measurement))
 
 
 def level_with(call: Call, calls: list[Call], against: str | None = None) -> str | None:

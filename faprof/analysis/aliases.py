@@ -4,10 +4,15 @@ Two ways a variant is an alias of another at a shape:
 
 - declared: the variant says so for the shape's direction (`Variant.aliases`; a bundle records the
   run's declared aliases in its manifest's settings, older bundles are read through the registry);
-- detected: the kernels recorded for the two (variant, shape) calls are the same kernel functions
-  launched alike — the same sequence of (kernel name, grid, block) in Nsight Compute's
-  `ncu_summary` and/or Nsight Systems' `nsys_kernels`, agreeing in every table both appear in, and
-  covering the whole call (as many kernels as the CUPTI timer counted per call, `kernels_per_call`).
+- detected, only when every record agrees (`same_kernel`): the kernels recorded for the two
+  (variant, shape) calls are the same binaries launched alike — the same sequence of (kernel name,
+  grid, block, registers per thread, shared memory) in every table that records both calls (the
+  timed calls' CUPTI records, `kernel_sig`; Nsight Compute's `ncu_summary`, whose instruction
+  counts must also agree within COUNT_REL; Nsight Systems' `nsys_kernels`), at least one table,
+  covering the whole call (as many kernels as the CUPTI timer counted per call) — *and* their
+  medians cannot be told apart by the GPU's between-run noise floor (`times_agree`). Variants of
+  one Triton kernel that differ only in constexprs share the name, grid and block; their registers,
+  shared memory, counts or times tell them apart. Anything less is two kernels, shown as two rows.
 
 The canonical variant of a group is the declared target, else the run's baseline, else the first in
 the run's order; the others are its aliases at that shape. `collapse` keeps the canonical row and
@@ -18,6 +23,8 @@ once. Nothing here looks at variant names beyond the declarations: detection res
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -27,6 +34,7 @@ import pandas as pd
 from faprof import variants as _variants  # noqa: F401  (fills the registry: declarations of old bundles)
 from faprof.analysis.core import baselines_of
 from faprof.errors import FaprofError
+from faprof.measure import noise_floor
 from faprof.model import schema
 from faprof.model import variant as registry
 from faprof.model.plan import also_label
@@ -34,7 +42,18 @@ from faprof.model.plan import also_label
 #: Columns of the alias table: at shape_id, `variant` runs `canonical`'s kernels; how: declared / kernels.
 ALIAS_COLUMNS = ("shape_id", "variant", "canonical", "how")
 
-Signature = tuple[tuple[str, str, str], ...]
+#: One launch as a kernel table records it: (name, grid, block, registers per thread, shared memory
+#: bytes per block); registers and shared memory are None where the table lacks them.
+Launch = tuple[str, str, str, int | None, int | None]
+
+#: A call's record in one table: its launches in order, and (Nsight Compute only) each launch's counts.
+Record = tuple[tuple[Launch, ...], tuple[tuple[float, ...], ...] | None]
+
+#: Nsight Compute counts compared between two variants (the instruction mix each launch executed) ...
+NCU_COUNTS = ("tensor_hmma_inst", "tensor_gmma_inst", "smem_inst", "global_ld_requests", "spill_inst", "hw_flops")
+
+#: ... within this share: two launches of one binary on one problem execute the same instructions.
+COUNT_REL = 0.01
 
 
 def _text(x: Any) -> str:
@@ -43,45 +62,184 @@ def _text(x: Any) -> str:
     return str(x)
 
 
-def _ncu_signatures(summ: pd.DataFrame) -> dict[tuple[str, str], Signature]:
+def _int(x: Any) -> int | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else int(v)
+
+
+def _num(x: Any) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _ncu_records(summ: pd.DataFrame) -> dict[tuple[str, str], Record]:
     need = {"variant", "shape_id", "kernel"}
     if summ.empty or not need <= set(summ.columns):
         return {}
     s = summ[summ["kernel"] != "(all)"]
     order = [c for c in ("launch", "kernel_id") if c in s.columns]
     s = s.sort_values(["variant", "shape_id", *order], kind="stable")
-    kernel = s["kernel"].map(_text)
-    name = s["kernel_demangled"].map(_text) if "kernel_demangled" in s else kernel
-    name = name.where(name != "", kernel)
-    grid, block = (s[c].map(_text) if c in s else pd.Series("", index=s.index) for c in ("grid", "block"))
-    out: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
-    for v, sid, n, g, b in zip(s["variant"].astype(str), s["shape_id"].astype(str), name, grid, block, strict=True):
-        out.setdefault((v, sid), []).append((n, g, b))
-    return {key: tuple(seq) for key, seq in out.items()}
+    out: dict[tuple[str, str], tuple[list[Launch], list[tuple[float, ...]]]] = {}
+    for r in s.to_dict("records"):
+        name = _text(r.get("kernel_demangled")) or _text(r.get("kernel"))
+        smem = r.get("smem_per_block_bytes")
+        if _int(smem) is None and (_int(r.get("smem_static_bytes")) is not None or _int(r.get("smem_dynamic_bytes")) is not None):
+            smem = (_int(r.get("smem_static_bytes")) or 0) + (_int(r.get("smem_dynamic_bytes")) or 0)
+        launch = (name, _text(r.get("grid")), _text(r.get("block")), _int(r.get("registers_per_thread")), _int(smem))
+        ls, cs = out.setdefault((str(r["variant"]), str(r["shape_id"])), ([], []))
+        ls.append(launch)
+        cs.append(tuple(_num(r.get(c)) for c in NCU_COUNTS))
+    return {k: (tuple(ls), tuple(cs)) for k, (ls, cs) in out.items()}
 
 
-def _nsys_signatures(kern: pd.DataFrame) -> dict[tuple[str, str], Signature]:
+def _nsys_records(kern: pd.DataFrame) -> dict[tuple[str, str], Record]:
     need = {"variant", "shape_id", "kernel", "iteration", "kernel_index"}
     if kern.empty or not need <= set(kern.columns):
         return {}
     first = kern.groupby(["variant", "shape_id"], sort=False)["iteration"].transform("min")
     k = kern[kern["iteration"] == first].sort_values(["variant", "shape_id", "kernel_index"], kind="stable")
     dims = [c for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z") if c in k.columns]
-    as_text = {c: k[c].astype(str).to_numpy() for c in dims}
-    grid = [",".join(t) for t in zip(*(as_text[c] for c in dims[:3]), strict=True)] if dims[:3] else [""] * len(k)
-    block = [",".join(t) for t in zip(*(as_text[c] for c in dims[3:]), strict=True)] if dims[3:] else [""] * len(k)
-    out: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
-    for v, sid, name, g, b in zip(k["variant"].astype(str), k["shape_id"].astype(str), k["kernel"].astype(str),
-                                  grid, block, strict=True):
-        out.setdefault((v, sid), []).append((name, g, b))
-    return {key: tuple(seq) for key, seq in out.items()}
+    out: dict[tuple[str, str], list[Launch]] = {}
+    for r in k.to_dict("records"):
+        grid = ",".join(str(r[c]) for c in dims[:3])
+        block = ",".join(str(r[c]) for c in dims[3:])
+        out.setdefault((str(r["variant"]), str(r["shape_id"])), []).append(
+            (str(r["kernel"]), grid, block, _int(r.get("registers_per_thread")), _int(r.get("smem_bytes"))))
+    return {key: (tuple(seq), None) for key, seq in out.items()}
 
 
-def kernel_signatures(tables: Mapping[str, pd.DataFrame]) -> list[dict[tuple[str, str], Signature]]:
-    """Per kernel table (ncu_summary, nsys_kernels): (variant, shape_id) -> the call's kernels as a
-    sequence of (name, grid, block), in launch order."""
+def _cupti_records(meas: pd.DataFrame) -> dict[tuple[str, str], Record]:
+    """The timed calls' kernels as CUPTI recorded them (the rows' `kernel_sig`, faprof.measure.cupti_timer)."""
+    if meas.empty or "kernel_sig" not in meas.columns:
+        return {}
+    out: dict[tuple[str, str], Record] = {}
+    for v, sid, sig in zip(meas["variant"].astype(str), meas["shape_id"].astype(str), meas["kernel_sig"], strict=True):
+        launches = cupti_launches(sig)
+        if launches:
+            out[(v, sid)] = (launches, None)
+    return out
+
+
+def cupti_launches(sig: Any) -> tuple[Launch, ...]:
+    """A row's `kernel_sig` (JSON: [[name, grid, block, registers, smem], ...]) as launches; () if none."""
+    if not isinstance(sig, str) or not sig:
+        return ()
+    try:
+        items = json.loads(sig)
+    except ValueError:
+        return ()
+    return tuple((str(k[0]), str(k[1]), str(k[2]), _int(k[3]), _int(k[4])) for k in items if len(k) >= 5)
+
+
+def kernel_records(tables: Mapping[str, pd.DataFrame],
+                   measurements: pd.DataFrame | None = None) -> list[dict[tuple[str, str], Record]]:
+    """Per kernel table (CUPTI's `kernel_sig` of the rows, ncu_summary, nsys_kernels): (variant, shape_id) ->
+    the call's launches in order (and Nsight Compute's counts)."""
     empty = pd.DataFrame()
-    return [_ncu_signatures(tables.get("ncu_summary", empty)), _nsys_signatures(tables.get("nsys_kernels", empty))]
+    return [_cupti_records(measurements if measurements is not None else empty),
+            _ncu_records(tables.get("ncu_summary", empty)), _nsys_records(tables.get("nsys_kernels", empty))]
+
+
+def _launches_agree(a: tuple[Launch, ...], b: tuple[Launch, ...]) -> bool:
+    """Same launches: name, grid and block equal, and registers and shared memory where both record them."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if x[:3] != y[:3]:
+            return False
+        if any(p is not None and q is not None and p != q for p, q in zip(x[3:], y[3:], strict=True)):
+            return False
+    return True
+
+
+def _counts_agree(a: tuple[tuple[float, ...], ...] | None, b: tuple[tuple[float, ...], ...] | None) -> bool:
+    if a is None or b is None:
+        return True
+    for x, y in zip(a, b, strict=True):
+        for p, q in zip(x, y, strict=True):
+            if math.isnan(p) or math.isnan(q):
+                continue
+            if abs(p - q) > COUNT_REL * max(abs(p), abs(q)):
+                return False
+    return True
+
+
+def records_agree(a: Record, b: Record) -> bool:
+    """Whether two calls' records in one table say they ran the same kernel binaries alike."""
+    return _launches_agree(a[0], b[0]) and _counts_agree(a[1], b[1])
+
+
+@functools.lru_cache(maxsize=1)
+def _floors() -> tuple[noise_floor.NoiseFloor, ...]:
+    try:
+        return tuple(noise_floor.load_floors())
+    except FaprofError:
+        return ()
+
+
+#: Two-sided 95% quantile of the normal distribution: the band two draws of one noise fall within.
+Z95 = 1.96
+
+
+def time_tolerance(gpu_name: Any) -> float:
+    """How far apart (in log time) two medians of one GPU model can be and still not be told apart: 95% of
+    the differences of two draws of the recorded between-run noise (Z95 x sqrt(2) x row_sd,
+    faprof.measure.noise_floor; the noisiest recorded floor for a model without one): 3.7% on the H100."""
+    floor, _ = noise_floor.floor_for(str(gpu_name or ""), _floors())
+    return Z95 * math.sqrt(2) * floor.row_sd
+
+
+def times_agree(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two rows' medians cannot be told apart: their log ratio within the noise floor's band of
+    their GPU model (`time_tolerance`), or within their medians' 95% CIs (rel_ci) added, whichever is wider. Rows without a
+    timed median never agree (nothing proves them the same)."""
+    ma, mb = _num(a.get("median_ms")), _num(b.get("median_ms"))
+    if not (ma > 0 and mb > 0):
+        return False
+    ci = sum(x for x in (_num(a.get("rel_ci")), _num(b.get("rel_ci"))) if x >= 0)
+    return abs(math.log(ma / mb)) <= max(time_tolerance(a.get("gpu_name") or b.get("gpu_name")), ci)
+
+
+def _complete(rec: Record, row: Mapping[str, Any] | None) -> bool:
+    """Whether a record covers the whole call: as many kernels as CUPTI counted (when it did)."""
+    if not rec[0]:
+        return False
+    k = _num(row.get("kernels_per_call")) if row else math.nan
+    return math.isnan(k) or k <= 0 or int(k) == len(rec[0])
+
+
+def same_kernel(a: str, b: str, sid: str, recs: Sequence[Mapping[tuple[str, str], Record]],
+                rows: Mapping[tuple[str, str], Mapping[str, Any]]) -> bool:
+    """Whether `a` and `b` ran the same kernel at shape `sid`: every kernel table that records both agrees
+    (`records_agree`, covering the whole call), at least one does, and their medians cannot be told apart
+    (`times_agree`). The one judgement of "the same kernel" (the tables, the reports, the advisor)."""
+    seen = False
+    ra_row, rb_row = rows.get((a, sid)), rows.get((b, sid))
+    for table in recs:
+        ra, rb = table.get((a, sid)), table.get((b, sid))
+        if ra is None or rb is None:
+            continue
+        if not (_complete(ra, ra_row) and _complete(rb, rb_row)) or not records_agree(ra, rb):
+            return False
+        seen = True
+    return seen and times_agree(ra_row or {}, rb_row or {})
+
+
+def same_kernel_of(a: tuple[Sequence[Mapping[str, Any]], Mapping[str, Any]],
+                   b: tuple[Sequence[Mapping[str, Any]], Mapping[str, Any]]) -> bool:
+    """`same_kernel` of two calls given as (their Nsight Compute summary rows, their measurement row), for
+    the advisor's comparisons: the same judgement on the same records."""
+    calls = {"a": a, "b": b}
+    summ = pd.DataFrame([{**r, "variant": t, "shape_id": ""} for t, (lrows, _) in calls.items() for r in lrows])
+    meas = pd.DataFrame([{**m, "variant": t, "shape_id": ""} for t, (_, m) in calls.items()])
+    rows = {(t, ""): {**m, "median_ms": m.get("median_ms") if m.get("status") in (None, *schema.TIMED) else None}
+            for t, (_, m) in calls.items()}
+    return same_kernel("a", "b", "", kernel_records({"ncu_summary": summ} if not summ.empty else {}, meas), rows)
 
 
 def declared_of(manifest: Mapping[str, Any], names: Sequence[str]) -> dict[str, dict[str, str]]:
@@ -99,31 +257,6 @@ def declared_of(manifest: Mapping[str, Any], names: Sequence[str]) -> dict[str, 
         if v.aliases:
             out[n] = dict(v.aliases)
     return out
-
-
-def _complete(sig: Signature, row: Mapping[str, Any] | None) -> bool:
-    """Whether a signature covers the whole call: as many kernels as CUPTI counted (when it did)."""
-    if not sig:
-        return False
-    k = row.get("kernels_per_call") if row else None
-    try:
-        k = float(k)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return True
-    return math.isnan(k) or k <= 0 or int(k) == len(sig)
-
-
-def _same_kernels(a: str, b: str, sid: str, sigs: list[dict[tuple[str, str], Signature]],
-                  rows: Mapping[tuple[str, str], Mapping[str, Any]]) -> bool:
-    seen = False
-    for table in sigs:
-        sa, sb = table.get((a, sid)), table.get((b, sid))
-        if sa is None or sb is None:
-            continue
-        if not (_complete(sa, rows.get((a, sid))) and _complete(sb, rows.get((b, sid)))) or sa != sb:
-            return False
-        seen = True
-    return seen
 
 
 def find(measurements: pd.DataFrame, tables: Mapping[str, pd.DataFrame] | None = None,
@@ -147,10 +280,13 @@ def find(measurements: pd.DataFrame, tables: Mapping[str, pd.DataFrame] | None =
     rank = {v: i for i, v in enumerate(order)}
     baseline, group_baselines = baselines_of(dict(manifest))
     declared = declared_of(manifest, order)
-    kpc = measurements["kernels_per_call"] if "kernels_per_call" in measurements else pd.Series(None, index=measurements.index)
-    rows = {(str(v), str(s)): {"kernels_per_call": k}
-            for v, s, k in zip(measurements["variant"], measurements["shape_id"], kpc, strict=True)}
-    sigs = kernel_signatures(tables or {})
+    cols = [c for c in ("kernels_per_call", "median_ms", "rel_ci", "gpu_name", "status") if c in measurements.columns]
+    rows = {(str(r["variant"]), str(r["shape_id"])): {c: r[c] for c in cols}
+            for r in measurements[["variant", "shape_id", *cols]].to_dict("records")}
+    for r in rows.values():  # only a row whose time is a result proves anything
+        if r.get("status") is not None and r.get("status") not in schema.TIMED:
+            r["median_ms"] = None
+    recs = kernel_records(tables or {}, measurements)
     out: list[dict[str, Any]] = []
     found: list[tuple[str, str | None, list[str]]] = []  # (shape_id, its baseline, a class of same-kernel variants)
     partners: dict[str, set[str]] = {}
@@ -167,7 +303,7 @@ def find(measurements: pd.DataFrame, tables: Mapping[str, pd.DataFrame] | None =
         out += [{"shape_id": str(sid), "variant": v, "canonical": t, "how": "declared"} for v, t in declared_here.items()]
         classes: list[list[str]] = []
         for v in (v for v in here if v not in declared_here):
-            home = next((c for c in classes if _same_kernels(c[0], v, str(sid), sigs, rows)), None)
+            home = next((c for c in classes if all(same_kernel(m, v, str(sid), recs, rows) for m in c)), None)
             if home is None:
                 classes.append([v])
             else:

@@ -19,7 +19,8 @@ from faprof.errors import FaprofError
 # Piped output (CI logs, a GPU machine's captured stdout) gets wide tables instead of rich's 80 columns.
 console = Console() if sys.stdout.isatty() else Console(width=200)
 
-STATUS_STYLE = {"ok": "green", "wrong": "bold red", "failed": "bold red", "unsupported": "yellow", "skipped": "dim"}
+STATUS_STYLE = {"ok": "green", "wrong": "bold red", "untrusted": "bold magenta", "failed": "bold red", "unsupported": "yellow",
+                "skipped": "dim"}
 
 
 def say(message: str, style: str | None = None) -> None:

@@ -72,7 +72,7 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
 
     \b
     Exit codes: 0 done, every row ok (or unsupported/skipped); 1 an unexpected error;
-    2 bad input (one line says what); 3 some rows are `failed` or `wrong` (--allow-failures
+    2 bad input (one line says what); 3 some rows are `failed`, `wrong` or `untrusted` (--allow-failures
     exits 0 for those), or the Nsight Compute stage asked for produced no tables (the reason is
     printed; the timing rows are complete in the bundle); 130 interrupted (finished rows kept).
     """
@@ -167,7 +167,7 @@ def _print_profile_outcome(bundle: Any, notices: list[str], allow_failures: bool
     ncu_set = (m.get("settings") or {}).get("ncu")
     ncu_code = print_ncu_outcome(m.get("ncu") or {}) if ncu_set and ncu_set != "none" else 0
     rows_code = 0
-    bad = df[df["status"].isin(["failed", "wrong"])]
+    bad = df[df["status"].isin(["failed", "wrong", "untrusted"])]
     if not bad.empty:
         what = ", ".join(f"{n} {st}" for st, n in bad["status"].value_counts().items())
         bad_names = ", ".join(sorted(set(bad["variant"])))

@@ -70,13 +70,19 @@ class CuptiUnavailable(RuntimeError):
 HARNESS_ID = 1 << 62
 
 
-@dataclass
-class CallTime:
-    """GPU time of one call, from its kernels' activity records (nanoseconds)."""
+#: One kernel launch as CUPTI recorded it: (name, grid "x,y,z", block "x,y,z", registers per thread,
+#: static + dynamic shared memory bytes). Two variants of one Triton kernel that differ in constexprs
+#: share the name, and usually differ in registers, shared memory or grid (faprof.analysis.aliases).
+KernelSig = tuple[str, str, str, int, int]
 
-    sum_ns: int
-    span_ns: int
-    kernels: int
+
+def _sig(a: Any) -> KernelSig:
+    """The `KernelSig` of a CUPTI kernel record (fields a record lacks read as empty / 0)."""
+    def g(name: str) -> int:
+        return int(getattr(a, name, 0) or 0)
+    return (str(getattr(a, "name", "") or ""), f"{g('grid_x')},{g('grid_y')},{g('grid_z')}",
+            f"{g('block_x')},{g('block_y')},{g('block_z')}", g("registers_per_thread"),
+            g("static_shared_memory") + g("dynamic_shared_memory"))
 
 
 def _profiler_in_env() -> str | None:
@@ -95,12 +101,23 @@ def _torch_profiler_active() -> bool:
         return False
 
 
+@dataclass
+class CallTime:
+    """GPU time of one call, from its kernels' activity records (nanoseconds)."""
+
+    sum_ns: int
+    span_ns: int
+    kernels: int
+    sig: tuple[KernelSig, ...] = ()
+    """The call's kernels in start order, each as `KernelSig` (what the code and its launch were)."""
+
+
 class _Collector:
     """Process-wide CUPTI activity state: callbacks can be registered once per process."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.kernels: list[tuple[int, int, int]] = []  # (correlation_id, start, end)
+        self.kernels: list[tuple[int, int, int, KernelSig]] = []  # (correlation_id, start, end, signature)
         self.links: dict[int, int] = {}  # correlation_id -> external id
         self.api: dict[int, int] = {}  # correlation_id -> start of the runtime/driver call that launched it
         self.registered = False
@@ -114,13 +131,13 @@ class _Collector:
         kern = (int(cupti.ActivityKind.CONCURRENT_KERNEL), int(cupti.ActivityKind.KERNEL))
         ext = int(cupti.ActivityKind.EXTERNAL_CORRELATION)
         api = (int(cupti.ActivityKind.RUNTIME), int(cupti.ActivityKind.DRIVER))
-        ks: list[tuple[int, int, int]] = []
+        ks: list[tuple[int, int, int, KernelSig]] = []
         ls: dict[int, int] = {}
         calls: dict[int, int] = {}
         for a in activities:
             kind = int(a.kind)
             if kind in kern:
-                ks.append((int(a.correlation_id), int(a.start), int(a.end)))
+                ks.append((int(a.correlation_id), int(a.start), int(a.end), _sig(a)))
             elif kind == ext:
                 ls[int(a.correlation_id)] = int(a.external_id)
             elif kind in api:
@@ -131,7 +148,7 @@ class _Collector:
             for c, t in calls.items():
                 self.api.setdefault(c, t)
 
-    def take(self) -> tuple[list[tuple[int, int, int]], dict[int, int], dict[int, int]]:
+    def take(self) -> tuple[list[tuple[int, int, int, KernelSig]], dict[int, int], dict[int, int]]:
         with self.lock:
             ks, ls, api = self.kernels, self.links, self.api
             self.kernels, self.links, self.api = [], {}, {}
@@ -266,7 +283,7 @@ class KernelTimer:
             deadline = time.perf_counter() + wait_s
             settled = False
             while time.perf_counter() < deadline:
-                linked = {links[c] for c, _, _ in kernels if c in links}
+                linked = {links[k[0]] for k in kernels if k[0] in links}
                 done = all(i in linked for i in expect)
                 if done and settled:
                     break
@@ -281,10 +298,10 @@ class KernelTimer:
         windows = sorted(self._windows)
         self._windows = []
         starts = [w[0] for w in windows]
-        per: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        per: dict[int, list[tuple[int, int, KernelSig]]] = defaultdict(list)
         unlinked = by_window = 0
         self.last_unlinked = []
-        for corr, start, end in kernels:
+        for corr, start, end, sig in kernels:
             ext = links.get(corr)
             if ext is None and corr in api:
                 # no external-correlation record: the call whose host window holds the launching API call
@@ -299,11 +316,12 @@ class KernelTimer:
                 continue
             if ext == HARNESS_ID:
                 continue
-            per[ext].append((start, end))
+            per[ext].append((start, end, sig))
         self.last_counts = {"kernels": len(kernels), "links": len(links), "api": len(api),
                             "by_window": by_window, "unlinked": unlinked}
-        return {cid: CallTime(sum_ns=busy_ns(ks), span_ns=max(e for _, e in ks) - min(s for s, _ in ks),
-                              kernels=len(ks)) for cid, ks in per.items()}
+        return {cid: CallTime(sum_ns=busy_ns([(s, e) for s, e, _ in ks]),
+                              span_ns=max(e for _, e, _ in ks) - min(s for s, _, _ in ks), kernels=len(ks),
+                              sig=tuple(g for _, _, g in sorted(ks))) for cid, ks in per.items()}
 
     def close(self) -> None:
         """Stop recording (the callbacks stay registered for a later timer in this process)."""

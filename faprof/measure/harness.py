@@ -30,13 +30,24 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import random
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from faprof.measure import adversarial, correctness, integrity, signatures, stability, stats, wrong_text
+from faprof.measure import (
+    adversarial,
+    correctness,
+    integrity,
+    limits,
+    rotation,
+    signatures,
+    stability,
+    stats,
+    wrong_text,
+)
 from faprof.measure.correctness import (  # noqa: F401  (re-exported: the Nsight target and tests use these names)
     CPU_REFERENCE_MAX_FLOPS,
     Inputs,
@@ -117,6 +128,15 @@ class _CudaSamples:
     """Durations of kernels linked to no call and not to the harness, over the timed loop (CUPTI)."""
     calls: int = 0
     """Timed calls while CUPTI recorded (for `outside_ns` per call)."""
+    rot: Any = None
+    """The timed call's `rotation.Rotation` (which input set each call used), or None."""
+    snap: Callable[[Any], list[Any]] | None = None
+    """Copies a call's outputs (`correctness.snapshot`); None: no timed call is checked."""
+    checks: list[tuple[int, int, list[Any]]] = field(default_factory=list)
+    """(call number, input set, copies of its outputs) of the timed calls chosen to be checked."""
+    sigs: list[Any] = field(default_factory=list)
+    """The kernel signatures (`cupti_timer.KernelSig` tuples) of the first batch's calls."""
+    batches: int = 0
 
     def primary(self) -> list[float]:
         """The samples the statistics are of: kernel time with CUPTI, else the events'."""
@@ -137,24 +157,30 @@ def probe_checker(variant: Any, device: str, tol: Tolerance) -> Callable[..., di
 
 
 def time_cuda(fn: Callable[[], Any], settings: TimingSettings, flusher: L2Flusher | None,
-              monitor: Any = None) -> dict[str, Any]:
+              monitor: Any = None, snap: Callable[[Any], list[Any]] | None = None) -> dict[str, Any]:
     """Kernel time (CUPTI) and call latency (events) of `fn` with warm-up, clean-L2 flush, a
     GPU-side lead and adaptive repeats on the median's CI.
 
     Args:
-        fn: one call of the variant (inputs bound).
+        fn: one call of the variant (inputs bound); a `rotation.Rotation` alternates input sets, and
+            its `fresh` inputs feed the drained calls.
         settings: the scenario's timing settings.
         flusher: the L2 flush run before every timed call (None: no flush).
         monitor: a GPU monitor read after every batch (None: none).
+        snap: copies a call's outputs; with it, a few timed calls chosen at random and the last one
+            have their outputs copied right after the call, outside the timed interval (`checks`).
 
     Returns:
-        The samples and their statistics, the stop reason, the timer used and why, and the side
-        figures (enqueue cost, event and span medians, kernels per call, SM clock). Times in ms.
+        The samples and their statistics, the stop reason, the timer used and why, the side figures
+        (enqueue cost, event and span medians, kernels per call, SM clock), the checked timed calls
+        (`checks`: (call number, input set, outputs)) and the calls' kernel signature. Times in ms.
     """
     _warm_up(fn, settings.warmup_ms)
     enqueue_ms = host_enqueue_ms(fn)
     lead_cycles = int(cycles_per_us() * (LEAD_MIN_US + LEAD_FACTOR * enqueue_ms * 1e3))
     smp = _CudaSamples(*_open_timer(settings))
+    smp.rot = fn if isinstance(fn, rotation.Rotation) else None
+    smp.snap = snap
     batch = FIRST_BATCH
     start_wall = time.perf_counter()
     stop_reason = "max_repeats"
@@ -173,15 +199,17 @@ def time_cuda(fn: Callable[[], Any], settings: TimingSettings, flusher: L2Flushe
         used, primary = ("cupti" if smp.timer is not None else "cuda_event"), smp.primary()
         if smp.timer is None and settings.timer != "events":
             smp.timer, _ = _open_timer(settings)  # the loop fell back to events: CUPTI may still see the whole device
-        # drained calls (faprof.measure.integrity): GPU work the loop missed makes the row timed again drained
-        d = integrity.drain(fn, smp.timer, flusher)
+        # drained calls (faprof.measure.integrity), each on inputs no call has seen: GPU work the loop missed, or a
+        # loop faster than calls on new inputs, makes the row timed again drained
+        fresh = smp.rot.fresh if smp.rot is not None else None
+        d = integrity.drain(fn, smp.timer, flusher, fresh)
         # a drained call's host time less its enqueue cost is its GPU work; an enqueue that waited for
         # the GPU is not host cost, and subtracting it hid a side stream's whole kernel time (H100,
         # gaming_stream under CUDA events: 0.75 ms drained, 0.002 ms timed, not flagged, 2026-11-27)
         host_cost = enqueue_ms if enqueue_ms < ENQUEUE_BLOCKED_SHARE * ENQUEUE_SPIN_US / 1e3 else 0.0
         primary, flag = integrity.retime_if_missed(d, fn, smp.timer, flusher, primary, used,
                                                    lambda xs, t0: _stop_reason(xs, settings, t0), settings.max_repeats,
-                                                   smp.outside_ns / 1e6 / max(1, smp.calls), host_cost)
+                                                   smp.outside_ns / 1e6 / max(1, smp.calls), host_cost, fresh)
         if flag is not None:
             used, stop_reason = flag["timer"], flag["stop"]
     finally:
@@ -193,7 +221,15 @@ def time_cuda(fn: Callable[[], Any], settings: TimingSettings, flusher: L2Flushe
             "event_ms": statistics.median(smp.event), "span_ms": statistics.median(smp.span) if smp.span else None,
             "kernels_per_call": statistics.median(smp.nkern) if smp.nkern else None,
             "sm_clock_mhz": clock, "last_result": smp.last, "timing_flag": flag["reason"] if flag else None,
-            "drained_ms": d.median_ms}
+            "drained_ms": d.median_ms, "checks": smp.checks, "kernel_sig": _common_sig(smp.sigs)}
+
+
+def _common_sig(sigs: list[Any]) -> str | None:
+    """The kernel signature most of the first batch's calls share, as JSON text (None: none recorded)."""
+    if not sigs:
+        return None
+    best = max(set(sigs), key=sigs.count)
+    return json.dumps([list(k) for k in best]) if best else None
 
 
 def _warm_up(fn: Callable[[], Any], warmup_ms: float) -> None:
@@ -212,7 +248,9 @@ def _warm_up(fn: Callable[[], Any], warmup_ms: float) -> None:
 
 def _timed_batch(fn: Callable[[], Any], n: int, smp: _CudaSamples, flusher: L2Flusher | None,
                  lead_cycles: int) -> None:
-    """`n` timed calls, each after a flush and a GPU-side lead; their samples added to `smp`.
+    """`n` timed calls, each after a flush and a GPU-side lead; their samples added to `smp`. The
+    outputs of a few calls chosen at random (`_chosen`) are copied right after the call, outside the
+    timed interval, into `smp.checks`.
 
     A batch whose CUPTI records cover less than CUPTI_MIN_COVERAGE of its calls closes the timer:
     from then on (and for the whole row) CUDA events are the timer, and `smp.note` says why.
@@ -221,20 +259,30 @@ def _timed_batch(fn: Callable[[], Any], n: int, smp: _CudaSamples, flusher: L2Fl
 
     evs = []
     ids = smp.timer.new_ids(n) if smp.timer is not None else [0] * n
-    for cid in ids:
+    chosen = _chosen(smp, n)
+    first = len(smp.event)
+    smp.batches += 1
+    for j, cid in enumerate(ids):
         with smp.timer.harness() if smp.timer is not None else contextlib.nullcontext():
             if flusher is not None:
                 flusher()
             torch.cuda._sleep(lead_cycles)
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
-        if smp.timer is not None:
-            with smp.timer.call(cid):
+        with correctness.NewThreads() as th:  # host-side only: which Python threads the call left running
+            if smp.timer is not None:
+                with smp.timer.call(cid):
+                    smp.last = fn()
+            else:
                 smp.last = fn()
-        else:
-            smp.last = fn()
         e.record()
         evs.append((s, e))
+        if j in chosen and smp.snap is not None:
+            # the call's output once everything it started has finished (as the checked call is read)
+            th.join()
+            torch.cuda.synchronize()
+            with smp.timer.harness() if smp.timer is not None else contextlib.nullcontext():
+                smp.checks.append((first + j, smp.rot.last if smp.rot is not None else 0, smp.snap(smp.last)))
     torch.cuda.synchronize()
     smp.event.extend(s.elapsed_time(e) for s, e in evs)
     if smp.timer is None:
@@ -253,6 +301,24 @@ def _timed_batch(fn: Callable[[], Any], n: int, smp: _CudaSamples, flusher: L2Fl
         smp.kernel.extend(c.sum_ns / 1e6 for c in seen)
         smp.span.extend(c.span_ns / 1e6 for c in seen)
         smp.nkern.extend(c.kernels for c in seen)
+        if smp.batches == 1:
+            smp.sigs = [c.sig for c in seen]
+
+
+def _chosen(smp: _CudaSamples, n: int) -> set[int]:
+    """Which calls of the next batch of `n` have their outputs checked: CHECKS_FIRST in the first batch
+    (one of each input set where there are two), then one per batch up to CHECKS_MAX, at random."""
+    if smp.snap is None:
+        return set()
+    room = rotation.CHECKS_MAX - len(smp.checks)
+    if room <= 0 or n <= 0:
+        return set()
+    if smp.batches == 0:
+        k = min(rotation.CHECKS_FIRST, room, n)
+        if smp.rot is not None and smp.rot.sets > 1 and n >= 2 and k >= 2:  # an even call (set A) and an odd one (B)
+            return {2 * random.randrange((n + 1) // 2), 2 * random.randrange(n // 2) + 1}
+        return set(random.sample(range(n), k))
+    return {random.randrange(n)}
 
 
 def _stop_reason(primary: list[float], settings: TimingSettings, start_wall: float) -> str | None:
@@ -267,8 +333,11 @@ def _stop_reason(primary: list[float], settings: TimingSettings, start_wall: flo
     return None
 
 
-def time_host(fn: Callable[[], Any], settings: TimingSettings, sync: Callable[[], None] | None = None) -> dict[str, Any]:
-    """Host-clock timing (CPU variants): the same statistics with time.perf_counter."""
+def time_host(fn: Callable[[], Any], settings: TimingSettings, sync: Callable[[], None] | None = None,
+              snap: Callable[[Any], list[Any]] | None = None) -> dict[str, Any]:
+    """Host-clock timing (CPU variants): the same statistics with time.perf_counter. With `fn` a
+    `rotation.Rotation`, calls alternate input sets and the drained calls run on new inputs; with
+    `snap`, the last timed call's outputs are copied for the check (`checks`)."""
     def once() -> tuple[float, Any]:
         t = time.perf_counter()
         r = fn()
@@ -296,19 +365,30 @@ def time_host(fn: Callable[[], Any], settings: TimingSettings, sync: Callable[[]
             if time.perf_counter() - start > settings.budget_s:
                 stop = "budget"
                 break
-    # calls that hand their work to a thread and return: drained calls (threads joined) show it. Only
-    # a call that leaves a thread running is judged on the CPU (integrity.missed_work): one drained
-    # call tells, the probe's others follow only then
-    d = integrity.drain_host(fn, None, 1, cuda=False)
-    if d.threads and first / 1e3 < SLOW_CPU_CALL_S:
-        d = integrity.drain_host(fn, None, integrity.PROBE_CALLS, cuda=False)
+    rot = fn if isinstance(fn, rotation.Rotation) else None
+    checks = []
+    # calls like the timed ones, one on each input set (one for a slow call), each read once everything it
+    # started has finished
+    if snap is not None:
+        for j in range(min(rot.sets if rot else 1, 1 if first / 1e3 >= SLOW_CPU_CALL_S else 2)):
+            r, _ = correctness.call_drained(fn)
+            checks.append((len(samples) + j, rot.last if rot else 0, snap(r)))
+    fresh = rot.fresh if rot is not None else None
+    # drained calls on new inputs: a call that hands its work to a thread, or a loop on inputs seen before that
+    # is much faster than a call on new ones (integrity.missed_work); the probe's others only when one tells
+    quick = first / 1e3 < SLOW_CPU_CALL_S
+    d = integrity.drain_host(fn, None, 1, cuda=False, fresh=fresh)
+    if quick and (d.threads or integrity.alone_slower_host(d, statistics.median(samples))):
+        d = integrity.drain_host(fn, None, integrity.PROBE_CALLS, cuda=False, fresh=fresh)
     samples, flag = integrity.retime_if_missed(d, fn, None, None, samples, "host",
-                                               lambda xs, t0: _host_stop(xs, settings, t0), settings.max_repeats)
+                                               lambda xs, t0: _host_stop(xs, settings, t0), settings.max_repeats,
+                                               fresh=fresh)
     out = {"timer": "host", "timer_note": "", "timing_flag": None, "drained_ms": d.median_ms}
     if flag is not None:
         stop = flag["stop"]
         out.update(timer=flag["timer"], timer_note=flag["note"], timing_flag=flag["reason"])
-    return {"samples": samples, "stats": stats.summarize(samples), "stop": stop, "last_result": last, **out}
+    return {"samples": samples, "stats": stats.summarize(samples), "stop": stop, "last_result": last,
+            "checks": checks, **out}
 
 
 def _host_stop(samples: list[float], settings: TimingSettings, start: float) -> str | None:
@@ -349,10 +429,11 @@ def measure(variant, problem: AttentionProblem, inputs: Inputs, ref: Reference |
 
         torch.cuda.synchronize()
     written = sorted(set(written) | set(correctness.inputs_written(ts, inputs)))
-    flags = [x for x in (res.get("timing_flag"), integrity.written_text(written) if written else None) if x]
+    flags = [x for x in (res.get("timing_flag"), integrity.written_text(written) if written else None,
+                         limits.host_time({**row, "median_ms": st["median"], "timer": res["timer"]})) if x]
     # a call that changed its inputs made its timed outputs from other data: comparing them is no race test
-    if checked_outputs is not None and res.get("last_result") is not None and not written:
-        _check_repeat(row, variant, problem, checked_outputs, res["last_result"], ref, tol)
+    if checked_outputs is not None and res.get("checks") and not written:
+        _check_timed(row, variant, problem, checked_outputs, res["checks"], ref, tol, res.get("input_sets", 1))
     # after a passing randn check (a stale cache may already have failed an adversarial probe: this names
     # why); dense problems with 2022's mask only, the ones integrity's sampled reference computes
     if checked_outputs is not None and randn_ok and problem.direction == "fwd" and not written and not problem.features():
@@ -420,42 +501,85 @@ def _time(row: dict[str, Any], variant, problem: AttentionProblem, inputs: Input
 
     ts, dout = correctness.prepare(problem, inputs, device, variant.name)
     out = torch.empty_like(ts[0]) if variant.kind in ("cuda", "user") and problem.direction == "fwd" else None
-    _, timed = make_call(variant, problem, ts, dout, out, inputs.args)
+    # timed calls alternate over the checked inputs and their negation (faprof.measure.rotation)
+    timed = rotation.Rotation(variant, problem, ts, dout, out, inputs.args)
+    row["input_sets"] = timed.sets
+    def snap(r: Any) -> list[Any]:
+        return correctness.snapshot(problem, r)
     if variant.path_of is not None:  # after the checked call: lazy libraries (flex) have built their kernel
         row["path"] = variant.path_of(problem, *ts[:3], getattr(inputs, "args", None))
     if device != "cuda":
-        res = time_host(timed, settings)
+        res = time_host(timed, settings, snap=snap)
+        timed.release()
         row["e2e_ms"] = res["stats"]["median"]
+        res["input_sets"] = row["input_sets"]
         return res, res["stats"], (ts, out)
     if flusher is None and settings.flush_l2 and l2_bytes:
         flusher = L2Flusher(l2_bytes)
     if monitor is not None:
         monitor.read()
-    res = time_cuda(timed, settings, flusher if settings.flush_l2 else None, monitor)
+    res = time_cuda(timed, settings, flusher if settings.flush_l2 else None, monitor, snap=snap)
+    res["input_sets"] = row["input_sets"]
+    row["l2_flushed"] = bool(settings.flush_l2 and flusher is not None)
     row["e2e_ms"] = time_e2e(timed, settings.e2e_repeats)
-    for k in ("host_enqueue_ms", "event_ms", "span_ms", "kernels_per_call", "sm_clock_mhz"):
+    for k in ("host_enqueue_ms", "event_ms", "span_ms", "kernels_per_call", "sm_clock_mhz", "kernel_sig"):
         row[k] = res[k]
     st = res["stats"]
+    # host time outside kernels per call: what a caller waits for beyond the kernels (faprof.measure.limits)
+    row["host_ms"] = row["e2e_ms"] - st["median"] if row["e2e_ms"] and st["median"] else None
     if settings.graph and st["median"] < GRAPH_WORTHY_MS and problem.direction == "fwd":
         row["graph_ms"] = time_graph(timed)
+    timed.release()  # set B freed: the peak memory is one call's on the checked inputs, as a caller's
     row["peak_mem_bytes"], row["extra_mem_bytes"] = peak_memory(timed)
     if monitor is not None:
         monitor.read()
         row.update(monitor.summary())
+    if timed.note:
+        res["timer_note"] = "; ".join(x for x in (res.get("timer_note"), timed.note) if x)
     return res, st, (ts, out)
 
 
-def _check_repeat(row: dict[str, Any], variant, problem: AttentionProblem, checked_outputs: Any, last: Any,
-                  ref: Reference | None, tol: Tolerance) -> None:
-    """The last timed call's output against the checked one: a difference makes the row wrong (a race)."""
-    rep = correctness.check_repeat(variant, problem, checked_outputs, last, ref, tol)
-    row.update(repeatable=rep["repeatable"])
-    if rep["repeat_ok"]:
+def _check_timed(row: dict[str, Any], variant, problem: AttentionProblem, checked_outputs: Any,
+                 checks: list[tuple[int, int, list[Any]]], ref: Reference | None, tol: Tolerance, sets: int = 1) -> None:
+    """The checked timed calls' outputs against their input set's expected outputs (faprof.measure.rotation):
+    a difference makes the row wrong (work skipped or partial in timed calls, a stale result, a race)."""
+    if row.get("correct") is False:
+        # set B's outputs are set A's negated for attention, not for every bug: a wrong kernel's timed calls are
+        # compared on the checked inputs only (a difference there is still a race)
+        checks = [c for c in checks if c[1] == 0]
+    row["timed_checked"] = len(checks)
+    repeatable = True
+
+    def against(which: int, outs: list[Any]) -> dict[str, Any]:
+        return correctness.check_repeat(variant, problem, rotation.expected(problem, checked_outputs, which),
+                                        tuple(outs) if len(outs) > 1 else outs[0], rotation.expected_ref(ref, which),
+                                        tol)
+
+    for n, which, outs in checks:
+        rep = against(which, outs)
+        repeatable &= rep["repeatable"]
+        if rep["repeat_ok"]:
+            continue
+        row["repeatable"] = False
+        call = f"timed call {n + 1} (input set {rotation.set_name(which)})"
+        other = 1 - which
+        if sets > 1 and against(other, outs)["repeat_ok"]:
+            reason = (f"{call} returned the other input set's result: the output buffer still held an earlier "
+                      "call's answer, so the timed calls skip their work (or serve a stale result)")
+        else:
+            reason = rep["repeat_reason"].replace("a timed call's", f"{call}:", 1)
+        _timed_wrong(row, problem, rotation.expected(problem, checked_outputs, which), outs, reason)
         return
+    row["repeatable"] = repeatable
+
+
+def _timed_wrong(row: dict[str, Any], problem: AttentionProblem, expected: list[Any], outs: list[Any],
+                 reason: str) -> None:
+    """Make `row` wrong because a timed call's outputs `outs` differ from `expected` (its set's checked outputs)."""
     row["correct"] = False
-    row["check_reason"] = "; ".join(x for x in (row.get("check_reason"), rep["repeat_reason"]) if x)
-    names = correctness._outputs(problem, last)[0]
-    race = signatures.race_signature(names, checked_outputs, correctness.snapshot(problem, last))
+    row["check_reason"] = "; ".join(x for x in (row.get("check_reason"), reason) if x)
+    names = correctness._outputs(problem, tuple(outs) if len(outs) > 1 else outs[0])[0]
+    race = signatures.race_signature(names, expected, outs)
     old = json.loads(row["signatures"]) if row.get("signatures") else []
     maps = json.loads(row["error_map"]) if row.get("error_map") else []
     wrong_on = row["check_input"].split(", ") if row.get("check_input") else []

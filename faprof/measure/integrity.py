@@ -65,6 +65,23 @@ FRESH_ROWS = 16
 #: how often the stop rule is looked at).
 DRAINED_BATCH = 10
 
+#: A call on new inputs that takes longer than the timed median by this share ...
+ALONE_REL = 0.25
+
+#: ... and this much (GPU rows; isolated calls of a few µs vary by about a microsecond) ...
+ALONE_ABS_MS = 0.003
+
+#: ... with even its fastest drained call above the median by half the share: the timed calls did less
+#: work than a call on inputs never seen (faprof.measure.rotation).
+ALONE_MIN_REL = ALONE_REL / 2
+
+#: CPU rows (host clock, a loaded machine moves it by more than 1.5x): every drained call on new inputs
+#: slower than the timed median by this factor, and by HOST_GAP_ABS_MS.
+ALONE_HOST_FACTOR = 3.0
+
+#: A call on inputs no call has seen: `fresh()` makes the inputs and returns the call on them.
+Fresh = Callable[[], Callable[[], Any]]
+
 
 def call_drained(fn: Callable[[], Any], cuda: bool) -> tuple[Any, int]:
     """(result, threads left running): one call, its threads joined, the device synchronized."""
@@ -106,21 +123,26 @@ class Drain:
         return statistics.median(d - o for d, o in zip(self.drained_ms, self.own_ms, strict=True))
 
 
-def drain_cupti(fn: Callable[[], Any], timer: Any, flusher: Callable[[], None] | None, n: int) -> Drain:
+def drain_cupti(fn: Callable[[], Any], timer: Any, flusher: Callable[[], None] | None, n: int,
+                fresh: Fresh | None = None) -> Drain:
     """`n` isolated calls, each after a flush and a synchronize, drained; every kernel of the device
-    from the call's start to its drained end counted (CUPTI records, whatever stream or thread)."""
+    from the call's start to its drained end counted (CUPTI records, whatever stream or thread).
+    With `fresh`, each call runs on new inputs (`fresh()` returns the call; its work is the harness's)."""
     import torch
 
     marks = []
     d = Drain("cupti")
     for cid in timer.new_ids(n):
-        if flusher is not None:
-            with timer.harness():
+        f = fn
+        with timer.harness():
+            if fresh is not None:
+                f = fresh()
+            if flusher is not None:
                 flusher()
         torch.cuda.synchronize()
         t0 = timer.now()
         with correctness.NewThreads() as th, timer.call(cid):
-            d.last = fn()
+            d.last = f()
         th.join()
         torch.cuda.synchronize()
         time.sleep(SETTLE_S)
@@ -142,18 +164,23 @@ def drain_cupti(fn: Callable[[], Any], timer: Any, flusher: Callable[[], None] |
     return d
 
 
-def drain(fn: Callable[[], Any], timer: Any, flusher: Callable[[], None] | None) -> Drain:
-    """PROBE_CALLS drained calls of a GPU row: by CUPTI where `timer` is one, else by the host clock."""
+def drain(fn: Callable[[], Any], timer: Any, flusher: Callable[[], None] | None, fresh: Fresh | None = None) -> Drain:
+    """PROBE_CALLS drained calls of a GPU row (on new inputs with `fresh`): by CUPTI where `timer` is
+    one, else by the host clock."""
     if timer is not None:
-        return drain_cupti(fn, timer, flusher, PROBE_CALLS)
-    return drain_host(fn, flusher, PROBE_CALLS, cuda=True)
+        return drain_cupti(fn, timer, flusher, PROBE_CALLS, fresh)
+    return drain_host(fn, flusher, PROBE_CALLS, cuda=True, fresh=fresh)
 
 
-def drain_host(fn: Callable[[], Any], flusher: Callable[[], None] | None, n: int, cuda: bool) -> Drain:
+def drain_host(fn: Callable[[], Any], flusher: Callable[[], None] | None, n: int, cuda: bool,
+               fresh: Fresh | None = None) -> Drain:
     """`n` isolated calls timed by the host clock from the call to a drained device (threads joined,
-    device synchronized), less the same clock around a call that does nothing (the floor)."""
+    device synchronized), less the same clock around a call that does nothing (the floor); with
+    `fresh`, each on new inputs made before its clock starts."""
 
     def once(f: Callable[[], Any]) -> tuple[float, Any, int]:
+        if fresh is not None and f is fn:
+            f = fresh()
         if flusher is not None:
             flusher()
         if cuda:
@@ -195,23 +222,49 @@ def missed_work(d: Drain, timed_ms: float, timer: str, loop_outside_ms: float = 
                     f"thread or after the call returned){threads}")
         if timer == "cuda_event" and d.median_ms > HOST_GAP_FACTOR * timed_ms + OUTSIDE_ABS_MS:
             return (f"the CUDA events on the current stream read {timed_ms:.3g} ms but the call's kernels take "
-                    f"{d.median_ms:.3g} ms (work on another stream){threads}")
+                    f"{d.median_ms:.3g} ms in isolated calls on new inputs (work on another stream, or timed calls that "
+                    f"do less work on inputs seen before){threads}")
+        if own and alone_slower(d.own_ms, timed_ms):
+            return alone_text(statistics.median(d.own_ms), timed_ms, "its own kernels take")
         return None
     gap = d.median_ms - enqueue_ms
-    # a CPU row's host clock moves by more than HOST_GAP_FACTOR on a loaded machine: only a call that
-    # left a thread of its own running is judged there
+    # a CPU row's host clock moves by more than HOST_GAP_FACTOR on a loaded machine: a call that left a
+    # thread of its own running is judged there, and one whose every call on new inputs is far slower
     if timer == "host" and not d.threads:
-        return None
+        return alone_text(d.median_ms, timed_ms, "they take") if alone_slower_host(d, timed_ms) else None
     if gap > HOST_GAP_FACTOR * timed_ms + HOST_GAP_ABS_MS:
         where = "the device stays busy" if timer == "cuda_event" else "its work goes on"
         return (f"a call times {timed_ms:.3g} ms but {where} {gap:.3g} ms after it starts until drained "
-                f"(work on another stream or thread){threads}")
+                f"(work on another stream or thread, or timed calls that do less work than a call on new inputs){threads}")
     return None
 
 
+def alone_slower(own_ms: list[float], timed_ms: float) -> bool:
+    """Whether isolated calls on new inputs (their own kernels' times) take longer than the timed median by
+    more than noise: the median by ALONE_REL + ALONE_ABS_MS, and the fastest of them by ALONE_MIN_REL."""
+    if not own_ms or not timed_ms > 0:
+        return False
+    return (statistics.median(own_ms) > timed_ms * (1 + ALONE_REL) + ALONE_ABS_MS
+            and min(own_ms) > timed_ms * (1 + ALONE_MIN_REL))
+
+
+def alone_slower_host(d: Drain, timed_ms: float) -> bool:
+    """`alone_slower` for CPU rows, whose host clock is noisier: every drained call above
+    ALONE_HOST_FACTOR x the timed median + HOST_GAP_ABS_MS."""
+    return bool(d.drained_ms) and timed_ms > 0 and min(d.drained_ms) > ALONE_HOST_FACTOR * timed_ms + HOST_GAP_ABS_MS
+
+
+def alone_text(alone_ms: float, timed_ms: float, verb: str) -> str:
+    return (f"the timed calls read {timed_ms:.3g} ms but isolated calls on new inputs ({verb} {alone_ms:.3g} ms) are "
+            f"{alone_ms / timed_ms:.2g}x slower: the timed calls, on inputs seen before, do less work (work skipped when "
+            "the inputs repeat, a result cached from earlier inputs, or work that depends on being called back to back)")
+
+
 def time_drained(fn: Callable[[], Any], d: Drain, timer: Any, flusher: Callable[[], None] | None, cuda: bool,
-                 stop: Callable[[list[float], float], str | None], max_repeats: int) -> tuple[list[float], str]:
-    """Time drained calls until `stop(samples, start)` says so: every sample all of one call's work.
+                 stop: Callable[[list[float], float], str | None], max_repeats: int,
+                 fresh: Fresh | None = None) -> tuple[list[float], str]:
+    """Time drained calls (on new inputs with `fresh`) until `stop(samples, start)` says so: every sample
+    all of one call's work.
 
     Returns:
         (samples in ms, stop reason), the probe's samples first.
@@ -221,7 +274,8 @@ def time_drained(fn: Callable[[], Any], d: Drain, timer: Any, flusher: Callable[
     reason = "max_repeats"
     while len(samples) < max_repeats:
         n = min(DRAINED_BATCH, max_repeats - len(samples))
-        more = drain_cupti(fn, timer, flusher, n) if d.method == "cupti" else drain_host(fn, flusher, n, cuda)
+        more = (drain_cupti(fn, timer, flusher, n, fresh) if d.method == "cupti"
+                else drain_host(fn, flusher, n, cuda, fresh))
         samples += more.drained_ms
         r = stop(samples, start)
         if r:
@@ -233,13 +287,13 @@ def time_drained(fn: Callable[[], Any], d: Drain, timer: Any, flusher: Callable[
 def retime_if_missed(d: Drain, fn: Callable[[], Any], timer: Any, flusher: Callable[[], None] | None,
                      samples: list[float], used: str, stop: Callable[[list[float], float], str | None],
                      max_repeats: int, loop_outside_ms: float = 0.0,
-                     enqueue_ms: float = 0.0) -> tuple[list[float], dict[str, Any] | None]:
+                     enqueue_ms: float = 0.0, fresh: Fresh | None = None) -> tuple[list[float], dict[str, Any] | None]:
     """The timed loop's `samples` when the drained calls `d` show no missed work (`missed_work`), else
-    drained samples (`time_drained`) and the flag: {'reason', 'timer', 'stop', 'note'}."""
+    drained samples (`time_drained`, on new inputs with `fresh`) and the flag: {'reason', 'timer', 'stop', 'note'}."""
     reason = missed_work(d, statistics.median(samples), used, loop_outside_ms, enqueue_ms)
     if reason is None:
         return samples, None
-    again, why = time_drained(fn, d, timer, flusher, used != "host", stop, max_repeats)
+    again, why = time_drained(fn, d, timer, flusher, used != "host", stop, max_repeats, fresh)
     return again, {"reason": reason, "timer": f"{d.method}_drained", "stop": why, "note": drained_note(d)}
 
 
@@ -247,9 +301,10 @@ def drained_note(d: Drain) -> str:
     """The timer note of a row timed drained."""
     if d.method == "cupti":
         return ("timed drained: each sample is every kernel of the device from the call's start until its threads "
-                "joined and the device was idle (CUPTI records), because the timed loop missed work")
+                "joined and the device was idle (CUPTI records), on inputs no call had seen, because the timed loop "
+                "missed work")
     return ("timed drained: each sample is the host clock from the call to an idle device (threads joined, device "
-            "synchronized; an upper bound), because the timed loop missed work")
+            "synchronized; an upper bound), on inputs no call had seen, because the timed loop missed work")
 
 
 # ------------------------------------------------------------------------ inputs and outputs

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-#: Row statuses: ok (checked and timed), wrong (timed, failed the check), failed (crashed, hung or
-#: raised), unsupported (the variant cannot run the problem), skipped (needs a GPU this machine lacks).
-STATUSES = ("ok", "wrong", "failed", "unsupported", "skipped")
+#: Row statuses: ok (checked and timed), wrong (timed, failed the check), untrusted (checked and timed,
+#: but its time is not a result: above what the GPU can do, or not the call's cost; faprof.measure.limits),
+#: failed (crashed, hung or raised), unsupported (the variant cannot run the problem), skipped (needs a
+#: GPU this machine lacks).
+STATUSES = ("ok", "wrong", "untrusted", "failed", "unsupported", "skipped")
 
-#: Statuses of rows that carry timings.
+#: Statuses of rows whose timings are results (tables, speedups, rankings, the gate). An untrusted
+#: row keeps its figures for the record, but none of them counts.
 TIMED = ("ok", "wrong")
 
 #: Every measurement row has these columns (None when not measured), so tables keep one schema.
@@ -26,7 +29,8 @@ ROW_COLUMNS = (
     "check_input", "bug_signature", "signatures", "probes", "error_map",
     "timer", "timer_note", "stop", "n", "median_ms", "ci95_low_ms", "ci95_high_ms", "rel_ci", "q1_ms", "q3_ms",
     "iqr_ms", "outliers", "mean_ms", "std_ms", "min_ms", "rel_sem", "unstable", "unstable_reason",
-    "timing_flagged", "timing_flag_reason", "drained_ms",
+    "timing_flagged", "timing_flag_reason", "drained_ms", "l2_flushed", "input_sets", "timed_checked",
+    "host_ms", "kernel_sig",
     "samples_ms", "event_ms", "span_ms", "kernels_per_call", "e2e_ms", "graph_ms", "host_enqueue_ms",
     "peak_mem_bytes", "extra_mem_bytes",
     "sm_clock_mhz", "nvml", "nvml_sm_clock_mhz_min", "nvml_sm_clock_mhz_max", "temp_c_before", "temp_c_after",

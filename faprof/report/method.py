@@ -68,7 +68,8 @@ def meta(m: dict[str, Any], df: pd.DataFrame) -> str:
     stamp = str(m.get("created_utc") or "")
     date = f" on {stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}" if re.match(r"\d{8}T", stamp) else ""
     parts = [f"Run `{m.get('run_id')}`, {m.get('status')}{date}", f"{len(df)} rows: {n_timed} timed"]
-    parts[-1] += "".join(f", {int(counts[s])} {s}" for s in ("wrong", "failed", "unsupported", "skipped") if counts.get(s))
+    parts[-1] += "".join(f", {int(counts[s])} {s}" for s in ("wrong", "untrusted", "failed", "unsupported", "skipped")
+                         if counts.get(s))
     folded = aliases.folded_keys(df)
     if folded:  # one kernel, one row: an alias's (variant, shape) is the row of the kernel it runs
         names = alias_names(sorted({v for v, _ in folded}))

@@ -254,8 +254,8 @@ def timing_flag_frame(df: pd.DataFrame) -> pd.DataFrame:
     """Rows whose timing was flagged, with the drained time and why (faprof.measure.integrity)."""
     if "timing_flagged" not in df:
         return pd.DataFrame()
-    t = df[df["status"].isin(schema.TIMED) & df["timing_flagged"].fillna(False).astype(bool)]
-    return pd.DataFrame([{"variant": r["variant"], "shape": shape(r), "median ms": f.ms(r.get("median_ms")),
+    t = df[df["status"].isin((*schema.TIMED, "untrusted")) & df["timing_flagged"].fillna(False).astype(bool)]
+    return pd.DataFrame([{"variant": r["variant"], "shape": shape(r), "status": r["status"], "median ms": f.ms(r.get("median_ms")),
                           "drained ms": f.ms(_get(r, "drained_ms")), "timer": f.text(r.get("timer")),
                           "why": f.text(r.get("timing_flag_reason"))} for _, r in t.iterrows()])
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from faprof.measure import limits
 from faprof.measure.derive import derive
 from faprof.model import plan, schema
 from faprof.model.problem import AttentionProblem
@@ -135,6 +136,8 @@ def finish_row(bundle: Bundle, row: dict[str, Any], variant, problem: AttentionP
     row["wall_s"] = wall_s
     row["finished_utc"] = now()
     row.update(_derived(problem, variant, row, env))
+    # a timed row above what the GPU can do (or whose call's cost is on the host) is never a result
+    row.update(limits.judge(row, env))
     return row
 
 

@@ -22,6 +22,17 @@ gaming_deferred_skip     (c) like gaming_deferred, but a pending call's work on 
                          same tensors is dropped (it would be overwritten)
 gaming_cache             (d) the output cached by the inputs' data pointers         cpu, cuda
 gaming_inplace           (e) the output written into q (and q returned)             cpu, cuda
+gaming_content_cache     (f) the output cached by a hash of the inputs' values,     cpu, cuda
+                         any number of input sets
+gaming_skip_b2b          (g) a call that comes right after the previous one         cpu, cuda
+                         returned (a timing loop) does nothing
+gaming_half_b2b          (h) a call right after the previous one does half the      cpu, cuda
+                         query rows and leaves the rest as they are
+gaming_skip_busy         (i) a call made while the GPU is still busy (a timing      cuda
+                         loop's lead) does nothing
+gaming_host              (j) the attention computed on the host and uploaded; a     cuda
+                         tiny kernel is all the GPU runs
+gaming_skip_after        (k) every call after its first on a shape does nothing     cpu, cuda
 =======================  =========================================================  ===========
 """
 
@@ -50,10 +61,22 @@ GAMES: dict[str, str] = {
     "gaming_deferred_skip": "(c) deferred, repeats dropped",
     "gaming_cache": "(d) result cached by pointer",
     "gaming_inplace": "(e) output written into q",
+    "gaming_content_cache": "(f) result cached by the inputs' values",
+    "gaming_skip_b2b": "(g) back-to-back calls skip the work",
+    "gaming_half_b2b": "(h) back-to-back calls do half the work",
+    "gaming_skip_busy": "(i) calls made while the GPU is busy skip the work",
+    "gaming_host": "(j) computed on the host, uploaded",
+    "gaming_skip_after": "(k) every call after the first skips the work",
 }
 
+#: Variants that need a GPU (the others run on the CPU as well).
+GPU_ONLY = ("gaming_stream", "gaming_skip_busy", "gaming_host")
+
 #: Variants that run on the CPU as well as on a GPU.
-CPU_VARIANTS = tuple(n for n in GAMES if n != "gaming_stream")
+CPU_VARIANTS = tuple(n for n in GAMES if n not in GPU_ONLY)
+
+#: A call that starts less than this long after the previous call returned is "back to back" for (g), (h).
+B2B_S = 0.002
 
 
 def _attention(q, k, v, causal: bool, scale: float):
@@ -179,9 +202,108 @@ def inplace(q, k, v, causal, scale, out=None):
     return q
 
 
+_CONTENT: dict[Any, Any] = {}
+
+
+def _content_key(q, k, v, causal, scale) -> tuple:
+    """A key from the inputs' values (every element read where they are: on a GPU, a few reductions and
+    one synchronize), shapes and flags."""
+    import torch
+
+    with torch.no_grad():
+        stats = torch.stack([f(t.detach().float()) for t in (q, k, v)
+                             for f in (torch.sum, lambda x: (x * x).sum(), lambda x: x.abs().amax())])
+    return (tuple(stats.tolist()), tuple(q.shape), str(q.dtype), causal, scale)
+
+
+def content_cache(q, k, v, causal, scale, out=None):
+    """(f) The output cached by the inputs' values: a repeat of any input set seen before is served."""
+    out = _out(q, out)
+    key = _content_key(q, k, v, causal, scale)
+    hit = _CONTENT.get(key)
+    if hit is None:
+        work(q, k, v, causal, scale, out)
+        _CONTENT[key] = out.clone()
+    else:
+        out.copy_(hit)
+    return out
+
+
+_RETURNED: dict[str, float] = {}
+
+
+def _back_to_back(name: str) -> bool:
+    last = _RETURNED.get(name)
+    return last is not None and time.perf_counter() - last < B2B_S
+
+
+def skip_b2b(q, k, v, causal, scale, out=None):
+    """(g) A call right after the previous one returned leaves `out` as it is (a timing loop's calls)."""
+    out = _out(q, out)
+    if not _back_to_back("skip"):
+        work(q, k, v, causal, scale, out)
+    _RETURNED["skip"] = time.perf_counter()
+    return out
+
+
+def half_b2b(q, k, v, causal, scale, out=None):
+    """(h) A call right after the previous one computes the first half of the query rows only (half the
+    floor of work too); the other half of `out` keeps what it held."""
+    import torch
+
+    out = _out(q, out)
+    if not _back_to_back("half"):
+        work(q, k, v, causal, scale, out)
+    else:
+        if q.is_cuda:
+            torch.cuda._sleep(GPU_SPIN_CYCLES // 2)
+        else:
+            time.sleep(CPU_WORK_S / 2)
+        half = q.shape[-2] // 2
+        out[..., :half, :].copy_(_attention(q, k, v, causal, scale)[..., :half, :])
+    _RETURNED["half"] = time.perf_counter()
+    return out
+
+
+def skip_busy(q, k, v, causal, scale, out=None):
+    """(i) A call made while the GPU still has work queued (`query()` is False: a timing loop enqueues
+    each call behind its lead) does nothing; an idle GPU gets the work."""
+    import torch
+
+    out = _out(q, out)
+    if torch.cuda.current_stream(q.device).query():
+        work(q, k, v, causal, scale, out)
+    return out
+
+
+def host(q, k, v, causal, scale, out=None):
+    """(j) The attention computed on the host (the floor there too) and uploaded; the GPU runs one cast."""
+    out = _out(q, out)
+    time.sleep(CPU_WORK_S)
+    o = _attention(q.detach().cpu(), k.detach().cpu(), v.detach().cpu(), causal, scale).float()
+    out.copy_(o.to(q.device, non_blocking=False))  # an upload, then a cast kernel on the GPU
+    return out
+
+
+_CALLS: dict[tuple, int] = {}
+
+
+def skip_after(q, k, v, causal, scale, out=None):
+    """(k) The first call on a shape does the work; every later one (timed, drained, on any inputs) returns
+    `out` as it is."""
+    out = _out(q, out)
+    key = (tuple(q.shape), str(q.dtype), causal)
+    _CALLS[key] = _CALLS.get(key, 0) + 1
+    if _CALLS[key] == 1:
+        work(q, k, v, causal, scale, out)
+    return out
+
+
 FUNCTIONS = {"gaming_control": control, "gaming_stream": stream, "gaming_thread": thread,
              "gaming_deferred": deferred, "gaming_deferred_skip": deferred_skip, "gaming_cache": cache,
-             "gaming_inplace": inplace}
+             "gaming_inplace": inplace, "gaming_content_cache": content_cache, "gaming_skip_b2b": skip_b2b,
+             "gaming_half_b2b": half_b2b, "gaming_skip_busy": skip_busy, "gaming_host": host,
+             "gaming_skip_after": skip_after}
 
 
 def reset() -> None:
@@ -189,6 +311,9 @@ def reset() -> None:
     _PENDING.clear()
     _LAST.clear()
     _CACHE.clear()
+    _CONTENT.clear()
+    _RETURNED.clear()
+    _CALLS.clear()
 
 
 def _register() -> None:
