@@ -234,6 +234,22 @@ def test_wrong_and_failed_candidate_rows_are_regressions_missing_rows_are_listed
     assert res.exit_code == EXIT_REGRESSION
 
 
+def test_a_candidate_row_faster_than_the_gpu_can_be_fails_the_gate(tmp_path):
+    cand = _copy(HEADLINE, tmp_path, "cand")
+    shape = "b4_h16_sq4096_sk4096_d128_fp16_full_fwd"
+
+    def fn(m: pd.DataFrame) -> pd.DataFrame:
+        at = (m["variant"] == "fa3_wgmma_e") & (m["shape_id"] == shape)
+        m.loc[at, "median_ms"] = m.loc[at, "median_ms"] / 20  # ~11,000 TFLOP/s, written as ok by an older faprof
+        m.loc[at, "samples_ms"] = m.loc[at, "samples_ms"].map(lambda xs: [x / 20 for x in xs])
+        return m
+    _edit_rows(cand, fn)
+    res = run_gate(Bundle(HEADLINE), cand)
+    row = res.rows.set_index(["variant", "shape_id"]).loc[("fa3_wgmma_e", shape)]
+    assert row["verdict"] == "failed" and row["regression"] and "physically impossible" in row["reason"]
+    assert res.exit_code == EXIT_REGRESSION
+
+
 def test_host_clock_rows_gate_only_when_asked(tmp_path):
     cand = _copy(L4_NCU, tmp_path, "cand")
     _scale(cand, "cpu_ref", 1.5)

@@ -196,3 +196,12 @@ def test_the_second_input_set_is_the_first_negated_and_its_outputs_follow_exactl
     assert torch.equal(b, rotation.expected(p, [a], 1)[0])  # -O, bit for bit
     fresh = rot.fresh()()
     assert not torch.allclose(fresh, a)  # new values, a new answer
+
+
+def test_checked_timed_calls_cover_both_input_sets_and_stay_few():
+    for _ in range(200):
+        first = rotation.chosen(10, batch=0, checked=0, sets=2)
+        assert len(first) == 2 and {j % 2 for j in first} == {0, 1} and max(first) < 10
+    assert len(rotation.chosen(20, batch=1, checked=2, sets=2)) == 1
+    assert rotation.chosen(40, batch=3, checked=rotation.CHECKS_MAX, sets=2) == set()
+    assert len(rotation.chosen(1, batch=0, checked=0, sets=2)) == 1

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import json
 import os
 import threading
 from collections import defaultdict
@@ -83,6 +84,15 @@ def _sig(a: Any) -> KernelSig:
     return (str(getattr(a, "name", "") or ""), f"{g('grid_x')},{g('grid_y')},{g('grid_z')}",
             f"{g('block_x')},{g('block_y')},{g('block_z')}", g("registers_per_thread"),
             g("static_shared_memory") + g("dynamic_shared_memory"))
+
+
+def common_sig(sigs: list[tuple[KernelSig, ...]]) -> str | None:
+    """The kernels most of `sigs` (calls' `CallTime.sig`) share, as JSON text (a row's `kernel_sig`:
+    [[name, grid, block, registers, shared memory], ...]); None when none was recorded."""
+    if not sigs:
+        return None
+    best = max(set(sigs), key=sigs.count)
+    return json.dumps([list(k) for k in best]) if best else None
 
 
 def _profiler_in_env() -> str | None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import random
 import statistics
 import time
 from collections.abc import Callable
@@ -58,7 +57,7 @@ from faprof.measure.correctness import (  # noqa: F401  (re-exported: the Nsight
     needs_grads,
 )
 from faprof.measure.correctness import prepare as _prepare  # noqa: F401
-from faprof.measure.cupti_timer import CuptiUnavailable, KernelTimer
+from faprof.measure.cupti_timer import CuptiUnavailable, KernelTimer, common_sig
 from faprof.measure.gpu_clock import (
     ENQUEUE_BLOCKED_SHARE,
     ENQUEUE_SPIN_US,
@@ -167,8 +166,8 @@ def time_cuda(fn: Callable[[], Any], settings: TimingSettings, flusher: L2Flushe
         settings: the scenario's timing settings.
         flusher: the L2 flush run before every timed call (None: no flush).
         monitor: a GPU monitor read after every batch (None: none).
-        snap: copies a call's outputs; with it, a few timed calls chosen at random and the last one
-            have their outputs copied right after the call, outside the timed interval (`checks`).
+        snap: copies a call's outputs; with it, a few timed calls chosen at random have their outputs
+            copied right after the call, outside the timed interval (`checks`).
 
     Returns:
         The samples and their statistics, the stop reason, the timer used and why, the side figures
@@ -221,15 +220,7 @@ def time_cuda(fn: Callable[[], Any], settings: TimingSettings, flusher: L2Flushe
             "event_ms": statistics.median(smp.event), "span_ms": statistics.median(smp.span) if smp.span else None,
             "kernels_per_call": statistics.median(smp.nkern) if smp.nkern else None,
             "sm_clock_mhz": clock, "last_result": smp.last, "timing_flag": flag["reason"] if flag else None,
-            "drained_ms": d.median_ms, "checks": smp.checks, "kernel_sig": _common_sig(smp.sigs)}
-
-
-def _common_sig(sigs: list[Any]) -> str | None:
-    """The kernel signature most of the first batch's calls share, as JSON text (None: none recorded)."""
-    if not sigs:
-        return None
-    best = max(set(sigs), key=sigs.count)
-    return json.dumps([list(k) for k in best]) if best else None
+            "drained_ms": d.median_ms, "checks": smp.checks, "kernel_sig": common_sig(smp.sigs)}
 
 
 def _warm_up(fn: Callable[[], Any], warmup_ms: float) -> None:
@@ -259,7 +250,8 @@ def _timed_batch(fn: Callable[[], Any], n: int, smp: _CudaSamples, flusher: L2Fl
 
     evs = []
     ids = smp.timer.new_ids(n) if smp.timer is not None else [0] * n
-    chosen = _chosen(smp, n)
+    chosen = rotation.chosen(n, smp.batches, len(smp.checks), smp.rot.sets if smp.rot is not None else 1) \
+        if smp.snap is not None else set()
     first = len(smp.event)
     smp.batches += 1
     for j, cid in enumerate(ids):
@@ -303,22 +295,6 @@ def _timed_batch(fn: Callable[[], Any], n: int, smp: _CudaSamples, flusher: L2Fl
         smp.nkern.extend(c.kernels for c in seen)
         if smp.batches == 1:
             smp.sigs = [c.sig for c in seen]
-
-
-def _chosen(smp: _CudaSamples, n: int) -> set[int]:
-    """Which calls of the next batch of `n` have their outputs checked: CHECKS_FIRST in the first batch
-    (one of each input set where there are two), then one per batch up to CHECKS_MAX, at random."""
-    if smp.snap is None:
-        return set()
-    room = rotation.CHECKS_MAX - len(smp.checks)
-    if room <= 0 or n <= 0:
-        return set()
-    if smp.batches == 0:
-        k = min(rotation.CHECKS_FIRST, room, n)
-        if smp.rot is not None and smp.rot.sets > 1 and n >= 2 and k >= 2:  # an even call (set A) and an odd one (B)
-            return {2 * random.randrange((n + 1) // 2), 2 * random.randrange(n // 2) + 1}
-        return set(random.sample(range(n), k))
-    return {random.randrange(n)}
 
 
 def _stop_reason(primary: list[float], settings: TimingSettings, start_wall: float) -> str | None:
@@ -513,6 +489,8 @@ def _time(row: dict[str, Any], variant, problem: AttentionProblem, inputs: Input
         timed.release()
         row["e2e_ms"] = res["stats"]["median"]
         res["input_sets"] = row["input_sets"]
+        if timed.note:
+            res["timer_note"] = "; ".join(x for x in (res.get("timer_note"), timed.note) if x)
         return res, res["stats"], (ts, out)
     if flusher is None and settings.flush_l2 and l2_bytes:
         flusher = L2Flusher(l2_bytes)

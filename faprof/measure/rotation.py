@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -90,20 +91,47 @@ class Rotation:
         are). The inputs live until the next `fresh`, so no two fresh calls share storage."""
         import torch
 
-        gen_dev = self._ts[0].device
-        gen = torch.Generator(device=gen_dev).manual_seed(int.from_bytes(os.urandom(6), "little"))
-        with torch.no_grad():
-            ts = [torch.empty_like(t).normal_(generator=gen).requires_grad_(t.requires_grad) for t in self._ts]
-            dout = torch.empty_like(self._dout).normal_(generator=gen) if self._dout is not None else None
-        call = correctness.make_call(self.variant, self.problem, ts, dout, self.out, self.args)[1]
-        self._keep = (ts, dout)  # the previous fresh set is freed only now
-        return call
+        gen = torch.Generator(device=self._ts[0].device).manual_seed(int.from_bytes(os.urandom(6), "little"))
+        for attempt in (0, 1):
+            try:
+                with torch.no_grad():
+                    ts = [torch.empty_like(t).normal_(generator=gen).requires_grad_(t.requires_grad) for t in self._ts]
+                    dout = torch.empty_like(self._dout).normal_(generator=gen) if self._dout is not None else None
+                call = correctness.make_call(self.variant, self.problem, ts, dout, self.out, self.args)[1]
+            except Exception as e:
+                if not _is_oom(e):
+                    raise
+                if attempt == 0:  # the previous fresh set's memory first, then once more
+                    self._keep = None
+                    continue
+                if "no GPU memory for new inputs" not in self.note:
+                    self.note = "; ".join(x for x in (self.note, "drained calls on the checked inputs (no GPU memory "
+                                                      "for new inputs)") if x)
+                return self.calls[0]
+            self._keep = (ts, dout)  # the previous fresh set is freed only now
+            return call
+        return self.calls[0]
 
     def release(self) -> None:
         """Free set B and the last fresh inputs (after timing: the later checks use set A only)."""
         self.calls = self.calls[:1]
         self._keep = None
         self.__dict__.pop("_b", None)
+
+
+def chosen(n: int, batch: int, checked: int, sets: int) -> set[int]:
+    """Which calls of the next timed batch (`n` calls; `batch` batches before it, `checked` calls checked
+    so far) have their outputs checked: CHECKS_FIRST in the first batch, one of each input set where there
+    are two (consecutive calls alternate sets), then one per batch up to CHECKS_MAX; at random."""
+    room = CHECKS_MAX - checked
+    if room <= 0 or n <= 0:
+        return set()
+    if batch == 0:
+        k = min(CHECKS_FIRST, room, n)
+        if sets > 1 and n >= 2 and k >= 2:  # an even call and an odd one: both sets, whichever comes first
+            return {2 * random.randrange((n + 1) // 2), 2 * random.randrange(n // 2) + 1}
+        return set(random.sample(range(n), k))
+    return {random.randrange(n)}
 
 
 def _is_oom(e: BaseException) -> bool:

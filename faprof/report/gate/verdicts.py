@@ -128,6 +128,9 @@ def status_verdict(r: Any) -> dict[str, Any] | None:
     if sb == "failed":
         return {**out, "verdict": FAILED, "gated": True, "regression": True,
                 "reason": f"failed on the candidate: {why_b}".rstrip(": ")}
+    if sb == "untrusted":  # a time the GPU cannot reach (faprof.measure.limits): no result, so no pass
+        return {**out, "verdict": FAILED, "gated": True, "regression": True,
+                "reason": f"untrusted on the candidate: {why_b}".rstrip(": ")}
     if sb not in TIMED:
         side = "timed on the baseline; " if sa in TIMED else ""
         return {**out, "verdict": UNTIMED, "reason": f"{side}{sb} on the candidate: {why_b}".rstrip(": ")}
