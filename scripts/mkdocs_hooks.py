@@ -514,8 +514,9 @@ def bundle_page() -> str:
            "they finish, folded into `measurements.parquet` at the end, on Ctrl-C and on `--resume`) and "
            "`raw/` (tool output: ncu reports, nsys captures, sanitizer logs). Schema version "
            f"{store.SCHEMA_VERSION}. `faprof export RUN --csv DIR` writes every table as CSV.", "",
-           "Row statuses: " + ", ".join(f"`{s}`" for s in schema.STATUSES) + "; rows with timings: "
-           + ", ".join(f"`{s}`" for s in schema.TIMED) + ".", "",
+           "Row statuses: " + ", ".join(f"`{s}`" for s in schema.STATUSES) + "; rows whose timings are results: "
+           + ", ".join(f"`{s}`" for s in schema.TIMED) + " (an `untrusted` row keeps its figures for the record: "
+           "its time is above what the GPU can do, see [Timing that cannot be gamed](../measure/timing-integrity.md)).", "",
            "| table | written by | columns |", "| --- | --- | --- |"]
     producers = {"measurements": "`faprof profile` (the harness)"}
     producers.update({t: "the Nsight Compute stage (`--ncu`, `faprof ncu`)" for t in schema.NCU_TABLES})
