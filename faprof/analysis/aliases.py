@@ -38,6 +38,7 @@ from faprof.measure import noise_floor
 from faprof.model import schema
 from faprof.model import variant as registry
 from faprof.model.plan import also_label
+from faprof.model.values import as_float
 
 #: Columns of the alias table: at shape_id, `variant` runs `canonical`'s kernels; how: declared / kernels.
 ALIAS_COLUMNS = ("shape_id", "variant", "canonical", "how")
@@ -70,13 +71,6 @@ def _int(x: Any) -> int | None:
     return None if math.isnan(v) else int(v)
 
 
-def _num(x: Any) -> float:
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def _ncu_records(summ: pd.DataFrame) -> dict[tuple[str, str], Record]:
     need = {"variant", "shape_id", "kernel"}
     if summ.empty or not need <= set(summ.columns):
@@ -93,7 +87,7 @@ def _ncu_records(summ: pd.DataFrame) -> dict[tuple[str, str], Record]:
         launch = (name, _text(r.get("grid")), _text(r.get("block")), _int(r.get("registers_per_thread")), _int(smem))
         ls, cs = out.setdefault((str(r["variant"]), str(r["shape_id"])), ([], []))
         ls.append(launch)
-        cs.append(tuple(_num(r.get(c)) for c in NCU_COUNTS))
+        cs.append(tuple(as_float(r.get(c)) for c in NCU_COUNTS))
     return {k: (tuple(ls), tuple(cs)) for k, (ls, cs) in out.items()}
 
 
@@ -198,10 +192,10 @@ def times_agree(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Whether two rows' medians cannot be told apart: their log ratio within the noise floor's band of
     their GPU model (`time_tolerance`), or within their medians' 95% CIs (rel_ci) added, whichever is wider. Rows without a
     timed median never agree (nothing proves them the same)."""
-    ma, mb = _num(a.get("median_ms")), _num(b.get("median_ms"))
+    ma, mb = as_float(a.get("median_ms")), as_float(b.get("median_ms"))
     if not (ma > 0 and mb > 0):
         return False
-    ci = sum(x for x in (_num(a.get("rel_ci")), _num(b.get("rel_ci"))) if x >= 0)
+    ci = sum(x for x in (as_float(a.get("rel_ci")), as_float(b.get("rel_ci"))) if x >= 0)
     return abs(math.log(ma / mb)) <= max(time_tolerance(a.get("gpu_name") or b.get("gpu_name")), ci)
 
 
@@ -209,7 +203,7 @@ def _complete(rec: Record, row: Mapping[str, Any] | None) -> bool:
     """Whether a record covers the whole call: as many kernels as CUPTI counted (when it did)."""
     if not rec[0]:
         return False
-    k = _num(row.get("kernels_per_call")) if row else math.nan
+    k = as_float(row.get("kernels_per_call")) if row else math.nan
     return math.isnan(k) or k <= 0 or int(k) == len(rec[0])
 
 

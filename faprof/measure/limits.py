@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from faprof.model import gpus
+from faprof.model.values import as_float
 
 #: Above the compute ceiling at the GPU's highest clock by more than this share: impossible (the
 #: datasheet rates are exact products of units and clock; the margin covers clock readings).
@@ -49,14 +50,6 @@ HOST_FACTOR = 10.0
 HOST_ABS_MS = 5.0
 
 UNTRUSTED = "untrusted"
-
-
-def _num(x: Any) -> float:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return math.nan
-    return v
 
 
 def compute_ceiling(spec: gpus.GPUSpec, dtype: str) -> tuple[float | None, str]:
@@ -79,7 +72,7 @@ def clock_allowance(spec: gpus.GPUSpec, env: Mapping[str, Any], dtype: str) -> f
     """How much faster than its datasheet clock the GPU may run: its highest SM clock (nvidia-smi's
     max, else the spec's boost clock) over the clock the tensor peaks assume; at least 1."""
     peak_clock = spec.peak_clock_mhz("tensor", dtype if dtype in ("fp16", "bf16") else "fp16")
-    top = max((v for v in (_num(env.get("smi_max_sm_clock_mhz")), _num(spec.boost_clock_mhz)) if v > 0),
+    top = max((v for v in (as_float(env.get("smi_max_sm_clock_mhz")), as_float(spec.boost_clock_mhz)) if v > 0),
               default=math.nan)
     if not (peak_clock and top > 0):
         return 1.0
@@ -100,8 +93,8 @@ def ceilings(env: Mapping[str, Any], dtype: str) -> dict[str, Any]:
         out["tflops"] = peak * allow * (1 + COMPUTE_MARGIN)
         out["tflops_label"] = (f"{label} {peak:.4g} TFLOP/s x {allow:.3f} (highest clock) + {COMPUTE_MARGIN:.0%}"
                                if allow > 1 else f"{label} {peak:.4g} TFLOP/s + {COMPUTE_MARGIN:.0%}")
-    copy = _num((env.get("ceilings") or {}).get("copy_gbs"))
-    sheet = _num(spec.mem_bw_gbs)
+    copy = as_float((env.get("ceilings") or {}).get("copy_gbs"))
+    sheet = as_float(spec.mem_bw_gbs)
     bw = max((v for v in (copy, sheet) if v > 0), default=math.nan)
     if bw > 0:
         out["gbs"] = bw * (1 + BYTES_MARGIN)
@@ -120,19 +113,19 @@ def impossible(row: Mapping[str, Any], env: Mapping[str, Any], flushed: bool = T
     """
     if row.get("device") != "cuda":
         return None
-    ms = _num(row.get("median_ms"))
+    ms = as_float(row.get("median_ms"))
     if not ms > 0:
         return None
     gpu_env = {**env, "gpu_name": row.get("gpu_name") or env.get("gpu_name")}
     c = ceilings(gpu_env, str(row.get("dtype") or "fp16"))
     why = []
-    flops = _num(row.get("flops"))
+    flops = as_float(row.get("flops"))
     if c["tflops"] and flops > 0:
         tflops = flops / (ms * 1e-3) / 1e12
         if tflops > c["tflops"]:
             why.append(f"{tflops:,.0f} TFLOP/s is above what the GPU can do ({c['tflops']:,.0f}: "
                        f"{c['tflops_label']})")
-    nbytes = _num(row.get("min_bytes"))
+    nbytes = as_float(row.get("min_bytes"))
     if flushed and c["gbs"] and nbytes > 0:
         gbs = nbytes / (ms * 1e-3) / 1e9
         if gbs > c["gbs"]:
@@ -149,7 +142,7 @@ def host_time(row: Mapping[str, Any]) -> str | None:
     time: work on the host, or waiting), or None. Reads e2e_ms (call + synchronize) and median_ms."""
     if row.get("device") != "cuda" or str(row.get("timer") or "").startswith("host"):
         return None
-    ms, e2e = _num(row.get("median_ms")), _num(row.get("e2e_ms"))
+    ms, e2e = as_float(row.get("median_ms")), as_float(row.get("e2e_ms"))
     if not (ms > 0 and e2e > 0):
         return None
     outside = e2e - ms
