@@ -182,6 +182,38 @@ def test_wasted_work_from_exact_flops_with_a_tile_allowance():
     assert "wasted_work" not in causes(d)
 
 
+FP64_INST = {"smsp__thread_inst_executed_pipe_fp64_pred_on.sum": 3e9, "smsp__thread_inst_executed.sum": 1e11}
+
+
+def test_math_in_fp64_is_a_slower_path_not_wasted_work():
+    # fp16 problem, products on fp16 tensor cores (the exact FLOPs), softmax in fp64: its exp and division are
+    # DFMA polynomials, 0.61x the exact FLOPs more. Counted once per path, that is the fp64 path's cost.
+    exact = 4 * 4 * 16 * 2048 * 2048 * 64
+    row = launch(0, hw_flops=1.61 * exact, tensor_flops=exact, fp64_flops=0.61 * exact)
+    d = advisor.diagnose(tables([row], {0: FP64_INST}, measurements=[meas()], analytic=exact))
+    assert "wasted_work" not in causes(d) and primary(d) == "fp64_arithmetic"
+    # one of the products in fp64 (DFMA) and the other on tensor cores: the problem's math done once
+    row = launch(0, hw_flops=1.6 * exact, tensor_flops=0.5 * exact, fp64_flops=1.1 * exact)
+    d = advisor.diagnose(tables([row], {0: FP64_INST}, measurements=[meas()], analytic=exact))
+    assert "wasted_work" not in causes(d) and primary(d) == "fp64_arithmetic"
+    # the same through DMMA (tensor-pipe fp64 FLOPs)
+    m = {0: {**FP64_INST, "sm__ops_path_tensor_src_fp64.sum": 0.61 * exact}}
+    row = launch(0, hw_flops=1.61 * exact, tensor_flops=1.61 * exact)
+    d = advisor.diagnose(tables([row], m, measurements=[meas()], analytic=exact))
+    assert "wasted_work" not in causes(d)
+
+
+def test_work_beyond_the_exact_flops_stays_wasted_with_an_fp64_path():
+    # causal problem with its masked-out half computed anyway on tensor cores, softmax in fp64: 2x the exact
+    # work on the problem's own path; the fp64 FLOPs add none to it
+    exact = 4 * 4 * 16 * (2048 * 2049 // 2) * 64
+    row = launch(0, hw_flops=3.2 * exact, tensor_flops=2.0 * exact, fp64_flops=1.2 * exact)
+    d = advisor.diagnose(tables([row], {0: FP64_INST}, measurements=[meas(causal=True)], analytic=exact))
+    f = d[d["cause"] == "wasted_work"].iloc[0]
+    assert f["primary"] and "(2.00x)" in f["evidence"] and "not extra work" in f["evidence"]
+    assert "fp64_arithmetic" in causes(d)
+
+
 def test_tile_and_causal_pair_counts():
     from faprof.advisor.pairs import causal_pairs, tile_pairs
 

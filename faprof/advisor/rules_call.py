@@ -30,24 +30,43 @@ def correctness(call: Call, ctx: Context) -> list[Finding]:
 
 
 # -------------------------------------------------------------------------------- wasted work
+def _wider_flops(lzs: list[Launch], dtype: str | None) -> float:
+    """FLOPs executed in a precision wider than the problem's: fp64 (DFMA/DADD/DMUL and DMMA) in a
+    problem whose inputs are not fp64. NaN when neither counter was read; 0 for an fp64 problem."""
+    if dtype == "fp64":
+        return 0.0
+    return nansum(*(lz.col("fp64_flops") for lz in lzs), *(lz.metric("tensor_ops_fp64") for lz in lzs))
+
+
 def wasted_work(call: Call, ctx: Context) -> list[Finding]:
-    """Hardware FLOPs over the exact FLOPs, beyond what whole tiles make unavoidable.
+    """Hardware FLOPs over the exact FLOPs, beyond what whole tiles make unavoidable, counted per
+    precision path as work done once.
 
     TF32 tensor FLOPs count 1/TF32_PRODUCTS (fp32 emulated with three TF32 products does the
-    exact work three times by design). The allowance is the work of WASTED_WORK_TILE-row tiles
-    (causal: up to the diagonal tile), so small causal problems are not called wasteful.
+    exact work three times by design). FLOPs in a wider precision than the problem's (fp64 in an
+    fp16/bf16/fp32 problem) are the problem's math done on a slower path: they count as work only
+    up to the exact FLOPs the problem's own paths leave undone, and what they execute beyond that
+    (an fp64 exp or division is a polynomial of DFMAs where fp32 spends one MUFU instruction,
+    conversions, extended-precision sums) is that path's cost, the fp64 cause's, not extra work.
+    The allowance is the work of WASTED_WORK_TILE-row tiles (causal: up to the diagonal tile), so
+    small causal problems are not called wasteful.
     """
     if not call.launches or not ok(call.analytic_flops) or call.analytic_flops <= 0:
         return []
+    lzs = math_launches(call)  # a data-movement kernel's FLOPs are none of the problem's
     hw, tf32 = 0.0, 0.0
-    for lz in math_launches(call):  # a data-movement kernel's FLOPs are none of the problem's
+    for lz in lzs:
         hw = nansum(hw, lz.col("hw_flops"))
-        t = lz.metric("tensor_ops_tf32")
-        tf32 = nansum(tf32, t)
+        tf32 = nansum(tf32, lz.metric("tensor_ops_tf32"))
     if not ok(hw) or hw <= 0:
         return []
-    effective = hw - (1 - 1 / T("TF32_PRODUCTS")) * (tf32 if ok(tf32) else 0.0)
-    ratio = effective / call.analytic_flops
+    exact = call.analytic_flops
+    wide = _wider_flops(lzs, call.dtype)
+    wide = min(wide, hw) if ok(wide) and wide > 0 else 0.0
+    own = max(0.0, hw - wide - (1 - 1 / T("TF32_PRODUCTS")) * (tf32 if ok(tf32) else 0.0))
+    stands_in = min(wide, max(0.0, exact - own))  # the problem's math the wider path does instead
+    effective = own + stands_in
+    ratio = effective / exact
     tile = int(T("WASTED_WORK_TILE"))
     allowance, allow_text = 1.0, "no problem shape known: no tile allowance"
     # every mask (alignment, window) and every sequence of a packed batch, from the problem's own model
@@ -59,8 +78,14 @@ def wasted_work(call: Call, ctx: Context) -> list[Finding]:
     if ratio <= allowance * T("WASTED_WORK_MIN_RATIO"):
         return []
     tf_text = f" (TF32 FLOPs counted 1/{T('TF32_PRODUCTS'):.0f})" if ok(tf32) and tf32 > 0 else ""
-    ev = (f"the hardware executed {big(effective)} FLOPs{tf_text} for {big(call.analytic_flops)} exact ones "
-          f"({ratio:.2f}x); {allow_text}")
+    if wide > 0:  # per precision path: the fp64 FLOPs beyond the math they do instead are not work
+        ev = (f"the hardware executed {big(hw)} FLOPs, {big(effective)} of them the problem's work counted once "
+              f"across precision paths{tf_text}, for {big(exact)} exact ones ({ratio:.2f}x): of its {big(wide)} fp64 "
+              f"FLOPs, {big(stands_in)} do math the other paths leave undone (the same work on a slower path) and the "
+              f"rest is the fp64 path's own cost, not extra work; {allow_text}")
+    else:
+        ev = (f"the hardware executed {big(effective)} FLOPs{tf_text} for {big(exact)} exact ones ({ratio:.2f}x); "
+              f"{allow_text}")
     fix = ("skip work that cannot contribute: key tiles entirely above the causal diagonal (causal block skipping), "
            "padded tails, recomputation")
     return [Finding(call.variant, call.shape_id, "wasted_work", 1 - allowance / ratio, ev, fix, "wasted_work")]
