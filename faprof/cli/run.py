@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -100,6 +102,7 @@ def _run_with_progress(scenario: str, options: Any, resume: Path | None) -> tupl
     from faprof import run as runner
 
     state: dict[str, Any] = {"notices": []}
+    lines = None if console.is_terminal else RowLines()  # CI logs, `| tee`, a file: a line now and then
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[current]}"), console=console, transient=False) as bar:
         task_id = bar.add_task("profiling", total=None, current="")
@@ -111,12 +114,18 @@ def _run_with_progress(scenario: str, options: Any, resume: Path | None) -> tupl
                 state["path"] = info["path"]
                 bar.console.print(f"bundle: {info['path']}", soft_wrap=True, highlight=False)
             elif event == "plan":
-                bar.console.print(info.get("message", ""), soft_wrap=True, highlight=False, markup=False)
+                bar.console.print(info.get("message", ""), soft_wrap=True, highlight=False, markup=False,
+                                  style=info.get("style"))
             elif event == "start":
                 bar.update(task_id, total=info["total"], completed=info["done"], current="")
+                if lines is not None:
+                    lines.start(info["total"], info["done"])
             elif event == "row":
                 bar.advance(task_id)
                 bar.update(task_id, current=f"{info['variant']} {info['label']} -> {info['status']}")
+                line = lines.row(info) if lines is not None else None
+                if line:
+                    bar.console.print(line, soft_wrap=True, highlight=False, markup=False)
             elif event in ("warning", "nsight"):
                 bar.console.print(info.get("message", ""), style="yellow", soft_wrap=True, highlight=False)
                 if event == "warning" and info.get("message") and info["message"] not in state["notices"]:
@@ -129,6 +138,52 @@ def _run_with_progress(scenario: str, options: Any, resume: Path | None) -> tupl
         except KeyboardInterrupt:
             _interrupted(state.get("path"))
     return bundle, state["notices"]
+
+
+class RowLines:
+    """Progress as plain lines, for output that is not a terminal (where no bar is drawn): one line when a
+    row finishes, at most one every `every_s` seconds, and always the last, each with the rows
+    done/total, the time elapsed and an estimate of the time left."""
+
+    def __init__(self, every_s: float = 10.0, clock: Callable[[], float] = time.monotonic):
+        self.every_s, self.clock = every_s, clock
+        self.t0 = self.t_rows = self.t_said = clock()
+        self.total: int | None = None
+        self.done = self.done_before = 0
+
+    def start(self, total: int, done: int) -> None:
+        """The rows stage starts: `total` rows, `done` of them finished before (a resumed run)."""
+        self.total, self.done, self.done_before = total, done, done
+        self.t_rows = self.t_said = self.clock()
+
+    def row(self, info: dict[str, Any]) -> str | None:
+        """The line to print for a finished row, or None (too soon after the last one)."""
+        self.done += 1
+        now = self.clock()
+        last = self.total is not None and self.done >= self.total
+        if not last and now - self.t_said < self.every_s:
+            return None
+        self.t_said = now
+        total = self.total if self.total is not None else "?"
+        here = self.done - self.done_before
+        if last:
+            left = "done"
+        elif self.total is not None and here > 0:
+            left = f"~{_clock((now - self.t_rows) / here * (self.total - self.done))} left"
+        else:
+            left = "time left unknown"
+        row = f"{info.get('variant')} {info.get('label')} -> {info.get('status')}"
+        return f"rows {self.done}/{total}, {_clock(now - self.t0)} elapsed, {left} (last: {row})"
+
+
+def _clock(s: float) -> str:
+    """Seconds as '42s', '3m05s' or '1h02m'."""
+    s = max(0, round(s))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 def _interrupted(path: Any) -> NoReturn:
