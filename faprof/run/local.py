@@ -7,13 +7,15 @@ appended to the bundle at once, so an interrupted run keeps what finished and `-
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import Any
 
 from faprof.model.problem import AttentionProblem
+from faprof.model.scenarios import TimingSettings
 from faprof.model.variant import Variant
-from faprof.run import pool
+from faprof.run import cpu, pool
 from faprof.run.rows import base_row, finish_row, gpu_fields, run_one, say_row_notes
 from faprof.run.setup import RunSetup, open_run
 from faprof.run.state import RunState
@@ -39,13 +41,17 @@ def run_rows(su: RunSetup, state: RunState, stop: threading.Event) -> None:
         state.gpu_indices = [s.index for s in slots]
         models = list(dict.fromkeys(s.model for s in slots)) if slots else [env.get("gpu_name") or "cpu"]
         where = ", ".join(models) if slots else env.get("gpu_name") or "cpu"
+        scenario_timing = None
+        if not state.cuda_ok and not slots and su.bundle is None and not cpu.budget_given(options):
+            scenario_timing = su.timing  # a new run without a GPU: the CPU rows' budget (faprof.run.cpu)
+            su = dataclasses.replace(su, timing=cpu.cpu_timing(su.timing))
         state.bundle = open_run(su.bundle, su, env, models, [s.record() for s in slots] or None, bool(slots), where)
         progress("bundle", {"path": str(state.bundle.path)})
         t_rows = time.perf_counter()
         if slots:
             _pool_rows(su, state, slots, models, stop)
         else:
-            _single_rows(su, state, runner, env)
+            _single_rows(su, state, runner, env, scenario_timing)
         state.timing_wall_s = time.perf_counter() - t_rows
     finally:
         restarts = sum(s.runner.restarts for s in slots) if slots else (runner.restarts if runner is not None else 0)
@@ -68,17 +74,32 @@ def _emitter(state: RunState):
     return emit
 
 
-def _single_rows(su: RunSetup, state: RunState, runner: Any, env: dict[str, Any]) -> None:
+def _single_rows(su: RunSetup, state: RunState, runner: Any, env: dict[str, Any],
+                 scenario_timing: TimingSettings | None = None) -> None:
     bundle = state.bundle
     assert bundle is not None
     emit = _emitter(state)
     manifest_env = bundle.manifest().get("env", env)
     done = bundle.done_keys()
     todo = [(p, v) for p, v in su.pairs if (v.name, p.shape_id) not in done]
+    if not state.cuda_ok:
+        _say_cpu_run(su, state, todo, scenario_timing)
     state.progress("start", {"total": len(su.pairs), "todo": len(todo), "done": len(su.pairs) - len(todo)})
     for problem, variant in todo:
         row = run_one(runner, bundle, su.scenario, variant, problem, su.timing, state.cuda_ok, manifest_env, su.options)
         emit({**row, **gpu_fields(env, None)})
+
+
+def _say_cpu_run(su: RunSetup, state: RunState, todo: list, scenario_timing: TimingSettings | None) -> None:
+    """Before the rows of a run without a GPU: what CPU timings mean here, and what will run and be skipped."""
+    available = cpu.available_bytes()
+    notes, warnings = cpu.start_lines(todo, su.timing, available)
+    for line in warnings:
+        state.progress("plan", {"message": line, "style": "yellow"})
+        assert state.bundle is not None
+        state.bundle.log(line)
+    for line in notes + cpu.noise_lines(su.timing, scenario_timing, available):
+        state.progress("plan", {"message": line})
 
 
 def _pool_rows(su: RunSetup, state: RunState, slots: list[pool.Slot], models: list[str], stop: threading.Event) -> None:

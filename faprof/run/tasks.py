@@ -16,6 +16,7 @@ from faprof.measure import adversarial, cupti_timer, env, gpu_clock, harness
 from faprof.measure.gpu_monitor import Monitor
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import TimingSettings, Tolerance
+from faprof.run import cpu
 from faprof.variants import build
 
 #: Messages of errors after which the CUDA context is unusable (the worker must be replaced).
@@ -93,9 +94,17 @@ def _measure(task: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
         info["build_cold"] = getattr(b, "cold", None)
 
     t0 = time.perf_counter()
-    if state.get("shape_id") != problem.shape_id:
+    loaded = state.get("shape_id") == problem.shape_id
+    if not loaded:
         state.pop("inputs", None)
         state.pop("ref", None)
+        state.pop("probes", None)
+        state.pop("shape_id", None)
+    if device == "cpu":  # before anything is allocated: a row that does not fit the RAM says so
+        too_big = cpu.memory_refusal(problem, variant.name, shape_loaded=loaded)
+        if too_big:
+            return {**info, "status": "skipped", "reason": too_big}
+    if not loaded:
         inputs = harness.make_inputs(problem, "cuda" if cuda_ok else "cpu", seed=task.get("seed"))
         ref = harness.compute_reference(problem, inputs, cuda_ok) if task.get("check", True) else None
         # the adversarial inputs of this shape: made (with their references) on first use, then shared
