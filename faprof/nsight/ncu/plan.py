@@ -39,8 +39,8 @@ from faprof.model import plan as run_plan
 from faprof.variants.build import cache_root
 
 #: Baselines whose forward call is one fused attention kernel: profiled by default (the SDPA backends,
-#: and FlexAttention, compiled to one Triton kernel on the GPU).
-FUSED_SDPA = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex")
+#: FlexAttention, compiled to one Triton kernel on the GPU, and the optional library baselines).
+FUSED_SDPA = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "flex", "flashinfer_decode", "flashinfer_prefill", "fa4")
 
 #: Variant kinds profiled by default: faprof's kernels and user variants.
 TARGET_KINDS = ("cuda", "user")
