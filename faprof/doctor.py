@@ -12,6 +12,7 @@ from faprof.measure import cupti_timer
 from faprof.measure.gpu_monitor import Monitor
 from faprof.model import gpus
 from faprof.nsight import ncu, nsys
+from faprof.variants import libraries
 
 
 def _version(cmd: list[str]) -> str | None:
@@ -96,4 +97,5 @@ def run_checks() -> list[Check]:
                         "" if ninja else "pip install ninja (torch's JIT builds need it)"))
     checks.extend(ncu.doctor_checks())
     checks.extend(nsys.doctor_checks())
+    checks.extend(libraries.doctor_checks())
     return checks

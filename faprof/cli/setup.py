@@ -69,7 +69,7 @@ def doctor() -> None:
         t.add_column(c)
     style = {"ok": "green", "warn": "yellow", "fail": "red", "info": "cyan"}
     for chk in checks:
-        t.add_row(chk.name, f"[{style[chk.status]}]{chk.status}[/]", chk.detail)
+        t.add_row(escape(chk.name), f"[{style[chk.status]}]{chk.status}[/]", escape(chk.detail))  # details quote pip extras
     console.print(t)
     for chk in checks:
         if chk.hint and chk.status in ("warn", "fail"):
