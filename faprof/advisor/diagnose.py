@@ -41,8 +41,8 @@ from faprof.model import schema
 
 #: Columns of diagnose()'s table, in order.
 DIAG_COLUMNS = ("variant", "shape_id", "dtype", "group", "rank", "primary", "cause", "title", "kind", "kernel",
-                "estimated_gain_pct", "unit", "against", "share_of_gap_pct", "gap_ms", "parent", "evidence", "fix",
-                "source", "rule", "aliases")
+                "estimated_gain_pct", "unit", "against", "share_of_gap_pct", "gap_ms", "net_ms", "parent", "evidence",
+                "fix", "source", "rule", "aliases")
 
 #: Columns of summarize()'s table, in order.
 SUMMARY_COLUMNS = ("variant", "dtype", "group", "cause", "title", "kind", "unit", "against", "primary_shapes", "shapes",
@@ -209,12 +209,13 @@ def _row(f: Finding, call: Call | None, rank: int, primary: bool) -> dict[str, A
         "variant": f.variant, "shape_id": f.shape_id, "dtype": call.dtype if call is not None else None,
         "group": m.get("group"), "rank": rank, "primary": primary, "cause": f.cause, "title": f.title,
         "kind": f.kind, "kernel": f.kernel,
-        # in the unit the row names: the gap's share (unclamped: offset terms can exceed 100) or the call's
+        # in the unit the row names: the share of the slowdown to `against` (0..100) or of the call's time
         "estimated_gain_pct": (100 * f.gap_share if f.unit == "gap" and ok(f.gap_share)
                                else 100 * f.gain if ok(f.gain) else math.nan),
         "unit": f.unit, "against": f.against or None,
         "share_of_gap_pct": 100 * f.gap_share if ok(f.gap_share) else math.nan,
-        "gap_ms": f.gap_ms if ok(f.gap_ms) else math.nan, "parent": f.parent or None, "evidence": f.evidence,
+        "gap_ms": f.gap_ms if ok(f.gap_ms) else math.nan, "net_ms": f.net_ms if ok(f.net_ms) else math.nan,
+        "parent": f.parent or None, "evidence": f.evidence,
         "fix": f.fix,
         "source": f.source or None, "rule": f.rule,
     }
@@ -264,8 +265,9 @@ def diagnose(source: Any, against: str | None = None) -> pd.DataFrame:
     Returns:
         One row per finding (DIAG_COLUMNS): rank 1 is the primary finding of its (variant, shape)
         (`primary` True) unless no finding qualifies. `unit` says what a share is of: 'call' (the call's
-        GPU time: estimated_gain_pct), 'gap' (the measured gap to `against`: share_of_gap_pct, and
-        gap_ms its milliseconds; shares of terms that offset others can exceed 100). Shape notes have
+        GPU time: estimated_gain_pct), 'gap' (the measured gap to `against`: share_of_gap_pct, its share of
+        the slowdown, 0..100, gap_ms its estimated gain, at most the gap, and net_ms that gain before it
+        is clipped to the gap). Shape notes have
         variant "(all)". evidence quotes the figures; `rule` names the rule (`gap:<term>` for a term
         of the gap, `ncu:<rule>` for Nsight Compute's own).
     """

@@ -106,9 +106,10 @@ class Finding:
     against: str = ""
     """The variant the gap is measured to (unit 'gap')."""
     gap_share: float = math.nan
-    """Share of the gap (unit 'gap'; not clamped: terms that offset others can exceed 1)."""
+    """Share of the slowdown to `against` (unit 'gap': the positive parts of the gap's partition, 0..1)."""
     gap_ms: float = math.nan
-    """The milliseconds of the gap the cause accounts for."""
+    """The estimated gain of removing the cause, in ms: its part of the gap net of what it lets other terms
+    give back, at most the measured gap (`faprof.advisor.gap_findings.gain_ms`)."""
     parent: str = ""
     """The cause this finding is a symptom of (a child in the gap's partition), or ''."""
     source: str = ""
@@ -117,6 +118,9 @@ class Finding:
     """Gap terms this finding's own evidence shows it produces, beyond those its cause claims everywhere
     (`faprof.advisor.partition.CLAIMS`): e.g. the data-movement kernels' time, for the finding that says
     what those kernels move."""
+    net_ms: float = math.nan
+    """Unit 'gap': the cause's time net of what it lets other terms give back, before `gap_ms` is clipped
+    to the measured gap (above the gap where its terms interact with others that give time back)."""
 
     def __post_init__(self) -> None:
         if self.cause not in CAUSES:

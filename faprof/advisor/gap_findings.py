@@ -136,15 +136,36 @@ def _occupancy_evidence(call: Call, ref: Call) -> str:
     return f"{call.variant}: {side(call)}; {ref.variant}: {side(ref)}"
 
 
+def gain_ms(p: Part, part: Partition) -> float:
+    """A cause's estimated gain: its time net of what it lets other terms give back (`Part.ms`), at most the
+    measured gap. Removing one cause cannot save more than the whole gap: where its net time is more, the
+    partition has given back time (terms where the slower call does better, a negative residual) that no
+    cause is charged, and the cause's terms interact with those (`_clipped_words` says so)."""
+    gap = part.gap.gap_ms
+    return min(p.ms, gap) if ok(gap) and gap > 0 and ok(p.ms) else p.ms
+
+
+def _clipped_words(p: Part, part: Partition) -> str:
+    """'; its +21.7 µs is more than the whole gap: ...' for a cause whose net time exceeds the gap, else '' (in
+    time: a share above 100% reads as an error)."""
+    gap = part.gap.gap_ms
+    if not (ok(gap) and gap > 0 and ok(p.ms)) or p.ms <= gap * (1 + 1e-9):
+        return ""
+    back = -math.fsum(q.ms for q in part.parts if ok(q.ms) and q.ms < 0)
+    return (f"; its {1e3 * p.ms:+.1f} µs is more than the whole gap: its terms interact with others that give time "
+            f"back ({1e3 * back:.1f} µs charged to no cause), so the gain is at most the gap, {1e3 * gap:+.1f} µs")
+
+
 def _share_words(p: Part, part: Partition) -> str:
-    """'57% of the slowdown to X (+12.0 µs of a 21.0 µs gap)': a share of the positive parts, never above 100%."""
+    """'57% of the slowdown to X (+12.0 µs of a 21.0 µs gap)': a share of the positive parts, never above 100%,
+    and the gain, never above the gap."""
     gap = part.gap
     given = part.slowdown_ms - gap.gap_ms
     back = f"; {1e3 * given:.1f} µs given back elsewhere" if given > 1e-3 * abs(gap.gap_ms) else ""
     net = (f", {1e3 * p.ms:+.1f} µs net of the time it lets other terms give back" if abs(p.ms - p.gross_ms)
            > 1e-3 * abs(p.gross_ms) else "")
     return (f"{pct(p.share)} of the slowdown to {gap.against} ({1e3 * p.gross_ms:+.1f} µs{net}; the gap is "
-            f"{1e3 * gap.gap_ms:.1f} µs{back})")
+            f"{1e3 * gap.gap_ms:.1f} µs{back}{_clipped_words(p, part)})")
 
 
 def _children_text(p: Part) -> str:
@@ -161,7 +182,7 @@ def _mechanism_finding(p: Part, part: Partition, call: Call, base: str) -> Findi
     return Finding(call.variant, call.shape_id, f.cause, p.share,
                    f"{base}; {_share_words(p, part)}: {parts}. Evidence: {f.evidence}.{_children_text(p)}",
                    f.fix, f"gap+{f.rule}", kernel=f.kernel, unit="gap", against=gap.against, gap_share=p.share,
-                   gap_ms=p.ms, title=f.title)
+                   gap_ms=gain_ms(p, part), net_ms=p.ms, title=f.title)
 
 
 def _term_finding(p: Part, part: Partition, call: Call, ref: Call, base: str) -> Finding | None:
@@ -178,7 +199,7 @@ def _term_finding(p: Part, part: Partition, call: Call, ref: Call, base: str) ->
         key_cause = "occupancy_limit"
         ev += f"; {_occupancy_evidence(call, ref)}"
     return Finding(call.variant, call.shape_id, key_cause, p.share, ev, _term_fix(t, call), f"gap:{t.key}",
-                   unit="gap", against=part.gap.against, gap_share=p.share, gap_ms=p.ms)
+                   unit="gap", against=part.gap.against, gap_share=p.share, gap_ms=gain_ms(p, part), net_ms=p.ms)
 
 
 def _child(c: Finding, parent: Finding) -> Finding:
@@ -189,7 +210,8 @@ def _child(c: Finding, parent: Finding) -> Finding:
 
 def gap_findings(gap: Gap, call: Call, ref: Call, own: list[Finding], ref_own: list[Finding]) -> list[Finding]:
     """The causes of `gap` (call slower than ref), each a Finding with unit 'gap': the parents of the gap's
-    partition (`faprof.advisor.partition`), gap_share their share of the slowdown (0..1), gap_ms their time."""
+    partition (`faprof.advisor.partition`), gap_share their share of the slowdown (0..1), gap_ms their estimated
+    gain (`gain_ms`: at most the gap)."""
     part = partition(gap, own, ref_own)
     base = f"{gap.variant} {gap.ms_a * 1e3:.1f} µs vs {gap.against} {gap.ms_b * 1e3:.1f} µs (gap {gap.gap_ms * 1e3:.1f} µs)"
     out: list[Finding] = []

@@ -25,7 +25,9 @@ sum to 1, so no headline share can exceed 100%; parents rank by it. Its *estimat
 gross time less the time it lets 'ahead' give back (`_offset`, OFFSETS: stall cycles per instruction
 diluted by its added instructions, stall cycles hidden under its waits or its added work, idle
 schedulers its work fills, the longer waits of more resident warps): what removing it would save. The
-parents' `ms` sum to the measured gap exactly; no parent's falls below zero.
+parents' `ms` sum to the measured gap exactly; no parent's falls below zero. One parent's `ms` can exceed the
+gap where time given back is charged to no parent; a finding then claims the gap, not more
+(`faprof.advisor.gap_findings.gain_ms`).
 """
 
 from __future__ import annotations
