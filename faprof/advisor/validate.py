@@ -3,8 +3,10 @@ clean twin), the primary cause's estimated gain against the measured gap to the 
 
 The twin *is* the fix applied, so the measured gap T_kernel - T_twin is what fixing the primary cause
 would save, if the primary cause is the defect. The estimate is the primary cause's part of the gap's
-partition (`faprof.advisor.partition`): the time of the terms it owns. The error is estimate / measured
-- 1 (0 = exact; above 0 the estimate promises more than the fix gives: other parts gave time back).
+partition (`faprof.advisor.partition`): the time of the terms it owns, net of what it lets other terms give
+back, at most the measured gap. The error is estimate / measured - 1 (0 = exact; below 0 the fix gives more
+than the estimate promises); `net_error` is the same before the clip to the gap, above 0 where the cause's
+terms interact with others that give time back (`clipped`).
 This is the estimated-vs-achieved table of GPA (Zhou et al., "GPA: A GPU Performance Advisor Based on
 Instruction Sampling", CGO 2021) for faprof's advisor.
 """
@@ -22,7 +24,7 @@ from faprof.advisor.evidence import _num, ok
 
 #: Columns of estimate_table().
 ESTIMATE_COLUMNS = ("variant", "twin", "shape_id", "dtype", "gpu", "ms", "twin_ms", "measured_gap_us", "primary",
-                    "expected", "estimated_gain_us", "error", "level", "faster")
+                    "expected", "estimated_gain_us", "error", "net_gain_us", "net_error", "clipped", "level", "faster")
 
 
 def estimate_table(bundle: Any, twins: Mapping[str, str], expected: Mapping[str, str | None] | None = None,
@@ -53,12 +55,17 @@ def estimate_table(bundle: Any, twins: Mapping[str, str], expected: Mapping[str,
             prim = mine[mine["primary"]]
             p = prim.iloc[0] if not prim.empty else None
             est = _num(p["gap_ms"]) if p is not None and p["unit"] == "gap" else math.nan
+            net = _num(p.get("net_ms")) if p is not None and p["unit"] == "gap" else math.nan
+            net = net if ok(net) else est  # a table from before the gain was clipped to the gap
             gap = ms - twin_ms
             rows.append({"variant": variant, "twin": twin, "shape_id": sid, "dtype": r.get("dtype"), "gpu": gpu,
                          "ms": ms, "twin_ms": twin_ms, "measured_gap_us": 1e3 * gap,
                          "primary": p["cause"] if p is not None else None,
                          "expected": (expected or {}).get(variant), "estimated_gain_us": 1e3 * est,
                          "error": est / gap - 1 if ok(est) and gap > 0 else math.nan,
+                         # the gain before it was clipped to the gap (its terms interact with others)
+                         "net_gain_us": 1e3 * net, "net_error": net / gap - 1 if ok(net) and gap > 0 else math.nan,
+                         "clipped": ok(est) and ok(net) and net > est,
                          "level": (level := bool((mine["cause"] == "level").any())),
                          # faster than its twin beyond noise: the "defect" gives time back, there is no gap
                          # to explain (planted_l2_thrash on the H100's causal shape)
@@ -66,9 +73,10 @@ def estimate_table(bundle: Any, twins: Mapping[str, str], expected: Mapping[str,
     return pd.DataFrame(rows, columns=list(ESTIMATE_COLUMNS))
 
 
-def error_summary(table: pd.DataFrame, within: float = 0.25) -> dict[str, float]:
-    """Median and worst |error|, and the share of rows within `within`, over rows with an estimate."""
-    errs = [abs(e) for e in table["error"] if ok(e)]
+def error_summary(table: pd.DataFrame, within: float = 0.25, column: str = "error") -> dict[str, float]:
+    """Median and worst |error|, and the share of rows within `within`, over rows with an estimate
+    (`column`: 'error', of the gain said, or 'net_error', of the gain before it was clipped to the gap)."""
+    errs = [abs(e) for e in table[column] if ok(e)]
     if not errs:
         return {"n": 0, "median_abs_error": math.nan, "worst_abs_error": math.nan, "share_within": math.nan}
     return {"n": len(errs), "median_abs_error": statistics.median(errs), "worst_abs_error": max(errs),

@@ -5,11 +5,11 @@ tests/data/planted (or the bundles given), for every planted kernel and its clea
 
 For each (kernel, shape) whose twin was timed at the shape: the measured gap to the twin (the twin is the
 fix applied), the primary cause against the twin, its estimated gain (its part of the gap's partition,
-net of the time it lets other terms give back: faprof.advisor.partition's offsets) and the error
-(estimate / measured - 1). Pairs level within noise (the advisor's `differential.slower_than`: LEVEL_RATIO
+net of the time it lets other terms give back: faprof.advisor.partition's offsets; at most the gap, with the
+net time before that clip beside a clipped one) and the error (estimate / measured - 1). Pairs level within noise (the advisor's `differential.slower_than`: LEVEL_RATIO
 in time, unless the replayed cycles confirm a smaller gap) and pairs where the kernel is faster than its
 twin have no gap to explain and no estimate. Prints Markdown, the median and worst |error| and
-the share within 25% last. Reads recorded tables only; runs nothing on a GPU.
+the share within 25% last, of the gains said and of the net times before the clip. Reads recorded tables only; runs nothing on a GPU.
 """
 
 from __future__ import annotations
@@ -31,6 +31,13 @@ def _planted():
 
 def _us(x: float) -> str:
     return "–" if x != x else f"{x:,.1f}"
+
+
+def _gain(r) -> str:
+    """The estimated gain, with its net time before the clip to the gap where it was clipped."""
+    if not r.clipped:
+        return _us(r.estimated_gain_us)
+    return f"{_us(r.estimated_gain_us)} (clipped: net {_us(r.net_gain_us)}, {100 * r.net_error:+.0f}%)"
 
 
 def main(argv: list[str]) -> int:
@@ -61,9 +68,9 @@ def main(argv: list[str]) -> int:
         cause = "level (no cause)" if r.level else "faster than its twin" if r.faster else (r.primary or "–")
         err = "–" if r.error != r.error else f"{100 * r.error:+.0f}%"
         print(f"| {r.variant} | {r.twin} | {r.shape_id} | {r.dtype} | {_us(r.measured_gap_us)} | {cause} | "
-              f"{r.expected if isinstance(r.expected, str) else 'none (no defect to find)'} | {_us(r.estimated_gain_us)} | {err} |")
+              f"{r.expected if isinstance(r.expected, str) else 'none (no defect to find)'} | {_gain(r)} | {err} |")
     named = table[~table["level"] & ~table["faster"]]
-    s = error_summary(named)
+    s, n = error_summary(named), error_summary(named, column="net_error")
     right = int((named["primary"] == named["expected"]).sum())
     gpus = ", ".join(sorted(set(table["gpu"])))
     print()
@@ -71,6 +78,9 @@ def main(argv: list[str]) -> int:
     print(f"{len(named)} pairs with a gap ({int(table['level'].sum())} level, {n_faster} faster than the twin); the planted defect is the primary cause on "
           f"{right} of {len(named)}; |error|: median {100 * s['median_abs_error']:.0f}%, worst "
           f"{100 * s['worst_abs_error']:.0f}%, within 25% on {100 * s['share_within']:.0f}% of pairs. "
+          f"{int(named['clipped'].sum())} estimates clipped to the gap (their net time more than it); before the "
+          f"clip: |error| median {100 * n['median_abs_error']:.0f}%, worst {100 * n['worst_abs_error']:.0f}%, within "
+          f"25% on {100 * n['share_within']:.0f}% of pairs. "
           f"Device: {gpus}; bundles: {', '.join(sorted(set(table['bundle'])))}.")
     return 0
 
