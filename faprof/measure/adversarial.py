@@ -62,6 +62,7 @@ from typing import Any
 from faprof.measure import layouts
 from faprof.model.mask import allowed
 from faprof.model.problem import AttentionProblem, torch_dtype
+from faprof.model.scores import masked, scores
 
 #: Probes run on at most 2 batches and 2 heads: the fewest that still show an offset that ignores
 #: the batch or head index (one slice gets another's answer), and 1/4..1/64 of the scenario shapes.
@@ -188,15 +189,13 @@ def _slack_one(problem: AttentionProblem, q: Any, k: Any, v: Any, do: Any, ok: A
     """rounding_slack of one sequence (or of a whole 2022 batch)."""
     import torch
 
-    s = torch.matmul(q, k.transpose(-2, -1)) * problem.softmax_scale
-    if problem.softcap:
-        s = problem.softcap * torch.tanh(s / problem.softcap)
+    s = scores(q, k, problem.softmax_scale, softcap=problem.softcap)  # unmasked: delta is over every score
     delta = EXP_ARGUMENT_ROUNDINGS * FP32_UNIT_ROUNDOFF * float(s.abs().amax()) * math.log2(math.e)
     out = {"out": delta * float(v.abs().amax()), "lse": delta}
     if problem.direction == "fwd":
         return out
     if problem.causal or problem.window is not None:  # the problem's mask (top-left causal: row i sees keys 0..i)
-        s = s.masked_fill(~ok, -math.inf)
+        s = masked(s, ok)
     p = torch.nan_to_num(torch.softmax(s, dim=-1), nan=0.0)
     o = torch.matmul(p, v)
     sq, sk = q.shape[-2], k.shape[-2]

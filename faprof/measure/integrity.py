@@ -33,8 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from faprof.measure import correctness, errormap
+from faprof.model.mask import TOP_LEFT_CAUSAL, allowed_rows
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import Tolerance
+from faprof.model.scores import scores
 
 #: Isolated, drained calls in the probe after the timed loop: enough for a median that one slow
 #: call does not move, few enough to cost a few milliseconds per row.
@@ -331,9 +333,8 @@ def _rows_reference(problem: AttentionProblem, q, k, v):
     bs, hs, rows = _slices(problem)
     qs = q[bs, hs][:, rows].detach().to("cpu", torch.float64)
     ks, vs = (t[bs, hs].detach().to("cpu", torch.float64) for t in (k, v))
-    s = torch.matmul(qs, ks.transpose(-2, -1)) * problem.softmax_scale
-    if problem.causal:
-        s = s.masked_fill(torch.arange(ks.shape[-2])[None, :] > torch.tensor(rows)[:, None], float("-inf"))
+    ok = allowed_rows(TOP_LEFT_CAUSAL, torch.tensor(rows), problem.Sq, ks.shape[-2]) if problem.causal else None
+    s = scores(qs, ks, problem.softmax_scale, allowed=ok)
     return torch.matmul(torch.nan_to_num(torch.softmax(s, dim=-1), nan=0.0), vs)
 
 

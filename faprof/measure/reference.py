@@ -7,10 +7,11 @@ error in the problem's dtype (the FlashAttention rule's baseline).
 - Every other problem (GQA, bottom-right or windowed masks, soft-cap, packed varlen, paged KV) is
   computed from the definition one sequence, one KV head's group of query heads and one block of
   query rows at a time (`layout_attention`): query head h reads KV head h // (H // Hkv), the mask
-  is faprof.model.mask's rule for that sequence's lengths, a soft-cap c maps s to c·tanh(s / c), a
-  query that sees no key gets zeros and an LSE of -inf. Each block's score matrix holds at most
-  REF_BLOCK_ELEMENTS elements, so a 32k-key decode or a 16k-token packed batch needs memory of the
-  order of its inputs, not of the Sq x Sk scores. Paged caches are gathered through the block table.
+  is faprof.model.mask's rule for that sequence's lengths, a soft-cap c maps s to c·tanh(s / c) (the
+  scores come from faprof.model.scores), a query that sees no key gets zeros and an LSE of -inf.
+  Each block's score matrix holds at most REF_BLOCK_ELEMENTS elements, so a 32k-key decode or a
+  16k-token packed batch needs memory of the order of its inputs, not of the Sq x Sk scores. Paged
+  caches are gathered through the block table.
 - Outputs come in the problem's layout (faprof.measure.layouts): o and dq like q, dk and dv like k
   (Hkv heads), the LSE [B, H, Sq] (dense, paged) or [H, total_q] (varlen, FlashAttention's).
 - fp32 matmuls run at full precision (TF32 off, precision 'highest') whatever the user's code set.
@@ -26,6 +27,7 @@ from typing import Any
 from faprof.measure import layouts
 from faprof.model.mask import allowed_rows as mask_rows
 from faprof.model.problem import AttentionProblem, torch_dtype
+from faprof.model.scores import scores
 from faprof.variants.torch_variants import masked_scores as _scores
 from faprof.variants.torch_variants import standard_attention as _standard_attention
 
@@ -159,10 +161,7 @@ def _block(problem: AttentionProblem, q, k, v, ok):
     """(o, lse) of one block: q [G, n, D] against k, v [1, sk, D] (one KV head), `ok` [n, sk]."""
     import torch
 
-    s = torch.matmul(q, k.transpose(-2, -1)) * problem.softmax_scale
-    if problem.softcap:
-        s = problem.softcap * torch.tanh(s / problem.softcap)
-    s = s.masked_fill(~ok, float("-inf"))
+    s = scores(q, k, problem.softmax_scale, softcap=problem.softcap, allowed=ok)
     acc = torch.float64 if s.dtype == torch.float64 else torch.float32
     lse = torch.logsumexp(s.to(acc), dim=-1)
     seen = ok.any(dim=-1, keepdim=True)

@@ -14,6 +14,10 @@ Sq > Sk: the first Sq - Sk queries) has an output of zeros and a log-sum-exp of 
 FlashAttention; PyTorch's SDPA returns NaN there instead, which faprof's baselines record.
 
 Counts are exact and cheap: each query's visible keys are one interval, so a sequence costs O(sq).
+
+As torch tensors (for the references, the torch baselines and the bug signatures): `visible` is the
+rule on given query rows and key positions, `allowed_rows` a MaskSpec's rows, `allowed` its whole
+[sq, sk] matrix. faprof.model.scores applies them to attention scores.
 """
 
 from __future__ import annotations
@@ -74,6 +78,10 @@ class MaskSpec:
         return max(0, hi - lo + 1)
 
 
+#: The causal mask of 2022's problems: top-left aligned, as SDPA's is_causal (query i sees keys 0..i).
+TOP_LEFT_CAUSAL = MaskSpec(causal=True)
+
+
 @functools.lru_cache(maxsize=4096)
 def _pairs(mask: MaskSpec, sq: int, sk: int) -> int:
     if not mask.causal and not mask.windowed:
@@ -99,26 +107,52 @@ def _visible(mask: MaskSpec, sq: int, sk: int) -> int:
     return max(0, hi_max - lo_min + 1)
 
 
-def allowed(mask: MaskSpec, sq: int, sk: int):
-    """The boolean [sq, sk] matrix of the pairs the mask lets through (torch), for references and tests."""
+def allowed(mask: MaskSpec, sq: int, sk: int, device=None):
+    """The boolean [sq, sk] matrix of the pairs the mask lets through (torch, on `device`), for references,
+    the torch baselines and tests. The rule of `visible` on every row, built from its diagonals (query i sees
+    key j when j - i lies between off - left and off + right, causal capping it at off): a causal mask is
+    two kernels, torch.ones and tril, as a torch user builds it."""
     import torch
 
-    return allowed_rows(mask, torch.arange(sq), sq, sk)
-
-
-def allowed_rows(mask: MaskSpec, rows, sq: int, sk: int):
-    """[len(rows), sk] bool (torch): the keys that query rows `rows` (a 1-D integer tensor, on the device
-    the result should be on) of a sequence of sq queries and sk keys see."""
-    import torch
-
-    i = rows.unsqueeze(1)
-    j = torch.arange(sk, device=rows.device).unsqueeze(0)
+    ok = torch.ones(sq, sk, dtype=torch.bool, device=device)
     off = mask.offset(sq, sk)
-    ok = torch.ones(len(rows), sk, dtype=torch.bool, device=rows.device)
     if mask.causal:
-        ok &= j <= i + off
+        ok = ok.tril(off)
     if mask.left >= 0:
-        ok &= j >= i + off - mask.left
+        ok = ok.triu(off - mask.left)
     if mask.right >= 0:
-        ok &= j <= i + off + mask.right
+        ok = ok.tril(off + mask.right)
+    return ok
+
+
+def allowed_rows(mask: MaskSpec, rows, sq: int, sk: int, *, shift: int = 0, keys=None):
+    """[len(rows), sk] bool (torch): the keys that query rows `rows` (a 1-D integer tensor, on the device
+    the result should be on) of a sequence of sq queries and sk keys see. `keys`: the key positions of the
+    columns (a 1-D integer tensor; default 0..sk-1); `shift` moves the causal edge (`visible`)."""
+    import torch
+
+    if keys is None:
+        keys = torch.arange(sk, device=rows.device)
+    return visible(rows, keys, mask.offset(sq, sk), causal=mask.causal,
+                   left=mask.left if mask.left >= 0 else None, right=mask.right if mask.right >= 0 else None,
+                   shift=shift)
+
+
+def visible(rows, keys, off: int, *, causal: bool, left: int | None = None, right: int | None = None,
+            shift: int = 0):
+    """The rule itself: [len(rows), len(keys)] bool (torch, on rows' device), True where query `rows[a]`
+    sees the key at position `keys[b]` with the diagonal at i + off: causal j <= i + off + shift, a window
+    i + off - left <= j <= i + off + right (None: unbounded on that side). `shift` and any integer for a side
+    (one below 0 included) let the bug signatures state a mask off by one (faprof.measure.signatures.refs)."""
+    import torch
+
+    d = rows.unsqueeze(1) + off
+    j = keys.to(rows.device).unsqueeze(0)
+    ok = torch.ones(len(rows), len(keys), dtype=torch.bool, device=rows.device)
+    if causal:
+        ok &= j <= d + shift
+    if left is not None:
+        ok &= j >= d - left
+    if right is not None:
+        ok &= j <= d + right
     return ok

@@ -1,8 +1,8 @@
 """Attention from its definition for every problem faprof models, and the per-sequence views it needs.
 
 The one statement of what attention computes, for the oracle (faprof.measure) and for the torch
-baselines alike: query head h reads KV head h // (H // Hkv), the mask is faprof.model.mask's rule,
-a soft-cap c maps scores s to c·tanh(s / c) after scaling, and a query that sees no key gets zeros
+baselines alike: query head h reads KV head h // (H // Hkv), the scores (scale, soft-cap c·tanh(s / c),
+the mask: faprof.model.mask's rule) are faprof.model.scores', and a query that sees no key gets zeros
 (LSE -inf), as FlashAttention defines it. `sequence_views` gives every sequence of a dense, packed
 (varlen) or paged problem as plain [heads, tokens, D] tensors; `attention` runs the definition one
 sequence at a time and puts the result back in the problem's layout (differentiable: autograd gives
@@ -17,6 +17,7 @@ from typing import Any
 
 from faprof.model.mask import allowed
 from faprof.model.problem import AttentionProblem
+from faprof.model.scores import masked, scores
 
 
 @dataclass
@@ -117,11 +118,9 @@ def attend(problem: AttentionProblem, q, k, v, b: int = 0, with_lse: bool = Fals
     group = q.shape[0] // k.shape[0]
     kx = k.repeat_interleave(group, dim=0) if group > 1 else k   # query head h reads KV head h // group
     vx = v.repeat_interleave(group, dim=0) if group > 1 else v
-    s = torch.matmul(q, kx.transpose(-2, -1)) * problem.softmax_scale
-    if problem.softcap:
-        s = problem.softcap * torch.tanh(s / problem.softcap)
-    ok = allowed(problem.mask, sq, sk).to(s.device)
-    s = s.masked_fill(~ok, float("-inf"))
+    s = scores(q, kx, problem.softmax_scale, softcap=problem.softcap)
+    ok = allowed(problem.mask, sq, sk).to(s.device)  # built on the CPU while the GPU computes s
+    s = masked(s, ok)
     lse = torch.logsumexp(s, dim=-1)
     p = torch.softmax(s, dim=-1)
     p = torch.where(ok.any(dim=-1, keepdim=True), p, torch.zeros_like(p))  # empty rows: zeros, not NaN

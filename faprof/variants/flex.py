@@ -31,6 +31,7 @@ from collections import OrderedDict
 from typing import Any
 
 from faprof.model.problem import AttentionProblem
+from faprof.model.scores import capped
 from faprof.variants.definition import AttnArgs
 
 #: Flex's default sparse block size (tokens per block of the block mask).
@@ -131,12 +132,10 @@ def _paged_mods(problem: AttentionProblem, args: AttnArgs, n_blocks: int, device
 def _score_mod(problem: AttentionProblem):
     if not problem.softcap:
         return None
-    import torch
-
     cap = problem.softcap
 
     def score_mod(score, b, h, q_idx, kv_idx):
-        return cap * torch.tanh(score / cap)
+        return capped(score, cap)
 
     return score_mod
 

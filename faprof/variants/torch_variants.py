@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from faprof.model.mask import TOP_LEFT_CAUSAL
 from faprof.model.problem import FEATURES, AttentionProblem
+from faprof.model.scores import scores
 from faprof.model.variant import Variant, register
 from faprof.variants import flex
 from faprof.variants.definition import AttnArgs, attention
@@ -18,15 +20,9 @@ CPU_REF_MAX_FLOPS = 2.0e11
 
 
 def masked_scores(q, k, causal: bool, scale: float):
-    """scale·QKᵀ with the causal mask (top-left aligned, as SDPA's is_causal) applied as -inf."""
-    import torch
-
-    s = torch.matmul(q, k.transpose(-2, -1)) * scale
-    if causal:
-        sq, sk = s.shape[-2], s.shape[-1]
-        mask = torch.ones(sq, sk, dtype=torch.bool, device=s.device).tril()
-        s = s.masked_fill(~mask, float("-inf"))
-    return s
+    """scale·QKᵀ with the causal mask (top-left aligned, as SDPA's is_causal) applied as -inf
+    (faprof.model.scores; the mask built on the scores' device, torch.ones and tril)."""
+    return scores(q, k, scale, allowed=TOP_LEFT_CAUSAL if causal else None)
 
 
 def standard_attention(q, k, v, causal: bool, scale: float, out=None, attn: AttnArgs | None = None):

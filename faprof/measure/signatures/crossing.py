@@ -25,6 +25,8 @@ from typing import Any
 
 from faprof.measure.signatures.case import MAX_SLICES, MIN_SHARE, Signature
 from faprof.measure.signatures.match import Tol, close_to
+from faprof.model.mask import allowed_rows
+from faprof.model.scores import scores
 from faprof.variants.definition import assemble_q, attend, sequence_kv, sequence_q
 
 #: The largest k (keys across the boundary) fitted.
@@ -142,20 +144,9 @@ def _attend_range(problem: Any, qb: Any, k: Any, v: Any, lo: int, hi: int, pos0:
     h = torch.arange(H, device=qb.device) if heads is None else heads
     kk = k[lo:hi].transpose(0, 1)[h // group]  # [heads, n, D]: each query head's KV head
     vv = v[lo:hi].transpose(0, 1)[h // group]
-    s = torch.matmul(qb, kk.transpose(-2, -1)) * problem.softmax_scale
-    if problem.softcap:
-        s = problem.softcap * torch.tanh(s / problem.softcap)
-    m = problem.mask
-    pos = torch.arange(pos0, pos0 + (hi - lo), device=qb.device)[None, :]
-    d = rows.to(qb.device)[:, None] + m.offset(sq, sk)
-    ok = torch.ones(rows.numel(), hi - lo, dtype=torch.bool, device=qb.device)
-    if m.causal:
-        ok &= pos <= d
-    if m.left >= 0:
-        ok &= pos >= d - m.left
-    if m.right >= 0:
-        ok &= pos <= d + m.right
-    s = s.masked_fill(~ok, float("-inf"))
+    pos = torch.arange(pos0, pos0 + (hi - lo), device=qb.device)  # the keys' positions in sequence b
+    ok = allowed_rows(problem.mask, rows.to(qb.device), sq, sk, keys=pos)
+    s = scores(qb, kk, problem.softmax_scale, softcap=problem.softcap, allowed=ok)
     p = torch.softmax(s, dim=-1)
     p = torch.where(ok.any(dim=-1, keepdim=True), p, torch.zeros_like(p))
     return torch.matmul(p, vv)

@@ -23,6 +23,7 @@ from faprof.measure.signatures.case import (
 )
 from faprof.measure.signatures.match import explain, rows_text, tol_of
 from faprof.measure.signatures.refs import Alt, alternatives, attend, true_mask
+from faprof.model.scores import scores
 
 #: Once an alternative explains this share of the wrong rows the rest are not tried (they cannot
 #: explain more; a clear bug costs one pass less per alternative left).
@@ -129,12 +130,7 @@ def overflow_signature(case: Case, s: Slices) -> Signature | None:
         return None
     p = case.problem
     r, ref, thr, bad, unw = sliced(oe, s)
-    sc = torch.matmul(s.q, s.k.transpose(-2, -1)) * p.softmax_scale
-    if p.softcap:
-        sc = p.softcap * torch.tanh(sc / p.softcap)
-    mask = true_mask(p, sc.device, s.rows)
-    if mask is not None:
-        sc = sc.masked_fill(~mask, float("-inf"))
+    sc = scores(s.q, s.k, p.softmax_scale, softcap=p.softcap, allowed=true_mask(p, s.q.device, s.rows))
     top = sc.amax(dim=-1)
     wrong = bad.any(dim=-1)
     for label, limit in OVERFLOW_LIMITS:
@@ -230,12 +226,7 @@ def propagated_signature(case: Case, s: Slices) -> Signature | None:
     if not wrong_grads:
         return None
     o_var = torch.nan_to_num(sliced(oe_o, s)[0].detach(), nan=0.0)
-    sc = torch.matmul(s.q, s.k.transpose(-2, -1)) * p.softmax_scale
-    if p.softcap:
-        sc = p.softcap * torch.tanh(sc / p.softcap)
-    mask = true_mask(p, sc.device)
-    if mask is not None:
-        sc = sc.masked_fill(~mask, float("-inf"))
+    sc = scores(s.q, s.k, p.softmax_scale, softcap=p.softcap, allowed=true_mask(p, s.q.device))
     P = torch.softmax(sc, dim=-1)
     dP = torch.matmul(s.dout, s.v.transpose(-2, -1))
     delta = (s.dout * o_var).sum(dim=-1, keepdim=True)

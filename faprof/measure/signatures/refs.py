@@ -5,7 +5,8 @@ missing, shifted by one key, aligned to the other corner or applied to a non-cau
 off by one on either side, ignored, or aligned to the other corner; the soft-cap missing, applied before
 the scale, with the scale on both sides of tanh, after the mask (masked keys at -c) or to the
 probabilities (CAP_BUGS); another softmax scale; the final 1/l missing or applied twice; the keys of a
-last partial tile ignored, or its zero padding counted as keys.
+last partial tile ignored, or its zero padding counted as keys. Each is faprof.model.scores' `scores`
+with another scale, cap_bug or mask (built by faprof.model.mask's `visible`), never a copy of it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from faprof.measure.signatures.case import TILE_CANDIDATES, Case
+from faprof.model.mask import visible
+from faprof.model.scores import CAP_BUGS, capped, scores
 
 #: Kernels that use exp2 fold log2(e) into the scale: a scale bug there is off by these factors.
 LN2 = math.log(2.0)
@@ -25,26 +28,18 @@ def mask_rows(Sq: int, Sk: int, *, causal: bool, align: str = "top_left", left: 
               right: int | None = None, shift: int = 0, device: Any = "cpu", rows: Any = None,
               n_keys: int | None = None) -> Any:
     """[Sq, n_keys] bool (or [len(rows), n_keys] for the query rows `rows`), True where query i sees key j
-    under faprof.model.mask's rule with the diagonal at i + off (off = Sk - Sq bottom-right, else 0):
-    causal j <= i + off + shift, window i + off - left <= j <= i + off + right (None: unbounded). Any
-    integer is allowed for each side (a window side off by one below 0 included). n_keys: columns past
-    Sk (padding keys) follow the same rule. None when nothing is masked."""
+    under faprof.model.mask's rule (`visible`) with the diagonal at i + off (off = Sk - Sq bottom-right,
+    else 0): causal j <= i + off + shift, window i + off - left <= j <= i + off + right (None: unbounded).
+    Any integer is allowed for each side (a window side off by one below 0 included). n_keys: columns
+    past Sk (padding keys) follow the same rule. None when nothing is masked."""
     import torch
 
-    n = Sk if n_keys is None else n_keys
     if not causal and left is None and right is None:
         return None
-    i = (torch.arange(Sq, device=device) if rows is None else rows.to(device))[:, None]
-    j = torch.arange(n, device=device)[None, :]
-    d = i + (Sk - Sq if align == "bottom_right" else 0)
-    ok = torch.ones(i.shape[0], n, dtype=torch.bool, device=device)
-    if causal:
-        ok &= j <= d + shift
-    if left is not None:
-        ok &= j >= d - left
-    if right is not None:
-        ok &= j <= d + right
-    return ok
+    i = torch.arange(Sq, device=device) if rows is None else rows.to(device)
+    j = torch.arange(Sk if n_keys is None else n_keys, device=device)
+    return visible(i, j, Sk - Sq if align == "bottom_right" else 0, causal=causal, left=left, right=right,
+                   shift=shift)
 
 
 def window_sides(p: Any) -> tuple[int | None, int | None]:
@@ -97,12 +92,12 @@ def attend(q: Any, k: Any, v: Any, scale: float, allowed: Any = None, pad: int =
         if pad:
             z = torch.zeros(k.shape[0], pad, k.shape[2], dtype=k.dtype, device=k.device)
             kk, vv = torch.cat([k, z], dim=1), torch.cat([v, z], dim=1)
-        s = capped(torch.matmul(q, kk.transpose(-2, -1)), scale, softcap, cap_bug, allowed)
+        s = scores(q, kk, scale, softcap=softcap, allowed=allowed, cap_bug=cap_bug)
         m = s.amax(dim=-1, keepdim=True).detach()
         m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # a constant shift: softmax is unchanged
         p = torch.exp(s - m)
         if softcap and cap_bug == "on_probs":
-            p = softcap * torch.tanh(p / softcap)
+            p = capped(p, softcap)
         ln = p.sum(dim=-1, keepdim=True)
         o = torch.matmul(p, vv)
         safe = torch.where(ln > 0, ln, torch.ones_like(ln))
@@ -116,36 +111,6 @@ def attend(q: Any, k: Any, v: Any, scale: float, allowed: Any = None, pad: int =
             res["dq"], res["dk"], res["dv"] = torch.autograd.grad(torch.where(seen, o, torch.zeros_like(o)), (q, k, v), dout)
         res["out"] = torch.where(seen, o, torch.full_like(o, float("nan"))).detach()
     return res
-
-
-#: Soft-cap bugs `capped` and `attend` compute: name -> what the kernel computes (cap c, scale, scores s).
-CAP_BUGS = {
-    "unscaled": "c·tanh(q·k / c)·scale",
-    "scaled_twice": "c·tanh(scale·q·k / c)·scale",
-    "after_mask": "c·tanh(-inf / c) = -c for a masked key",
-    "on_probs": "c·tanh(p / c) of p = exp(s - max), s uncapped",
-}
-
-
-def capped(raw: Any, scale: float, softcap: float, cap_bug: str | None, allowed: Any) -> Any:
-    """Masked scores from raw q·k the way a kernel with soft-cap bug `cap_bug` (CAP_BUGS; None: none)
-    computes them: scale, cap c·tanh(s / c) (c = softcap, 0: none), then the mask (-inf)."""
-    import torch
-
-    bug = cap_bug if softcap else None
-    if bug == "unscaled":
-        s = softcap * torch.tanh(raw / softcap) * scale
-    elif bug == "scaled_twice":
-        s = softcap * torch.tanh(raw * scale / softcap) * scale
-    else:
-        s = raw * scale
-        if softcap and bug not in ("after_mask", "on_probs"):
-            s = softcap * torch.tanh(s / softcap)
-    if allowed is not None:
-        s = s.masked_fill(~allowed, float("-inf"))
-    if bug == "after_mask":
-        s = softcap * torch.tanh(s / softcap)
-    return s
 
 
 @dataclass
