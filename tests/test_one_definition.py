@@ -1,4 +1,4 @@
-"""One definition of each concept: the attention scores.
+"""One definition of each concept: the attention scores and the problem's columns.
 
 Method: (1) every place that computes attention scores (the definition, the torch baselines, the oracle,
 the adversarial bounds, the sample check, the bug signatures' alternative references and families, the
@@ -6,7 +6,9 @@ packed-sequence crossings) is run with faprof.model.scores' `scores` replaced by
 that module, and must have called it (a copy written back inline would not); the source of faprof/ has
 no tanh, no -inf mask fill, no scaled q·kᵀ and no tril/triu outside faprof.model.scores and
 faprof.model.mask. (2) Each option of `scores` (the soft-cap bugs, the mask) equals the formula it names,
-written out here, and the whole-matrix mask equals the rule row by row.
+written out here, and the whole-matrix mask equals the rule row by row. (3) The problem's columns in a
+table row, the schema's and a scenario's problem keys come from AttentionProblem's fields, in the order
+the committed bundles have.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 from faprof.measure import adversarial, integrity, layouts, reference, signatures
 from faprof.measure.signatures import crossing, families, refs
 from faprof.model import mask as maskmod
+from faprof.model import scenarios, schema
 from faprof.model import scores as scoresmod
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import DEFAULT_TOLERANCE
@@ -229,3 +232,39 @@ def test_the_signatures_masks_are_the_rule_moved():
     i, j = torch.tensor([0, 5])[:, None] + 2, torch.arange(10)[None, :]
     assert torch.equal(m, (j <= i - 1) & (j >= i + 1))
     assert refs.mask_rows(4, 4, causal=False) is None
+
+
+# ------------------------------------------------------------------ the problem's columns
+FIELDS = [f.name for f in dataclasses.fields(AttentionProblem)]
+
+
+def test_problem_columns_are_the_dataclass_fields():
+    from faprof.model import problem
+
+    cols = schema.PROBLEM_COLUMNS
+    # every field is a column, as itself or (mask_align) through the mask's name and the layout; the rest
+    # are derived from the fields
+    shown = [c for f in FIELDS for c in problem.ROW_SHOWN_AS.get(f, (f,))]
+    assert sorted(cols) == sorted([*shown, *problem.ROW_DERIVED])
+    assert tuple(AttentionProblem(B=1, H=1, Sq=1, Sk=1, D=1).to_row()) == cols
+    # the row columns hold them in one run, in the order bundles have (after `label`)
+    start = schema.ROW_COLUMNS.index("B")
+    assert schema.ROW_COLUMNS[start:start + len(cols)] == cols
+    assert schema.ROW_COLUMNS[start - 1] == "label" and schema.ROW_COLUMNS[start + len(cols)] == "status"
+
+
+def test_scenario_problem_keys_are_the_fields_and_their_spellings():
+    assert set(FIELDS) | set(scenarios.EXTRA_PROBLEM_KEYS) == scenarios._PROBLEM_KEYS
+
+
+def test_committed_bundles_have_the_problem_columns_in_this_order():
+    import pandas as pd
+
+    tables = sorted((FAPROF.parent / "tests" / "data").rglob("measurements.parquet"))
+    checked = 0
+    for t in tables:
+        cols = list(pd.read_parquet(t).columns)
+        if set(schema.PROBLEM_COLUMNS) <= set(cols):
+            assert [c for c in cols if c in schema.PROBLEM_COLUMNS] == list(schema.PROBLEM_COLUMNS), t
+            checked += 1
+    assert checked >= 3

@@ -329,18 +329,15 @@ class AttentionProblem:
         return cls(**d)
 
     def to_row(self) -> dict[str, Any]:
-        """The problem as a table row's columns (schema.PROBLEM_COLUMNS): the fields, the mask's name and
+        """The problem as a table row's columns (PROBLEM_COLUMNS, in order): the fields, the mask's name and
         the layout; sequences as JSON lists (parquet columns of one type). `from_row` inverts it."""
-        def js(v: Any) -> str | None:
-            return json.dumps([list(x) if isinstance(x, tuple) else x for x in v]) if v is not None else None
+        def value(column: str) -> Any:
+            v = getattr(self, _ROW_ATTRIBUTE.get(column, column))
+            if column in _JSON_FIELDS:
+                return json.dumps([list(x) if isinstance(x, tuple) else x for x in v]) if v else None
+            return v
 
-        return {
-            **{k: getattr(self, k) for k in ("B", "H", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale")},
-            "Hkv": self.kv_heads, "mask": self.mask_name, "layout": self.layout, "window": js(self.window),
-            "softcap": self.softcap, "page_size": self.page_size, "pool_blocks": self.pool_blocks,
-            "block_table": js(self.block_table) if self.block_table else None, "seqlens_q": js(self.seqlens_q),
-            "seqlens_k": js(self.seqlens_k), "total_q": self.total_q, "total_k": self.total_k,
-        }
+        return {c: value(c) for c in PROBLEM_COLUMNS}
 
     @classmethod
     def from_row(cls, row: Any) -> AttentionProblem | None:
@@ -491,6 +488,26 @@ class AttentionProblem:
     def tokens(self) -> int:
         """Query tokens processed per call (every sequence's), for tokens/s throughput as in report 001."""
         return self.total_q
+
+
+#: Fields a table row shows through other columns (`to_row`): the mask's corner through the mask's name
+#: ('causal_br', ...), with the layout beside it.
+ROW_SHOWN_AS: dict[str, tuple[str, ...]] = {"mask_align": ("mask", "layout")}
+
+#: Columns a row derives from the fields, last: the per-sequence lengths' totals ...
+ROW_DERIVED = ("total_q", "total_k")
+
+#: ... after the per-sequence lengths themselves (the order bundles have).
+_ROW_LAST = ("seqlens_q", "seqlens_k")
+
+#: The problem's columns in a table row, in order (faprof.model.schema puts them in ROW_COLUMNS): every
+#: field of AttentionProblem, as itself or as ROW_SHOWN_AS says, the per-sequence lengths and their totals last.
+PROBLEM_COLUMNS: tuple[str, ...] = (
+    tuple(c for f in fields(AttentionProblem) if f.name not in _ROW_LAST for c in ROW_SHOWN_AS.get(f.name, (f.name,)))
+    + _ROW_LAST + ROW_DERIVED)
+
+#: The attribute a column's value comes from where it is not the column's name.
+_ROW_ATTRIBUTE = {"Hkv": "kv_heads", "mask": "mask_name"}
 
 
 def _positive(name: str, value, zero_ok: bool = False) -> None:

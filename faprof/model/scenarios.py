@@ -60,9 +60,9 @@ _TOP_KEYS = {
     "name", "description", "source", "baseline", "variants", "defaults", "groups", "problems", "grid",
     "collect", "timing", "tolerance", "published", "notes", "gate",
 }
-_PROBLEM_KEYS = {"B", "H", "S", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale",
-                 "Hkv", "mask_align", "window", "softcap", "seqlens_q", "seqlens_k", "page_size", "total_q", "total_k",
-                 "pool_blocks", "block_table"}
+#: Problem keys besides AttentionProblem's fields: S (Sq = Sk = S), the totals checking seqlens' sums.
+EXTRA_PROBLEM_KEYS = ("S", "total_q", "total_k")
+_PROBLEM_KEYS = {f.name for f in dataclasses.fields(AttentionProblem)} | set(EXTRA_PROBLEM_KEYS)
 _GROUP_KEYS = {"name", "description", "problems", "grid", "defaults", "baseline"}
 _COLLECT_KEYS = {"timing", "ncu", "nsys", "ncu_metrics"}
 _PUBLISHED_KEYS = {"gpu", "what", "subject", "value", "unit", "shape", "maps_to", "section", "note", "stat"}

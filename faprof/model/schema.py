@@ -8,6 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+# The problem columns every row carries (PROBLEM_COLUMNS: AttentionProblem's fields, lists as JSON text) are
+# derived from the dataclass beside it. Bundles written before GQA/varlen/paged problems lack the ones after
+# `scale`: readers take them as the defaults.
+from faprof.model.problem import PROBLEM_COLUMNS as PROBLEM_COLUMNS
+
 #: Row statuses: ok (checked and timed), wrong (timed, failed the check), untrusted (checked and timed,
 #: but its time is not a result: above what the GPU can do, or not the call's cost; faprof.measure.limits),
 #: failed (crashed, hung or raised), unsupported (the variant cannot run the problem), skipped (needs a
@@ -21,9 +26,7 @@ TIMED = ("ok", "wrong")
 #: Every measurement row has these columns (None when not measured), so tables keep one schema.
 ROW_COLUMNS = (
     "run_id", "scenario", "group", "variant", "variant_kind", "compute", "shape_id", "label",
-    "B", "H", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale",
-    "Hkv", "mask", "layout", "window", "softcap", "page_size", "pool_blocks", "block_table", "seqlens_q",
-    "seqlens_k", "total_q", "total_k",
+    *PROBLEM_COLUMNS,
     "status", "reason", "path", "device", "reference", "correct", "max_abs_err", "rel_err", "rtol", "atol", "tol_factor",
     "tol_eps", "baseline_max_err", "check_reason", "lse_checked", "repeatable", "errors",
     "check_input", "bug_signature", "signatures", "probes", "error_map",
@@ -48,13 +51,6 @@ ROW_COLUMNS = (
 #: twice), as names joined by ALIAS_SEP; None when none. faprof.analysis.aliases adds detected ones.
 ALIAS_SEP = ","
 
-
-
-#: Problem columns every row carries (AttentionProblem's fields; lists as JSON text). Bundles written
-#: before GQA/varlen/paged problems lack the ones after `scale`: readers take them as the defaults.
-PROBLEM_COLUMNS = ("B", "H", "Sq", "Sk", "D", "dtype", "causal", "direction", "scale", "Hkv", "mask", "layout",
-                   "window", "softcap", "page_size", "pool_blocks", "block_table", "seqlens_q", "seqlens_k",
-                   "total_q", "total_k")
 
 #: What limits an ideal kernel on the row's GPU (`bound`): 'compute' rows lead with TFLOP/s,
 #: 'memory' rows (decode) with GB/s against the measured copy ceiling.
