@@ -95,10 +95,12 @@ def test_a_result_cached_by_content_is_timed_on_new_inputs():
 
 def test_timed_calls_that_skip_their_work_are_wrong():
     # back-to-back calls (the timing loop's) leave the output buffer as the previous call left it: the
-    # other input set's answer, which the check of the timed calls names
+    # other input set's answer, which the check of the timed calls names; or, when even the first call on
+    # the buffer came right after another call (a loaded machine), what the buffer held before: a failed check
     row = _measure("gaming_skip_b2b")
     assert row["correct"] is False and row["timed_checked"] >= 1
-    assert "returned the other input set's result" in row["check_reason"]
+    assert ("returned the other input set's result" in row["check_reason"]
+            or "output fails the check" in row["check_reason"]), row["check_reason"]
 
 
 def test_timed_calls_that_do_half_the_work_are_wrong():
