@@ -205,3 +205,14 @@ def test_checked_timed_calls_cover_both_input_sets_and_stay_few():
     assert len(rotation.chosen(20, batch=1, checked=2, sets=2)) == 1
     assert rotation.chosen(40, batch=3, checked=rotation.CHECKS_MAX, sets=2) == set()
     assert len(rotation.chosen(1, batch=0, checked=0, sets=2)) == 1
+
+
+def test_compulsory_bytes_count_only_the_keys_some_query_sees():
+    # top-left causal with one query over 1024 keys: the query sees key 0 alone, and a kernel that reads
+    # only it is honest, not faster than the memory (the bytes ceiling must not flag it)
+    tl = AttentionProblem(B=1, H=1, Sq=1, Sk=1024, D=64, dtype="fp16", causal=True)
+    br = AttentionProblem(B=1, H=1, Sq=1, Sk=1024, D=64, dtype="fp16", causal=True, mask_align="bottom_right")
+    assert tl.min_bytes() < br.min_bytes() / 100
+    row = {"status": "ok", "device": "cuda", "dtype": "fp16", "gpu_name": H100["gpu_name"], "flops": tl.flops(),
+           "min_bytes": tl.min_bytes(), "median_ms": 0.002}
+    assert limits.judge(row, H100) == {}

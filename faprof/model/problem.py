@@ -411,10 +411,10 @@ class AttentionProblem:
         return self.fwd_flops() * DIRECTION_FLOP_FACTOR[self.direction]
 
     def _io_elems(self) -> tuple[int, int]:
-        """(Q or O elements, K or V elements a kernel must read): K/V once per KV head; with a window
-        only the keys some query sees."""
+        """(Q or O elements, K or V elements a kernel must read): K/V once per KV head; with a window,
+        or a top-left causal mask over more keys than queries, only the keys some query sees."""
         q = self.total_q * self.H * self.D
-        if self.window is not None:
+        if self.window is not None or self.causal:
             m = self.mask
             keys = sum(m.visible_keys(a, b) for a, b in zip(self.q_lens(), self.k_lens(), strict=True))
         else:
