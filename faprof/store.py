@@ -43,6 +43,10 @@ from faprof.measure import limits, stability, stats
 from faprof.model import schema
 
 MANIFEST = "manifest.json"
+
+#: The columns every reader of measurement rows needs (tables, reports, the advisor, the gate): a table
+#: without them is not faprof's (written by another tool, or replaced by hand) and is refused when read.
+REQUIRED_COLUMNS = ("variant", "shape_id", "status")
 MEASUREMENTS = "measurements.parquet"
 ROWS_DIR = "rows"
 #: A measurement row's identity: one row per variant and shape on each GPU model.
@@ -238,7 +242,12 @@ class Bundle:
         _atomic_write_parquet(df, self.table_path(schema.check_table(name)))
 
     def measurements(self) -> pd.DataFrame:
-        df = upgrade_statistics(self.read("measurements"))
+        """The measurement rows as this faprof reads them: a table that is not faprof's is refused (one
+        line naming the file), old rows upgraded, and every row judged against the GPU's limits."""
+        raw = self.read("measurements")
+        if not raw.empty and not set(REQUIRED_COLUMNS) <= set(raw.columns):
+            raise FaprofError(self._foreign_table())
+        df = upgrade_statistics(raw)
         if not df.empty and ("unstable" not in df.columns or df["unstable"].isna().any()):
             # rows written before faprof judged stability get the verdict from their kept samples
             df = stability.fill(df, (self.manifest().get("settings") or {}).get("timing"))
@@ -260,6 +269,23 @@ class Bundle:
         timing = (m.get("settings") or {}).get("timing") or {}
         flushed = bool(timing.get("flush_l2", True)) if isinstance(timing, dict) else True
         return limits.judge_frame(df, m.get("env") or {}, flushed)
+
+    def _foreign_table(self) -> str:
+        """Why the measurement rows cannot be read: the first file (the table or a pending row file, read
+        by its footer only) that holds rows but lacks a REQUIRED_COLUMNS column."""
+        import pyarrow.parquet as pq
+
+        table = self.table_path("measurements")
+        for path in [*([table] if table.exists() else []), *self.pending_rows()]:
+            try:
+                meta = pq.read_metadata(path)
+            except (OSError, ValueError):
+                continue
+            missing = [c for c in REQUIRED_COLUMNS if c not in set(meta.schema.to_arrow_schema().names)]
+            if meta.num_rows and missing:
+                return (f"{path} has no {', '.join(missing)} column{'s' if len(missing) > 1 else ''}: it is not a "
+                        "table of faprof measurement rows; the bundle is damaged: restore the file or re-run the scenario")
+        return f"{self.path}: its measurement rows lack the columns {', '.join(REQUIRED_COLUMNS)}; the bundle is damaged"
 
     def append_measurement(self, row: dict[str, Any]) -> None:
         """Add one finished row as its own file (constant time: nothing else is read or rewritten).

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from faprof import measurement_files, resources
+from faprof import resources
 from faprof.analysis import aliases
 from faprof.analysis import core as analysis
 from faprof.analysis.labels import config_label, gpu_label, parse_stamp, problem_label, run_title
@@ -113,7 +113,6 @@ def load_runs(sources: Sequence[tuple[str | Path, str]]) -> RunSet:
                 continue
             try:
                 m = b.manifest()
-                measurement_files.check(b)
                 df = aliases.measurements(b)  # one kernel, one row: aliases named in the canonical row
             except (FaprofError, OSError, ValueError) as e:
                 warnings.append(f"{b.path}: could not be read ({e})")

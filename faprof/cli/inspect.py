@@ -8,7 +8,6 @@ from typing import Any
 
 import click
 
-from faprof import measurement_files
 from faprof.cli.app import (
     console,
     fmt,
@@ -36,7 +35,6 @@ def show(run: str, runs_dir: Path) -> None:
 
     bundle = resolve_run(run, runs_dir, note)
     m = bundle.manifest()
-    measurement_files.check(bundle)
     if m.get("kind") == "sanitize":
         print_sanitizer(bundle, f"compute-sanitizer: {', '.join((m.get('settings') or {}).get('variants') or [])} "
                                 f"on {(m.get('scenario') or {}).get('name')}")
@@ -91,7 +89,6 @@ def report(run: str, out_dir: Path | None, formats: str, focus: str | None, runs
     if bad or not fmts:
         raise FaprofError(f"unknown report format(s) {sorted(bad) or [formats]}: use md, html and/or csv")
     bundle = resolve_run(run, runs_dir, note)
-    measurement_files.check(bundle)
     if bundle.measurements().empty and bundle.manifest().get("kind") != "sanitize":
         raise FaprofError(f"{bundle.path} has no measurements yet; nothing to report")
     dest = out_dir or bundle.path / "report"
@@ -126,7 +123,6 @@ def explain(run: str, variant: str | None, shape: str | None, per_shape: bool, a
     from faprof.store import resolve_run
 
     bundle = resolve_run(run, runs_dir, note)
-    measurement_files.check(bundle)
     # wrong rows first: which bug it looks like and where (the timing findings wait for a right result)
     wrong = explain_wrong_rows(bundle.measurements(), bundle.read("error_maps"), variant, shape)
     for line in wrong:
@@ -185,8 +181,6 @@ def compare(run_a: str, run_b: str | None, gpu_a: str | None, gpu_b: str | None,
 
     a = resolve_run(run_a, runs_dir, note)
     b = resolve_run(run_b, runs_dir, note) if run_b else a
-    for bundle in (a, b):
-        measurement_files.check(bundle)
     if run_b is None:
         models = gpu_models(a)
         if len(models) < 2 and not (gpu_a and gpu_b):

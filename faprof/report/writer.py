@@ -29,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 
-from faprof import analysis, measurement_files
+from faprof import analysis
 from faprof.analysis import aliases
 from faprof.errors import FaprofError
 from faprof.measure.wrong_text import explain_wrong_rows
@@ -84,7 +84,6 @@ def read_run(bundle: Bundle, focus: str | None = None) -> Run:
             the run does not have.
     """
     m = bundle.manifest()
-    measurement_files.check(bundle)  # a foreign table is damage, not "no timed rows"
     meas = aliases.measurements(bundle)  # one kernel, one row: aliases named in the canonical row
     if meas.empty or "variant" not in meas:
         what = ("a `faprof sanitize` bundle: its findings are in sanitizer.parquet (`faprof export RUN --csv DIR`)"

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from faprof import measurement_files, variants
+from faprof import variants
 from faprof.errors import FaprofError
 from faprof.model.scenarios import (
     ProblemGroup,
@@ -58,7 +58,6 @@ def open_bundle(spec: str, runs_dir: str | Path = "runs", notice: Callable[[str]
     """BASELINE or CANDIDATE as a bundle (a folder, a run id prefix under `runs_dir`, or 'latest':
     the newest complete run, `notice` told when it is not the newest)."""
     bundle = resolve_run(spec, runs_dir, notice)
-    measurement_files.check(bundle)
     return bundle
 
 
