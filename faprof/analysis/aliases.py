@@ -78,17 +78,24 @@ def _ncu_records(summ: pd.DataFrame) -> dict[tuple[str, str], Record]:
     s = summ[summ["kernel"] != "(all)"]
     order = [c for c in ("launch", "kernel_id") if c in s.columns]
     s = s.sort_values(["variant", "shape_id", *order], kind="stable")
-    out: dict[tuple[str, str], tuple[list[Launch], list[tuple[float, ...]]]] = {}
+    out: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for r in s.to_dict("records"):
+        out.setdefault((str(r["variant"]), str(r["shape_id"])), []).append(r)
+    return {k: _ncu_record(rows) for k, rows in out.items()}
+
+
+def _ncu_record(rows: Sequence[Mapping[str, Any]]) -> Record:
+    """One call's Nsight Compute summary rows (one per launch, in launch order) as its record."""
+    launches, counts = [], []
+    for r in rows:
         name = _text(r.get("kernel_demangled")) or _text(r.get("kernel"))
         smem = r.get("smem_per_block_bytes")
         if _int(smem) is None and (_int(r.get("smem_static_bytes")) is not None or _int(r.get("smem_dynamic_bytes")) is not None):
             smem = (_int(r.get("smem_static_bytes")) or 0) + (_int(r.get("smem_dynamic_bytes")) or 0)
-        launch = (name, _text(r.get("grid")), _text(r.get("block")), _int(r.get("registers_per_thread")), _int(smem))
-        ls, cs = out.setdefault((str(r["variant"]), str(r["shape_id"])), ([], []))
-        ls.append(launch)
-        cs.append(tuple(as_float(r.get(c)) for c in NCU_COUNTS))
-    return {k: (tuple(ls), tuple(cs)) for k, (ls, cs) in out.items()}
+        launches.append((name, _text(r.get("grid")), _text(r.get("block")), _int(r.get("registers_per_thread")),
+                         _int(smem)))
+        counts.append(tuple(as_float(r.get(c)) for c in NCU_COUNTS))
+    return tuple(launches), tuple(counts)
 
 
 def _nsys_records(kern: pd.DataFrame) -> dict[tuple[str, str], Record]:
@@ -229,11 +236,16 @@ def same_kernel_of(a: tuple[Sequence[Mapping[str, Any]], Mapping[str, Any]],
     """`same_kernel` of two calls given as (their Nsight Compute summary rows, their measurement row), for
     the advisor's comparisons: the same judgement on the same records."""
     calls = {"a": a, "b": b}
-    summ = pd.DataFrame([{**r, "variant": t, "shape_id": ""} for t, (lrows, _) in calls.items() for r in lrows])
-    meas = pd.DataFrame([{**m, "variant": t, "shape_id": ""} for t, (_, m) in calls.items()])
-    rows = {(t, ""): {**m, "median_ms": m.get("median_ms") if m.get("status") in (None, *schema.TIMED) else None}
-            for t, (_, m) in calls.items()}
-    return same_kernel("a", "b", "", kernel_records({"ncu_summary": summ} if not summ.empty else {}, meas), rows)
+    ncu = {(t, ""): _ncu_record(lrows) for t, (lrows, _) in calls.items() if lrows}
+    cupti = {(t, ""): (cupti_launches(m.get("kernel_sig")), None) for t, (_, m) in calls.items()
+             if cupti_launches(m.get("kernel_sig"))}
+    rows = {(t, ""): _proof_row(m) for t, (_, m) in calls.items()}
+    return same_kernel("a", "b", "", [cupti, ncu], rows)
+
+
+def _proof_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A measurement row as evidence for `same_kernel`: its median counts only where its time is a result."""
+    return {**row, "median_ms": row.get("median_ms") if row.get("status") in (None, *schema.TIMED) else None}
 
 
 def declared_of(manifest: Mapping[str, Any], names: Sequence[str]) -> dict[str, dict[str, str]]:
@@ -275,11 +287,8 @@ def find(measurements: pd.DataFrame, tables: Mapping[str, pd.DataFrame] | None =
     baseline, group_baselines = baselines_of(dict(manifest))
     declared = declared_of(manifest, order)
     cols = [c for c in ("kernels_per_call", "median_ms", "rel_ci", "gpu_name", "status") if c in measurements.columns]
-    rows = {(str(r["variant"]), str(r["shape_id"])): {c: r[c] for c in cols}
+    rows = {(str(r["variant"]), str(r["shape_id"])): _proof_row({c: r[c] for c in cols})
             for r in measurements[["variant", "shape_id", *cols]].to_dict("records")}
-    for r in rows.values():  # only a row whose time is a result proves anything
-        if r.get("status") is not None and r.get("status") not in schema.TIMED:
-            r["median_ms"] = None
     recs = kernel_records(tables or {}, measurements)
     out: list[dict[str, Any]] = []
     found: list[tuple[str, str | None, list[str]]] = []  # (shape_id, its baseline, a class of same-kernel variants)
