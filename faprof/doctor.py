@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from faprof.checks import Check
-from faprof.measure import cupti_timer
-from faprof.measure.gpu_monitor import Monitor
 from faprof.model import gpus
 from faprof.nsight import ncu, nsys
+from faprof.timing import cupti_timer
+from faprof.timing.gpu_monitor import Monitor
 from faprof.variants import libraries
 
 

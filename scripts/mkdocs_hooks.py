@@ -42,7 +42,7 @@ TABLE_COLUMNS = {
     "ncu_rules": "faprof.nsight.ncu.rule_results:RULES_COLUMNS",
     "nsys_kernels": "faprof.nsight.nsys.read:KERNEL_COLUMNS",
     "nsys_summary": "faprof.nsight.nsys.tables:SUMMARY_COLUMNS",
-    "error_maps": "faprof.store_error_maps:COLUMNS",
+    "error_maps": "faprof.store.error_maps:COLUMNS",
     "source_lines": "faprof.nsight.ncu.source:SOURCE_COLUMNS",
     "sanitizer": "faprof.run.sanitize:COLUMNS",
 }
@@ -380,15 +380,15 @@ def _cause_section(key: str, e: dict[str, Any]) -> list[str]:
 # -------------------------------------------------------------------------------- signatures
 def signature_entries() -> dict[str, dict[str, Any]]:
     """Per signature family: its title, and the kinds the code tests with their titles, function and constants."""
-    from faprof.measure.signatures import FAMILIES
+    from faprof.correctness.signatures import FAMILIES
 
     out: dict[str, dict[str, Any]] = {f: {"title": t, "kinds": []} for f, t in FAMILIES.items()}
-    for module, fn in _module_functions("faprof.measure.signatures"):
+    for module, fn in _module_functions("faprof.correctness.signatures"):
         consts = [n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and re.fullmatch(r"[A-Z][A-Z0-9_]+", n.id)]
         parents = _parents(fn)
         for node in ast.walk(fn):
             # Alt(family, kind, title, ...) / Signature(family, kind, title, ...), or a (family, kind, title, ...)
-            # tuple a family collects its alternatives in (faprof/measure/signatures/layout.py)
+            # tuple a family collects its alternatives in (faprof/correctness/signatures/layout.py)
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                     and node.func.id in ("Alt", "Signature") and len(node.args) >= 3):
                 args = node.args
@@ -411,10 +411,10 @@ def signature_entries() -> dict[str, dict[str, Any]]:
 
 def _constant_notes() -> dict[str, tuple[Any, str]]:
     """Module-level constants of the signatures package: name -> (value, its `#:` comment)."""
-    pkg = importlib.import_module("faprof.measure.signatures")
+    pkg = importlib.import_module("faprof.correctness.signatures")
     notes: dict[str, tuple[Any, str]] = {}
     for m in pkgutil.iter_modules(pkg.__path__):
-        mod = importlib.import_module(f"faprof.measure.signatures.{m.name}")
+        mod = importlib.import_module(f"faprof.correctness.signatures.{m.name}")
         src = inspect.getsource(mod)
         for name, val in vars(mod).items():
             if re.fullmatch(r"[A-Z][A-Z0-9_]+", name) and name != "FAMILIES" and isinstance(val, int | float | tuple):
@@ -429,7 +429,7 @@ def signatures_page() -> str:
     entries = signature_entries()
     notes = _constant_notes()
     out = ["# Wrong-result signatures", "",
-           "Generated at build time from `faprof.measure.signatures`: the families (`FAMILIES`, in the order "
+           "Generated at build time from `faprof.correctness.signatures`: the families (`FAMILIES`, in the order "
            "that breaks ties), the specific bugs each tests for (every `Alt(...)` and `Signature(...)` the code "
            "builds, with its title; `…` is filled in from the case), the function that tests it and the "
            "constants it decides with. A signature is tested only on wrong outputs and reported when it "

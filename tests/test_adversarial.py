@@ -19,7 +19,8 @@ import torch
 from test_correctness import _kernel_like, _variant
 
 from faprof import variants
-from faprof.measure import adversarial, correctness
+from faprof.correctness import adversarial
+from faprof.correctness import check as correctness
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import DEFAULT_TOLERANCE
 
@@ -178,7 +179,7 @@ def _rounded_exp2_attention(q, k, v, causal, scale, out=None):
 def test_an_exact_kernel_passes_every_backward_probe(causal):
     """A kernel whose only error is its exponent arguments' fp32 rounding passes every probe under the
     probe checker (`rounding_slack` added per output)."""
-    from faprof.measure.harness import probe_checker
+    from faprof.timing.harness import probe_checker
 
     p = AttentionProblem(B=2, H=2, Sq=128, Sk=128, D=64, dtype="fp32", causal=causal, direction="bwd")
     inputs = correctness.make_inputs(p, "cpu", seed=2025)

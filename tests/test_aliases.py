@@ -218,7 +218,7 @@ def test_profile_prints_what_it_measures_with_the_aliases_named():
 
 
 def test_a_row_names_the_declared_aliases_it_stands_for(tmp_path):
-    from faprof.run.rows import base_row
+    from faprof.run.finish import base_row
 
     scn = load_scenario("l4_causal")
     b = Bundle.create(tmp_path, scn.name, "cpu", {"scenario": {"name": scn.name}})

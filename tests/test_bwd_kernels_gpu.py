@@ -21,7 +21,7 @@ import math
 import pytest
 
 from faprof import variants
-from faprof.measure import correctness
+from faprof.correctness import check as correctness
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import DEFAULT_TOLERANCE
 

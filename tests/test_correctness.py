@@ -13,9 +13,11 @@ import math
 import pytest
 import torch
 
-from faprof.measure import correctness, harness, reference
+from faprof.correctness import check as correctness
+from faprof.correctness import reference
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import DEFAULT_TOLERANCE, TimingSettings
+from faprof.timing import harness
 from faprof.variants import Variant
 
 TILE = 64

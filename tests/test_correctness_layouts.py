@@ -1,6 +1,6 @@
 """Correctness for GQA, masks, soft-cap, packed varlen and paged problems, on the CPU.
 
-The reference (faprof.measure.reference) is checked against an independent implementation written
+The reference (faprof.correctness.reference) is checked against an independent implementation written
 here with Python loops over (sequence, head, query, key): the mask condition from the text of
 faprof.model.mask's rule, the soft-cap, query head h reading KV head h // (H // Hkv), keys of a paged
 cache gathered entry by entry through the block table, packed sequences cut by cu_seqlens, and the
@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from faprof.measure import correctness, errormap, layouts, positions, reference
+from faprof.correctness import check as correctness
+from faprof.correctness import errormap, layouts, positions, reference
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import DEFAULT_TOLERANCE
 from faprof.model.variant import Variant
@@ -365,7 +366,7 @@ def test_paged_and_window_maps_have_their_axes():
 
 # ------------------------------------------------------------------------------- probes and harness
 def test_probe_inputs_follow_the_problems_layout():
-    from faprof.measure import adversarial
+    from faprof.correctness import adversarial
 
     old = AttentionProblem(B=3, H=4, Sq=300, Sk=300, D=8, dtype="fp16", causal=True)
     assert [pr.problem for pr in adversarial.probes(old)][0] == old.with_(B=2, H=2, Sq=256, Sk=256)
@@ -387,8 +388,9 @@ def test_probe_inputs_follow_the_problems_layout():
 
 
 def test_the_harness_checks_a_new_problem_with_its_probes():
-    from faprof.measure import adversarial, harness
+    from faprof.correctness import adversarial
     from faprof.model.scenarios import TimingSettings
+    from faprof.timing import harness
 
     p = _problem("varlen_gqa_causal_br")
     inp = correctness.make_inputs(p, "cpu", seed=31)
@@ -407,7 +409,7 @@ def test_an_old_bundles_error_maps_still_read():
     """The recorded H100 bundle (tests/data/wrong_bundle): its maps are explained as before."""
     from pathlib import Path
 
-    from faprof.measure.wrong_text import explain_wrong_rows
+    from faprof.correctness.wrong_text import explain_wrong_rows
     from faprof.store import Bundle
 
     root = Path(__file__).resolve().parent / "data" / "wrong_bundle" / "20261125T044351Z_nvidia-h100-80gb-hbm3_wrong-gpu"
@@ -418,7 +420,7 @@ def test_an_old_bundles_error_maps_still_read():
 
 
 def test_a_wrong_rows_shape_names_kv_heads_mask_and_layout():
-    from faprof.measure.wrong_text import explain_wrong
+    from faprof.correctness.wrong_text import explain_wrong
 
     row = {"variant": "k", "B": 3, "H": 4, "Hkv": 2, "Sq": 6, "Sk": 6, "D": 4, "dtype": "fp16", "causal": True,
            "mask": "causal_br", "layout": "varlen", "direction": "fwd"}

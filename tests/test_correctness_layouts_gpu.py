@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from faprof import variants
-from faprof.measure import correctness, reference
+from faprof.correctness import check as correctness
+from faprof.correctness import reference
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import DEFAULT_TOLERANCE
 

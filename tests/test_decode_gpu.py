@@ -1,6 +1,6 @@
 """GPU correctness of the split-KV decode kernel (decode_splitkv) against attention from the definition.
 
-Method: every case builds its inputs with faprof.measure.layouts.make_layout_inputs (torch.randn, never
+Method: every case builds its inputs with faprof.correctness.layouts.make_layout_inputs (torch.randn, never
 zeros; a paged pool with shuffled blocks and spare ones, per-sequence cache lengths, the last block
 partly filled), poisons O and the LSE with NaN, runs torch.ops.faprof.decode_splitkv_fwd, and compares
 with layouts.reference_forward (fp32, from the same rounded inputs: query head h reads KV head
@@ -24,7 +24,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from faprof.measure import layouts  # noqa: E402
+from faprof.correctness import layouts  # noqa: E402
 from faprof.model.problem import AttentionProblem  # noqa: E402
 
 pytestmark = [

@@ -2,7 +2,7 @@
 dashboard page has its entry, and every `faprof ...` line the docs tell a user to type parses.
 
 The expected sets come from the code (the click group, `faprof.advisor.CAUSES`,
-`faprof.measure.signatures.FAMILIES`, `faprof.model.schema.TABLES`, the browser test's `PAGES`), so a
+`faprof.correctness.signatures.FAMILIES`, `faprof.model.schema.TABLES`, the browser test's `PAGES`), so a
 command, cause, family, table or page added without its documentation fails here. The site itself is
 built with `mkdocs build --strict` by scripts/test.sh (links and anchors checked there).
 """
@@ -89,13 +89,13 @@ def test_every_threshold_is_in_the_catalogue_with_its_value_and_unit(hooks):
 
 
 def test_every_signature_family_has_an_entry_and_a_test_that_builds_it(hooks):
-    from faprof.measure.signatures import FAMILIES
+    from faprof.correctness.signatures import FAMILIES
 
     page = hooks.signatures_page()
     entries = hooks.signature_entries()
     assert [f for f in FAMILIES if f"{{#{hooks._anchor(f)}}}" not in page] == []
     unbuilt = [f for f, e in entries.items() if not e["kinds"]]
-    assert not unbuilt, f"signature families no Alt(...)/Signature(...) in faprof.measure.signatures builds: {unbuilt}"
+    assert not unbuilt, f"signature families no Alt(...)/Signature(...) in faprof.correctness.signatures builds: {unbuilt}"
     # the specific bugs the README and the tutorials name are found in the code
     kinds = {k["kind"] for e in entries.values() for k in e["kinds"]}
     assert {"mask_missing", "mask_shift_plus", "norm_missing", "slice_copy", "race"} <= kinds

@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 import torch
 
-from faprof.measure import errormap as em
-from faprof.measure.signatures import race_signature
-from faprof.store_error_maps import COLUMN, from_rows, merge, without_maps
+from faprof.correctness import errormap as em
+from faprof.correctness.signatures import race_signature
+from faprof.store.error_maps import COLUMN, from_rows, merge, without_maps
 
 TOL = dict(atol=1e-3, rtol=1e-3)
 

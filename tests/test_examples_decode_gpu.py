@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from faprof.measure import layouts
+from faprof.correctness import layouts
 from faprof.model.problem import AttentionProblem
 from faprof.variants import user_kernel
 

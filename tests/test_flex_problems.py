@@ -15,7 +15,7 @@ from collections import OrderedDict
 import pytest
 import torch
 
-from faprof.measure import layouts
+from faprof.correctness import layouts
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import TimingSettings
 from faprof.run import tasks

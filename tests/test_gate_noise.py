@@ -74,7 +74,7 @@ def _bundles(tmp_path: Path, x: np.ndarray, variants: list[str], gpu: str = "NVI
 def test_estimate_recovers_known_row_noise_and_offset(tmp_path):
     """Four variants x 8 shapes x 12 runs drawn with row_sd 1% and offset_sd 0.5%: both are recovered. (The
     times, e^0.5 ms give or take 30%, are ones the H100 can reach on the bundle's B=4 H=16 S=4096 shapes:
-    a faster one would be untrusted when read, faprof.measure.limits, and leave the estimate.)"""
+    a faster one would be untrusted when read, faprof.rows.limits, and leave the estimate.)"""
     rng = np.random.default_rng(11)
     variants = ["fa2_mma", "fa3_wgmma_e", "sdpa_cudnn", "sdpa_flash"]
     runs = 12

@@ -6,9 +6,9 @@ batches, through the ops `fa2_mma_fwd_ex` and `fa3_wgmma_e_fwd_ex`, on the awkwa
 the edges (left 0, right 0, larger than the sequence, cutting tiles), groups 1, 4, 8 and MQA, varlen
 with lengths 1 and 4097 and mixes, fp16 and bf16, D 64 and 128.
 
-Method: inputs from faprof.measure.layouts.make_layout_inputs (the problem's layout and its
+Method: inputs from faprof.correctness.layouts.make_layout_inputs (the problem's layout and its
 cu_seqlens), outputs and LSE poisoned with NaN with a NaN guard tail (an unwritten element or a
-store past the end shows up), the reference from faprof.measure.layouts.reference_forward in
+store past the end shows up), the reference from faprof.correctness.layouts.reference_forward in
 float64 on the GPU. A failure names the case and the worst element: its sequence, head, query row
 and column, the kernel's and the reference's values, and whether the row sees any key; rows that see
 no key must be exactly zero with LSE -inf.
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pytest
 
-from faprof.measure.layouts import make_layout_inputs, reference_forward
+from faprof.correctness.layouts import make_layout_inputs, reference_forward
 from faprof.model.problem import AttentionProblem
 
 torch = pytest.importorskip("torch")

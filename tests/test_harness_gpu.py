@@ -6,9 +6,10 @@ import pytest
 from testonly import TESTONLY_VARIANTS
 
 from faprof import variants
-from faprof.measure import correctness, cupti_timer, gpu_clock, harness
+from faprof.correctness import check as correctness
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import DEFAULT_TOLERANCE, TimingSettings
+from faprof.timing import cupti_timer, gpu_clock, harness
 
 pytestmark = pytest.mark.gpu
 
@@ -45,7 +46,7 @@ def test_cupti_times_kernels_and_events_read_higher_on_tiny_calls():
     if not ok:
         pytest.fail(f"CUPTI timing unavailable on the GPU machine: {why}")
     p = AttentionProblem(B=1, H=1, Sq=128, Sk=128, D=64, dtype="fp16", causal=True)
-    from faprof.measure.gpu_monitor import Monitor
+    from faprof.timing.gpu_monitor import Monitor
 
     row = _measure("sdpa_flash", p, monitor=Monitor.open())
     assert row["timer"] == "cupti", row["timer_note"]

@@ -1,8 +1,8 @@
-"""GPU busy time of a call: the union of its kernels' intervals (faprof.measure.intervals)."""
+"""GPU busy time of a call: the union of its kernels' intervals (faprof.rows.intervals)."""
 
 import random
 
-from faprof.measure.intervals import busy_ns
+from faprof.rows.intervals import busy_ns
 
 
 def brute(intervals):

@@ -15,7 +15,7 @@ import types
 import pytest
 import torch
 
-from faprof.measure import layouts
+from faprof.correctness import layouts
 from faprof.model.problem import AttentionProblem as P
 from faprof.variants import lib_fa4, lib_flashinfer
 

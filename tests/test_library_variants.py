@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import faprof.variants as V
 from faprof.cli import main
-from faprof.measure import layouts
+from faprof.correctness import layouts
 from faprof.model.mask import allowed
 from faprof.model.problem import AttentionProblem as P
 from faprof.store import find_bundles

@@ -23,13 +23,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from faprof.measure import adversarial, integrity, layouts, reference, signatures
-from faprof.measure.signatures import crossing, families, refs
+from faprof.correctness import adversarial, layouts, reference, signatures
+from faprof.correctness.signatures import crossing, families, refs
 from faprof.model import mask as maskmod
 from faprof.model import scenarios, schema
 from faprof.model import scores as scoresmod
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import DEFAULT_TOLERANCE
+from faprof.timing import integrity
 from faprof.variants import definition, torch_variants
 
 FAPROF = Path(__file__).resolve().parents[1] / "faprof"

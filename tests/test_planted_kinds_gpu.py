@@ -1,7 +1,7 @@
 """GPU correctness of every planted kernel (tests/planted) under faprof's own correctness rules, as
 `faprof profile` checks a variant before it times it: fresh randn inputs, O poisoned with NaN, per
 element |out - ref| <= atol + rtol |ref| and max error <= 3x PyTorch's own error in the dtype + eps
-(faprof.measure.correctness, the default tolerances). A planted fault is a performance defect, never a
+(faprof.correctness.check, the default tolerances). A planted fault is a performance defect, never a
 wrong result. Each kernel in its own dtype (fp16 for the fa2_mma family and
 planted_no_tensor_cores, fp32 for the row-thread family), causal and not, D 64 and 128, on awkward
 shapes (tails of every tile size, Sq != Sk) and on the planted scenario's shape."""
@@ -44,7 +44,7 @@ def planted():
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dtype", ["fp16", "fp32"])
 def test_every_planted_kernel_passes_faprofs_correctness_check(planted, dtype, causal, D):
-    from faprof.measure import correctness
+    from faprof.correctness import check as correctness
     from faprof.model.problem import AttentionProblem
     from faprof.model.scenarios import DEFAULT_TOLERANCE
 

@@ -13,8 +13,8 @@ import torch
 from click.testing import CliRunner
 
 from faprof.cli import main
+from faprof.correctness import layouts
 from faprof.errors import FaprofError
-from faprof.measure import layouts
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import load_scenario
 from faprof.variants.torch_variants import SDPA_FEATURES

@@ -4,7 +4,7 @@ not fit the machine; sdpa_math's scores at B=1 H=32 S=16384 did not fit an H100'
 import faprof.variants  # noqa: F401 (registers the built-in variants)
 from faprof.model.problem import AttentionProblem
 from faprof.model.variant import get
-from faprof.run.rows import finish_row
+from faprof.run.finish import finish_row
 
 
 def _row(type_name, message):

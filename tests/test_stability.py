@@ -1,4 +1,4 @@
-"""Unstable timings are flagged: the three tests of faprof.measure.stability against samples whose shape is
+"""Unstable timings are flagged: the three tests of faprof.rows.stability against samples whose shape is
 known (drawn from stated distributions), then on the committed bundles' real samples: no CUPTI-timed GPU
 row of the H100/H200 bundles is flagged, the CPU runs' bimodal rows are, and every row of every bundle
 carries a verdict when it is read (bundles written before the flag get it from their kept samples)."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from faprof.measure import stability
+from faprof.rows import stability
 from faprof.store import Bundle, find_bundles
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ import statistics
 import numpy as np
 import pytest
 
-from faprof.measure.stats import enough_samples, median_ci, significance, summarize
+from faprof.rows.stats import enough_samples, median_ci, significance, summarize
 
 
 def test_summarize_known_samples():

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from faprof.measure import cupti_timer, gpu_monitor, harness
 from faprof.model.scenarios import TimingSettings
+from faprof.timing import cupti_timer, gpu_monitor, harness
 
 
 def test_cupti_refused_under_a_profiler(monkeypatch):

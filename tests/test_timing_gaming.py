@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 from faprof import variants
-from faprof.measure import correctness, cupti_timer, harness, integrity
+from faprof.correctness import check as correctness
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import DEFAULT_TOLERANCE, TimingSettings
+from faprof.timing import cupti_timer, harness, integrity
 
 GAMING = Path(__file__).parent / "gaming"
 
@@ -69,7 +70,7 @@ def test_work_deferred_to_the_next_call_is_timed_in_full():
 
 
 def test_work_dropped_when_the_inputs_repeat_gets_no_repeat_to_drop():
-    # the timed calls alternate two input sets (faprof.measure.rotation): no call repeats the last one's
+    # the timed calls alternate two input sets (faprof.timing.rotation): no call repeats the last one's
     # tensors, so the trick never fires and every call is timed in full
     row = _measure("gaming_deferred_skip")
     assert row["input_sets"] == 2

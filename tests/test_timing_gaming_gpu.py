@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 
 from faprof import variants
-from faprof.measure import correctness, cupti_timer, harness
+from faprof.correctness import check as correctness
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import DEFAULT_TOLERANCE, TimingSettings
+from faprof.timing import cupti_timer, harness
 
 pytestmark = pytest.mark.gpu
 
@@ -99,7 +100,7 @@ def test_work_deferred_to_the_next_call_is_timed_in_full(honest):
 
 
 def test_work_dropped_when_the_inputs_repeat_gets_no_repeat_to_drop(honest):
-    # the timed calls alternate two input sets (faprof.measure.rotation): the trick never fires in the timed
+    # the timed calls alternate two input sets (faprof.timing.rotation): the trick never fires in the timed
     # loop; the fresh-input check's call on the last-used tensors may still drop work (then: wrong, and why)
     row = measure("gaming_deferred_skip")
     assert row["input_sets"] == 2
@@ -141,10 +142,11 @@ def test_a_call_computed_on_the_host_is_flagged(honest):
 
 def test_a_timed_call_faster_than_the_gpu_can_be_is_untrusted():
     # every call after the first does nothing, drained ones too: ~0 ms for 68.7 GFLOP, judged when the row is
-    # written (faprof.measure.limits); its output check makes it wrong as well
+    # written (faprof.rows.limits); its output check makes it wrong as well
     import torch
 
-    from faprof.measure import env, limits
+    from faprof.rows import limits
+    from faprof.timing import env
 
     big = AttentionProblem(B=1, H=16, Sq=4096, Sk=4096, D=128, dtype="fp16", causal=True)
     variants.load_user_variants(str(GAMING))

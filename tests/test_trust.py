@@ -21,10 +21,11 @@ from click.testing import CliRunner
 from faprof.analysis import aliases
 from faprof.analysis import core as analysis
 from faprof.cli import main as cli
-from faprof.measure import limits, rotation
 from faprof.model import schema
 from faprof.model.problem import AttentionProblem
+from faprof.rows import limits
 from faprof.store import Bundle
+from faprof.timing import rotation
 
 ROOT = Path(__file__).resolve().parent.parent
 TRITON = next((ROOT / "tests" / "data" / "triton_variants").glob("*_triton-variants"))
@@ -184,7 +185,7 @@ def test_no_committed_h100_row_is_impossible():
 def test_the_second_input_set_is_the_first_negated_and_its_outputs_follow_exactly():
     import torch
 
-    from faprof.measure import correctness
+    from faprof.correctness import check as correctness
     from faprof.variants import get
 
     p = AttentionProblem(B=1, H=2, Sq=16, Sk=16, D=8, dtype="fp32", causal=True)

@@ -347,7 +347,7 @@ def test_a_kernel_declaring_features_needs_the_problem_launcher_and_known_names(
 def test_problem_struct_from_a_paged_call():
     import torch
 
-    from faprof.measure import layouts
+    from faprof.correctness import layouts
     from faprof.model.problem import AttentionProblem
 
     p = AttentionProblem(B=2, H=8, Sq=1, Sk=40, D=64, Hkv=2, page_size=16, seqlens_k=(40, 3), causal=True,

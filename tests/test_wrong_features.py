@@ -2,7 +2,7 @@
 
 Method: every bug is built twice on the CPU: by a hand-written kernel in tests/wrong/cpu_wrong_features.py
 (written from the definition, not with faprof's code) and from the family's own alternative reference
-(faprof.measure.signatures.refs / crossing). Both outputs go through the check's diagnosis
+(faprof.correctness.signatures.refs / crossing). Both outputs go through the check's diagnosis
 (signatures.diagnose_wrong, the reference the definition in float64) and the planted family and kind
 must come first, explaining >= 90% of the wrong rows; the kernels without a bug must be right. The
 families: the soft-cap misapplied (the scale outside tanh, inside and outside, the cap after the mask,
@@ -24,8 +24,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from faprof.measure import adversarial, errormap, layouts, signatures, wrong_text
-from faprof.measure.signatures import Signature, crossing, rank, refs
+from faprof.correctness import adversarial, errormap, layouts, signatures, wrong_text
+from faprof.correctness.signatures import Signature, crossing, rank, refs
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import DEFAULT_TOLERANCE
 

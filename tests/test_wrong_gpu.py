@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 
 from faprof import variants
-from faprof.measure import adversarial, correctness, wrong_text
-from faprof.measure.harness import probe_checker
+from faprof.correctness import adversarial, wrong_text
+from faprof.correctness import check as correctness
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import DEFAULT_TOLERANCE
 from faprof.run import ProfileOptions, profile
+from faprof.timing.harness import probe_checker
 
 pytestmark = pytest.mark.gpu
 

@@ -3,7 +3,7 @@
 Method: tests/wrong/cpu_wrong_layouts.py holds a hand-written varlen kernel (cu_seqlens) and a paged one
 (block table, cache lengths) with a switch per bug: sequence b reading sequence b-1's keys, a key loop
 running on to max_seqlen_k, cu_seqlens ignored; the block table ignored (pool order, logical order), the
-cache length ignored (the last partial block read whole). On randn inputs from faprof.measure.layouts
+cache length ignored (the last partial block read whole). On randn inputs from faprof.correctness.layouts
 (a shuffled pool with spare blocks) the reference is the definition in float64; faprof's layout
 signatures (signatures.layout) must name the planted bug first after ranking, explaining >= 90% of the
 wrong rows, and the kernel without a bug must be right.
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from faprof.measure import layouts
-from faprof.measure.signatures import rank
-from faprof.measure.signatures.layout import layout_signatures
+from faprof.correctness import layouts
+from faprof.correctness.signatures import rank
+from faprof.correctness.signatures.layout import layout_signatures
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import DEFAULT_TOLERANCE
 
@@ -74,9 +74,9 @@ def test_the_kernels_without_a_bug_are_right(p):
 @pytest.mark.parametrize("p,bug,family", [(VARLEN_FULL, "keys_of_previous", "sequence"), (PAGED, "pool_order", "paging")],
                          ids=["varlen", "paged"])
 def test_the_check_names_a_layout_bug_first(p, bug, family):
-    """Through the check itself (faprof.measure.correctness: inputs and reference in the layout, the
+    """Through the check itself (faprof.correctness.check: inputs and reference in the layout, the
     variant called with attn=), as `faprof profile` runs a user kernel that declares these features."""
-    from faprof.measure import correctness
+    from faprof.correctness import check as correctness
     from faprof.model.variant import Variant
 
     def fn(q, k, v, causal, scale, out=None, attn=None):
@@ -91,7 +91,7 @@ def test_the_check_names_a_layout_bug_first(p, bug, family):
     assert not r["correct"] and r["signatures"], r["check_reason"]
     assert (r["signatures"][0]["family"], r["signatures"][0]["kind"]) == (family, bug), r["signatures"]
 def _probe_run(p, name, bug):
-    from faprof.measure import adversarial
+    from faprof.correctness import adversarial
 
     pr = next(x for x in adversarial.probes(p) if x.name == name)
     inp = adversarial.make_inputs(pr, "cpu", seed=7)

@@ -4,7 +4,7 @@ Method: tests/wrong/cpu_wrong_modern.py holds one kernel per bug these problems 
 reading the wrong KV head, a mask aligned to the wrong corner, a window off by one on either side or
 ignored, the soft-cap missing), written from the mask rule by hand. Each runs on a small dense problem
 that has the feature (GQA H=8/Hkv=2, a bottom-right causal mask with Sq < Sk, a causal sliding window,
-a two-sided window, a soft-cap of 2) on randn inputs from faprof.measure.layouts; the reference is the
+a two-sided window, a soft-cap of 2) on randn inputs from faprof.correctness.layouts; the reference is the
 definition in float64 (layouts.reference_forward) and the signatures are faprof's, run as the check runs
 them (signatures.diagnose_wrong). The planted family and kind must come first, explaining >= 90% of the
 wrong rows, and the same kernel without the bug must be right (so nothing is named). Then the probes
@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from faprof.measure import adversarial, errormap, layouts, signatures
+from faprof.correctness import adversarial, errormap, layouts, signatures
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import DEFAULT_TOLERANCE
 

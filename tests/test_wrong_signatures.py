@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from faprof import cli
-from faprof.measure import signatures, wrong_text
+from faprof.correctness import signatures, wrong_text
 from faprof.run import ProfileOptions, profile
 
 WRONG = Path(__file__).parent / "wrong"
@@ -177,7 +177,7 @@ def test_error_maps_live_in_their_own_table(run):
 def test_a_stride_bug_is_named_when_the_rows_are_subsampled(S):
     """Past MAX_ROWS query rows the signatures examine a sample of rows; the batch-offset bug is still
     named (recorded on the H100: an IndexError there, rows sampled against every row's errors)."""
-    from faprof.measure import correctness
+    from faprof.correctness import check as correctness
     from faprof.model.problem import AttentionProblem
     from faprof.model.scenarios import DEFAULT_TOLERANCE
     from faprof.variants import get

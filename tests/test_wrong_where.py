@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from faprof.measure import correctness, wrong_text
-from faprof.measure.signatures import Signature, rank
+from faprof.correctness import check as correctness
+from faprof.correctness import wrong_text
+from faprof.correctness.signatures import Signature, rank
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import DEFAULT_TOLERANCE
 from faprof.model.variant import Variant

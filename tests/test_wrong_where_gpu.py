@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from faprof.measure import wrong_text
+from faprof.correctness import wrong_text
 from faprof.run import ProfileOptions, profile
 
 pytestmark = pytest.mark.gpu

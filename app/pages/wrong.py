@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from faprof import analysis as fd
-from faprof.measure import wrong_text
+from faprof.correctness import wrong_text
 
 ctx = ui.context()
 maps = ctx.filter_table(ctx.runs.table("error_maps"))

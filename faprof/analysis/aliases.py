@@ -34,11 +34,11 @@ import pandas as pd
 from faprof import variants as _variants  # noqa: F401  (fills the registry: declarations of old bundles)
 from faprof.analysis.core import baselines_of
 from faprof.errors import FaprofError
-from faprof.measure import noise_floor
 from faprof.model import schema
 from faprof.model import variant as registry
 from faprof.model.plan import also_label
 from faprof.model.values import as_float
+from faprof.rows import noise_floor
 
 #: Columns of the alias table: at shape_id, `variant` runs `canonical`'s kernels; how: declared / kernels.
 ALIAS_COLUMNS = ("shape_id", "variant", "canonical", "how")
@@ -115,7 +115,7 @@ def _nsys_records(kern: pd.DataFrame) -> dict[tuple[str, str], Record]:
 
 
 def _cupti_records(meas: pd.DataFrame) -> dict[tuple[str, str], Record]:
-    """The timed calls' kernels as CUPTI recorded them (the rows' `kernel_sig`, faprof.measure.cupti_timer)."""
+    """The timed calls' kernels as CUPTI recorded them (the rows' `kernel_sig`, faprof.timing.cupti_timer)."""
     if meas.empty or "kernel_sig" not in meas.columns:
         return {}
     out: dict[tuple[str, str], Record] = {}
@@ -190,7 +190,7 @@ Z95 = 1.96
 def time_tolerance(gpu_name: Any) -> float:
     """How far apart (in log time) two medians of one GPU model can be and still not be told apart: 95% of
     the differences of two draws of the recorded between-run noise (Z95 x sqrt(2) x row_sd,
-    faprof.measure.noise_floor; the noisiest recorded floor for a model without one): 3.7% on the H100."""
+    faprof.rows.noise_floor; the noisiest recorded floor for a model without one): 3.7% on the H100."""
     floor, _ = noise_floor.floor_for(str(gpu_name or ""), _floors())
     return Z95 * math.sqrt(2) * floor.row_sd
 

@@ -1,9 +1,9 @@
 """Two runs compared row by row: ratio of medians and faprof's one significance test.
 
-The test is `faprof.measure.stats.significance` (two-sided Mann-Whitney U on the kept samples, as
+The test is `faprof.rows.stats.significance` (two-sided Mann-Whitney U on the kept samples, as
 `faprof compare`), which assumes nothing about the distribution (timings are skewed: a long right
 tail of slow repeats). A pair where either row's timings are unstable (bimodal, drifting, or a CPU
-row that missed its stop rule: faprof.measure.stability) is never called significant.
+row that missed its stop rule: faprof.rows.stability) is never called significant.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from faprof.measure import stats
 from faprof.model import schema
+from faprof.rows import stats
 
 SIGNIFICANCE_LEVEL = stats.SIGNIFICANCE_ALPHA
 """The Diff page flags a change as significant when the two-sided p-value is below 5%."""
@@ -24,7 +24,7 @@ MIN_SAMPLES_FOR_TEST = 5
 and one outlier decides the result)."""
 
 UNSTABLE_VERDICT = "not tested: unstable timings"
-"""Verdict of a pair where either row's timings are unstable (faprof.measure.stability)."""
+"""Verdict of a pair where either row's timings are unstable (faprof.rows.stability)."""
 
 
 def _is_unstable(x: object) -> bool:

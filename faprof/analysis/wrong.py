@@ -1,8 +1,8 @@
 """Wrong rows for display: which rows have an error map, and one map as a heatmap grid.
 
-The error map itself is made in faprof.measure.errormap (one long table per wrong output: for each
+The error map itself is made in faprof.correctness.errormap (one long table per wrong output: for each
 axis, the share of wrong elements, the max error and the unwritten elements per bin) and kept in a
-bundle's `error_maps` table; `faprof explain` puts it in sentences (faprof.measure.wrong_text). Here
+bundle's `error_maps` table; `faprof explain` puts it in sentences (faprof.correctness.wrong_text). Here
 it becomes what the dashboard draws: one heatmap row per axis, one cell per bin.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from faprof.measure.errormap import AXES
+from faprof.correctness.errormap import AXES
 
 #: Axis names as the heatmap labels them.
 AXIS_LABELS = {

@@ -119,7 +119,7 @@ def explain(run: str, variant: str | None, shape: str | None, per_shape: bool, a
     """
     from faprof import advisor
     from faprof.analysis.aliases import split as split_aliases
-    from faprof.measure.wrong_text import explain_wrong_rows
+    from faprof.correctness.wrong_text import explain_wrong_rows
     from faprof.store import resolve_run
 
     bundle = resolve_run(run, runs_dir, note)

@@ -143,7 +143,7 @@ def visible(rows, keys, off: int, *, causal: bool, left: int | None = None, righ
     """The rule itself: [len(rows), len(keys)] bool (torch, on rows' device), True where query `rows[a]`
     sees the key at position `keys[b]` with the diagonal at i + off: causal j <= i + off + shift, a window
     i + off - left <= j <= i + off + right (None: unbounded on that side). `shift` and any integer for a side
-    (one below 0 included) let the bug signatures state a mask off by one (faprof.measure.signatures.refs)."""
+    (one below 0 included) let the bug signatures state a mask off by one (faprof.correctness.signatures.refs)."""
     import torch
 
     d = rows.unsqueeze(1) + off

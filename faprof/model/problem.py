@@ -109,7 +109,7 @@ class AttentionProblem:
     page_size: int = 0
     """Tokens per block of a paged KV cache; 0: K/V contiguous."""
     pool_blocks: int = 0
-    """Blocks in a paged pool; 0: those in use plus a quarter spare (faprof.measure.layouts)."""
+    """Blocks in a paged pool; 0: those in use plus a quarter spare (faprof.correctness.layouts)."""
     block_table: tuple[tuple[int, ...], ...] | None = None
     """A paged cache's block table as a serving system left it (pool block of each sequence's j-th
     block); None: faprof shuffles the blocks in the pool from the run's seed."""

@@ -131,7 +131,7 @@ class Tolerance:
     magnitude where that exceeds 1 (see `fa_bound`)."""
     output_slack: tuple[tuple[str, float], ...] = ()
     """(output, absolute error) pairs added to atol and eps for that output only: the error an exact
-    kernel may have on an input (faprof.measure.adversarial.rounding_slack for the probes)."""
+    kernel may have on an input (faprof.correctness.adversarial.rounding_slack for the probes)."""
 
     def fa_bound(self, baseline_err: float, ref_max: float) -> float:
         """FlashAttention's bound on an output's max error: factor x PyTorch's own error in the dtype

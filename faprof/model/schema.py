@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from faprof.model.problem import PROBLEM_COLUMNS as PROBLEM_COLUMNS
 
 #: Row statuses: ok (checked and timed), wrong (timed, failed the check), untrusted (checked and timed,
-#: but its time is not a result: above what the GPU can do, or not the call's cost; faprof.measure.limits),
+#: but its time is not a result: above what the GPU can do, or not the call's cost; faprof.rows.limits),
 #: failed (crashed, hung or raised), unsupported (the variant cannot run the problem), skipped (needs a
 #: GPU this machine lacks).
 STATUSES = ("ok", "wrong", "untrusted", "failed", "unsupported", "skipped")

@@ -2,7 +2,7 @@
 
 A soft-cap c maps a scaled score s to c·tanh(s / c); pairs the mask hides score -inf (the mask is
 faprof.model.mask's rule). The definition (faprof.variants.definition), the torch baselines, the
-oracle (faprof.measure.reference), the adversarial bounds and the bug signatures all take their
+oracle (faprof.correctness.reference), the adversarial bounds and the bug signatures all take their
 scores from `scores`. The signatures' alternative references are its options, not copies of it:
 another `scale` (a wrong softmax scale), the soft-cap misapplied (`cap_bug`, one of CAP_BUGS), and
 another mask (`allowed`: faprof.model.mask's rule shifted, widened or aligned to the other corner).
@@ -16,7 +16,7 @@ from faprof.model.mask import MaskSpec
 from faprof.model.mask import allowed as mask_matrix
 
 #: Soft-cap bugs `scores` computes (cap_bug): name -> what such a kernel computes (cap c, scale, scores s).
-#: 'on_probs' leaves the scores uncapped; the caller caps the probabilities (faprof.measure.signatures.refs).
+#: 'on_probs' leaves the scores uncapped; the caller caps the probabilities (faprof.correctness.signatures.refs).
 CAP_BUGS = {
     "unscaled": "c·tanh(q·k / c)·scale",
     "scaled_twice": "c·tanh(scale·q·k / c)·scale",

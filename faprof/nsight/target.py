@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from faprof import variants
-from faprof.measure import gpu_clock, harness
 from faprof.model.plan import plan
 from faprof.model.scenarios import load_scenario
+from faprof.timing import gpu_clock, harness
 from faprof.variants import build
 
 WARMUP_RANGE = "faprof_warmup"

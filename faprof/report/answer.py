@@ -25,7 +25,7 @@ from faprof.report.blocks import Block, best, geomean, largest_shape, shape_labe
 #: Two variants within this factor of each other (geometric mean) are called level in the headline.
 LEVEL_WITHIN = 1.02
 
-#: The mark a table cell gets when its row's timings are unstable (faprof.measure.stability).
+#: The mark a table cell gets when its row's timings are unstable (faprof.rows.stability).
 UNSTABLE_MARK = "≈"
 
 

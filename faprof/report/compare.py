@@ -4,7 +4,7 @@ Rows are matched on (variant, shape_id). Each side keeps its own % of its GPU's 
 measured ceiling. Every difference is tested with faprof's one method (`stats.significance`:
 two-sided Mann-Whitney U on the kept samples, as the dashboard's Diff page), except where either
 row's timings are unstable (bimodal, drifting, or a CPU row past its stop rule:
-faprof.measure.stability): such a pair is never called significant, and the headline's geometric
+faprof.rows.stability): such a pair is never called significant, and the headline's geometric
 mean leaves it out when stable rows remain.
 """
 
@@ -20,9 +20,9 @@ from rich.table import Table
 
 from faprof.analysis import aliases
 from faprof.errors import FaprofError
-from faprof.measure import stats
 from faprof.model import schema
 from faprof.report import fmt as f
+from faprof.rows import stats
 from faprof.store import Bundle
 
 PCT_NOTE = ("% peak: of each row's own GPU's dense peak at its dtype (faprof's GPU database); % ceiling: of the "

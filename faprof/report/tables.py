@@ -240,7 +240,7 @@ def _duration_us(r: Any) -> float:
     return ms * 1e3 if ms == ms else f.num(r.get("duration_ns")) / 1e3
 
 
-#: The mark of a row whose timing integrity check flagged it (faprof.measure.integrity).
+#: The mark of a row whose timing integrity check flagged it (faprof.timing.integrity).
 TIMING_FLAG_MARK = "⚑"
 
 
@@ -251,7 +251,7 @@ def flagged(r: Any) -> bool:
 
 
 def timing_flag_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows whose timing was flagged, with the drained time and why (faprof.measure.integrity)."""
+    """Rows whose timing was flagged, with the drained time and why (faprof.timing.integrity)."""
     if "timing_flagged" not in df:
         return pd.DataFrame()
     t = df[df["status"].isin((*schema.TIMED, "untrusted")) & df["timing_flagged"].fillna(False).astype(bool)]
@@ -261,7 +261,7 @@ def timing_flag_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def unstable_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows with unstable timings and why (faprof.measure.stability)."""
+    """Rows with unstable timings and why (faprof.rows.stability)."""
     if "unstable" not in df:
         return pd.DataFrame()
     t = df[df["status"].isin(schema.TIMED) & df["unstable"].fillna(False).astype(bool)]

@@ -31,8 +31,8 @@ import pandas as pd
 
 from faprof import analysis
 from faprof.analysis import aliases
+from faprof.correctness.wrong_text import explain_wrong_rows
 from faprof.errors import FaprofError
-from faprof.measure.wrong_text import explain_wrong_rows
 from faprof.report import answer, appendix, observations, png, published, why
 from faprof.report import charts as rc
 from faprof.report import html as rh

@@ -24,7 +24,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from faprof.measure.reference import REF_BLOCK_ELEMENTS
+from faprof.correctness.reference import REF_BLOCK_ELEMENTS
 from faprof.model.problem import DTYPE_BYTES, AttentionProblem
 from faprof.model.scenarios import TimingSettings
 

@@ -16,7 +16,7 @@ from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import TimingSettings
 from faprof.model.variant import Variant
 from faprof.run import cpu, pool
-from faprof.run.rows import base_row, finish_row, gpu_fields, run_one, say_row_notes
+from faprof.run.finish import base_row, finish_row, gpu_fields, run_one, say_row_notes
 from faprof.run.setup import RunSetup, open_run
 from faprof.run.state import RunState
 from faprof.run.worker import InProcess, Worker

@@ -17,8 +17,8 @@ from faprof.model.scenarios import Scenario
 from faprof.nsight import ncu, nsys
 from faprof.nsight.ncu.source_run import collect_source, source_mode
 from faprof.run import cluster, fanout, local
+from faprof.run.finish import now
 from faprof.run.options import ProfileOptions, Progress, noop
-from faprof.run.rows import now
 from faprof.run.setup import RunSetup, setup
 from faprof.run.state import RunState
 from faprof.store import Bundle

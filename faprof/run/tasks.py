@@ -12,11 +12,12 @@ import warnings
 from typing import Any
 
 from faprof import variants
-from faprof.measure import adversarial, cupti_timer, env, gpu_clock, harness
-from faprof.measure.gpu_monitor import Monitor
+from faprof.correctness import adversarial
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import TimingSettings, Tolerance
 from faprof.run import cpu
+from faprof.timing import cupti_timer, env, gpu_clock, harness
+from faprof.timing.gpu_monitor import Monitor
 from faprof.variants import build
 
 #: Messages of errors after which the CUDA context is unusable (the worker must be replaced).

@@ -1,6 +1,6 @@
 """Attention from its definition for every problem faprof models, and the per-sequence views it needs.
 
-The one statement of what attention computes, for the oracle (faprof.measure) and for the torch
+The one statement of what attention computes, for the oracle (faprof.correctness) and for the torch
 baselines alike: query head h reads KV head h // (H // Hkv), the scores (scale, soft-cap c·tanh(s / c),
 the mask: faprof.model.mask's rule) are faprof.model.scores', and a query that sees no key gets zeros
 (LSE -inf), as FlashAttention defines it. `sequence_views` gives every sequence of a dense, packed

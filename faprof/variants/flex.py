@@ -14,7 +14,7 @@ check and warm-up come first), and the time it took is said once in the row's `p
 runs eagerly (unfused), which the path says too.
 
 One (flex, shape) task calls flex on several problems: its own, then each adversarial probe (smaller
-derived problems, faprof.measure.adversarial), then its own again for timing. Each problem keeps its
+derived problems, faprof.correctness.adversarial), then its own again for timing. Each problem keeps its
 own compiled function and block mask (the last FLEX_KEEP_PROBLEMS problems), so the timed problem is
 compiled once, a probe shape that recurs in the next task is not compiled again, and no problem's
 graphs count against another's recompile limit (resetting dynamo for each new problem instead cost

@@ -1,6 +1,6 @@
 """FlashInfer (the package flashinfer-python) as two baselines: `flashinfer_decode` and `flashinfer_prefill`.
 
-What runs which problem (faprof's layouts, faprof.measure.layouts, mapped onto FlashInfer's without
+What runs which problem (faprof's layouts, faprof.correctness.layouts, mapped onto FlashInfer's without
 copying K or V):
 
 - `flashinfer_decode`, one query per sequence (Sq = 1): a paged cache through

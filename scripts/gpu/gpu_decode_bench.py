@@ -14,7 +14,7 @@ headline B16 Hq32 Hkv8 Sq1 Sk8192 in each dtype with 16- and 256-token pages. Pe
   Sq = 1 the same mask, at Sq > 1 less work than the causal one, so a lower bound for PyTorch;
 - a device-to-device copy of the K/V bytes.
 
-Timing: faprof's harness (faprof.measure.harness.time_cuda) with CUDA events around each call, after
+Timing: faprof's harness (faprof.timing.harness.time_cuda) with CUDA events around each call, after
 faprof's L2 flush (write a 2x-L2 buffer, read another) and a GPU-side lead, repeats until the median's
 CI is tight or the per-variant budget is spent; the median is reported. TB/s counts the K/V bytes read
 once per KV head (2 * B * Hkv * Sk * D * elt) over the time; the HBM ceiling is a 1 GiB device copy
@@ -65,8 +65,8 @@ WALL_BUDGET_S = 300.0
 def timer(l2_bytes: int):
     import torch
 
-    from faprof.measure import gpu_clock, harness
     from faprof.model.scenarios import TimingSettings
+    from faprof.timing import gpu_clock, harness
 
     settings = TimingSettings(warmup_ms=10, budget_s=BUDGET_S, min_repeats=10, max_repeats=200, timer="events",
                               graph=False)
@@ -200,7 +200,7 @@ def run_shape(shape, dt, dtype: str, pages, time_us, ceiling_tbs: float, flex_ok
     """Every row of one shape. The scenario's mask is bottom-right causal; `nomask` rows drop it."""
     import torch
 
-    from faprof.measure.layouts import AttnArgs
+    from faprof.correctness.layouts import AttnArgs
     from faprof.model.problem import AttentionProblem
 
     B, H, Hkv, Sq, Sk = shape

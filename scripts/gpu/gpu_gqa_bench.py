@@ -28,10 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_modern_baselines import BOUND, reference, time_call  # noqa: E402  (the same method, one copy)
 
 import faprof.variants  # noqa: E402, F401  (registers the variants)
-from faprof.measure import gpu_clock, layouts  # noqa: E402
+from faprof.correctness import layouts
 from faprof.model import variant as registry  # noqa: E402
 from faprof.model.problem import AttentionProblem  # noqa: E402
 from faprof.model.scenarios import load_scenario  # noqa: E402
+from faprof.timing import gpu_clock  # noqa: E402
 
 #: faprof's kernels, then the PyTorch paths that run GQA fused (sdpa_efficient does not take
 #: enable_gqa; torch_standard and sdpa_math materialize the scores and are not contenders).

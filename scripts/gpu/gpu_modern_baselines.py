@@ -23,10 +23,11 @@ from pathlib import Path
 import torch
 
 import faprof.variants  # noqa: F401  (registers the variants)
-from faprof.measure import env, gpu_clock, layouts
+from faprof.correctness import layouts
 from faprof.model import variant as registry
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import load_scenario
+from faprof.timing import env, gpu_clock
 from faprof.variants.definition import attend
 
 #: |error| bound per dtype for the quick verdict (bf16 keeps 8 mantissa bits; attention averages).

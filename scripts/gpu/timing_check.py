@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 def main() -> int:
     import torch
 
-    from faprof.measure import gpu_clock, harness
+    from faprof.timing import gpu_clock, harness
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path)

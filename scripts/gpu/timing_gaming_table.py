@@ -1,6 +1,6 @@
 """The timer-gaming kernels on a GPU: reported time against the honest twin's, and the flag (issue 34 item 5).
 
-Each variant of tests/gaming/gaming_variants.py is measured by `faprof.measure.harness.measure` in
+Each variant of tests/gaming/gaming_variants.py is measured by `faprof.timing.harness.measure` in
 this process, with CUPTI and with CUDA events (the fallback timer), next to `gaming_control`, the
 same work done plainly. Prints one line per (variant, timer): what it games, the reported median,
 the honest twin's median with the same timer, their ratio, the timer the row ended with, its status
@@ -35,9 +35,10 @@ def main() -> int:
     import torch
 
     from faprof import variants
-    from faprof.measure import correctness, harness
+    from faprof.correctness import check as correctness
     from faprof.model.problem import AttentionProblem
     from faprof.model.scenarios import DEFAULT_TOLERANCE, TimingSettings
+    from faprof.timing import harness
 
     problem = AttentionProblem(B=a.B, H=a.H, Sq=a.S, Sk=a.S, D=a.D, dtype=a.dtype, causal=True)
     base = TimingSettings(warmup_ms=20, budget_s=1.0, min_repeats=10, max_repeats=500, e2e_repeats=5)

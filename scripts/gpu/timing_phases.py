@@ -38,8 +38,9 @@ def wrap(mod, name: str) -> None:
 
 def main() -> int:
     from faprof.cli import main as cli
-    from faprof.measure import correctness, cupti_timer, gpu_monitor, harness
+    from faprof.correctness import check as correctness
     from faprof.run import local as runner
+    from faprof.timing import cupti_timer, gpu_monitor, harness
 
     for n in ("time_cuda", "time_e2e", "time_graph", "peak_memory", "host_enqueue_ms", "sm_clock_mhz", "time_host",
               "measure"):
@@ -47,7 +48,7 @@ def main() -> int:
     for n in ("compute_reference", "check_correctness", "check_repeat", "make_inputs"):
         wrap(correctness, n)
     harness.make_inputs = correctness.make_inputs
-    wrap(runner, "run_one")  # faprof.run.local calls it by this name (imported from faprof.run.rows)
+    wrap(runner, "run_one")  # faprof.run.local calls it by this name (imported from faprof.run.finish)
     cupti_timer.KernelTimer.collect = timed(cupti_timer.KernelTimer.collect, "KernelTimer.collect")
     harness.L2Flusher.__call__ = timed(harness.L2Flusher.__call__, "L2Flusher.__call__")
     gpu_monitor.Monitor.read = timed(gpu_monitor.Monitor.read, "Monitor.read")

@@ -22,9 +22,11 @@ import time
 import torch
 
 from faprof import variants
-from faprof.measure import adversarial, correctness, harness
+from faprof.correctness import adversarial
+from faprof.correctness import check as correctness
 from faprof.model.plan import plan
 from faprof.model.scenarios import load_scenario
+from faprof.timing import harness
 
 
 def _sync() -> None:

@@ -5,7 +5,7 @@ the harness gives one) plus a fixed floor of work a timer cannot miss honestly: 
 `time.sleep(CPU_WORK_S)`, on a GPU a `torch.cuda._sleep(GPU_SPIN_CYCLES)` spin kernel. The trick
 moves or skips that work so that a naive timer reads less than the call costs.
 tests/test_timing_gaming.py (CPU) and tests/test_timing_gaming_gpu.py (GPU) run them through
-`faprof.measure.harness.measure`, and check each is flagged with its reason or timed in full (the
+`faprof.timing.harness.measure`, and check each is flagged with its reason or timed in full (the
 reported median at least the honest twin's); scripts/gpu/gpu_timing_gaming.sh prints the table.
 Load with `--user-variants tests/gaming/gaming_variants.py`.
 
@@ -49,7 +49,7 @@ from faprof.variants import Variant, register
 CPU_WORK_S = 0.01
 
 #: The GPU work floor per call: a spin kernel of this many cycles (~0.5 ms at 2 GHz: well above the
-#: ~50 µs host-clock margin an events-timed row is judged with, faprof.measure.integrity).
+#: ~50 µs host-clock margin an events-timed row is judged with, faprof.timing.integrity).
 GPU_SPIN_CYCLES = 1_000_000
 
 #: What each variant games: (a)-(e) of issue 34 item 5, for tables.

@@ -4,7 +4,7 @@ Each is `kernel(q, k, v, problem) -> out` in the dense layout (q [B, H, Sq, D], 
 fp32 math on the problem's dtype with the output in that dtype, written from the mask rule of
 faprof.model.mask by hand (not with faprof's code) with one bug a user's kernel really has. They take
 the problem itself: tests/test_wrong_modern.py checks them against the definition
-(faprof.measure.layouts.reference_forward) and runs faprof's bug signatures on what they return.
+(faprof.correctness.layouts.reference_forward) and runs faprof's bug signatures on what they return.
 
 ========================  ===================================================  ===================================
 kernel                    planted bug                                          expected (family, kind)

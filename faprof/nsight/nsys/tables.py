@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from faprof.measure.intervals import busy_ns
 from faprof.model.schema import TIMED
+from faprof.rows.intervals import busy_ns
 
 #: Columns of nsys_summary.parquet, in order.
 SUMMARY_COLUMNS: tuple[str, ...] = (

@@ -42,7 +42,6 @@ import pandas as pd
 
 from faprof.analysis import aliases
 from faprof.errors import FaprofError
-from faprof.measure import stats
 from faprof.model.scenarios import gate_threshold
 from faprof.report.gate import pool as gate_pool
 from faprof.report.gate.noise import NoiseFloor, load_floors
@@ -66,6 +65,7 @@ from faprof.report.gate.verdicts import (
     rows_to_retime,
 )
 from faprof.report.gate.why import Nsight, why_moved
+from faprof.rows import stats
 from faprof.store import Bundle
 
 # The names callers import from here, wherever they now live.

@@ -35,8 +35,10 @@ import numpy as np
 import pandas as pd
 
 from faprof.errors import FaprofError
-from faprof.measure import stats
-from faprof.measure.noise_floor import (  # noqa: F401  (the recorded floors: one home, re-exported for the gate)
+from faprof.model.schema import TIMED
+from faprof.report.gate.stats import hl_one_sample
+from faprof.rows import stats
+from faprof.rows.noise_floor import (  # noqa: F401  (the recorded floors: one home, re-exported for the gate)
     FLOORS_FILE,
     NO_FLOOR,
     NoiseFloor,
@@ -45,8 +47,6 @@ from faprof.measure.noise_floor import (  # noqa: F401  (the recorded floors: on
     load_floors,
     to_toml,
 )
-from faprof.model.schema import TIMED
-from faprof.report.gate.stats import hl_one_sample
 from faprof.store import Bundle
 
 #: Rows timed by these clocks are what the floors describe (host-clock rows have no floor).

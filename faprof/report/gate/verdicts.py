@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from faprof.measure import stats
 from faprof.model.schema import TIMED
 from faprof.report.gate import pool as gate_pool
 from faprof.report.gate.noise import NoiseFloor
 from faprof.report.gate.stats import AMBIGUOUS, FASTER, SAME, SLOWER, Shift, log_shift, verdict
+from faprof.rows import stats
 
 #: Verdicts besides the four timing ones (faprof.report.gate.stats).
 WRONG, FAILED, UNTIMED, MISSING = "wrong", "failed", "untimed", "missing"
@@ -128,7 +128,7 @@ def status_verdict(r: Any) -> dict[str, Any] | None:
     if sb == "failed":
         return {**out, "verdict": FAILED, "gated": True, "regression": True,
                 "reason": f"failed on the candidate: {why_b}".rstrip(": ")}
-    if sb == "untrusted":  # a time the GPU cannot reach (faprof.measure.limits): no result, so no pass
+    if sb == "untrusted":  # a time the GPU cannot reach (faprof.rows.limits): no result, so no pass
         return {**out, "verdict": FAILED, "gated": True, "regression": True,
                 "reason": f"untrusted on the candidate: {why_b}".rstrip(": ")}
     if sb not in TIMED:
@@ -183,7 +183,7 @@ def judge_row(r: Any, samples_b: Any, threshold: float, options: GateOptions) ->
         side, reasons = ("candidate", cell(r, "throttle_reasons_b")) if thr_b else ("baseline", cell(r, "throttle_reasons_a"))
         notes.append(f"throttled in the {side} only ({reasons or 'reason not recorded'})")
     for side, sfx in (("baseline", "a"), ("candidate", "b")):
-        if bool(cell(r, f"timing_flagged_{sfx}")):  # faprof.measure.integrity: work outside the call, stale output...
+        if bool(cell(r, f"timing_flagged_{sfx}")):  # faprof.timing.integrity: work outside the call, stale output...
             notes.append(f"timing flagged in the {side}: {cell(r, f'timing_flag_reason_{sfx}')}")
     # an interval that stays under +threshold cannot hide a regression; one that reaches past it, or none, can
     may_regress = not s.has_interval or s.high > 1.0 + threshold or bool(ta and tb and ta != tb)

@@ -1,1 +1,0 @@
-"""The measure stage: correctness first, then timing (CUPTI, clocks, statistics), and the machine's ceilings."""
