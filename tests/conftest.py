@@ -7,7 +7,7 @@ from testonly import load_testonly
 
 #: torch's intra-op threads in the test process. Its tensors are tiny (a few thousand elements): OpenMP's
 #: threads cost more than they give. tests/test_wrong_signatures.py's run took 62 s of CPU with 2 threads
-#: and 17 s with 1 (2-core machine). Workers that runs spawn set their own (faprof.run.pool), as for users.
+#: and 17 s with 1 (2-core machine). Workers that runs spawn set their own (faprof.run.gpu_pool), as for users.
 TEST_TORCH_THREADS = 1
 
 

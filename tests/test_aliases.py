@@ -199,7 +199,7 @@ def test_the_dashboard_loads_one_row_per_kernel(cut):
 
 def test_a_new_manifest_records_the_declared_aliases():
     from faprof.run.options import ProfileOptions
-    from faprof.run.setup import new_manifest
+    from faprof.run.resolve import new_manifest
 
     scn = load_scenario("l4_causal")
     m = new_manifest(scn, ProfileOptions(), {}, scn.timing, plan.plan(scn, None), None, False, None)
@@ -209,7 +209,7 @@ def test_a_new_manifest_records_the_declared_aliases():
 
 def test_profile_prints_what_it_measures_with_the_aliases_named():
     from faprof.run.profile import measures_lines
-    from faprof.run.setup import setup
+    from faprof.run.resolve import setup
 
     su = setup("l4_causal", None, None)
     lines = measures_lines(su)

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from faprof.cli import main
-from faprof.cli import run as cli_run
+from faprof.cli import profiling as cli_run
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import TimingSettings
 from faprof.run import cpu

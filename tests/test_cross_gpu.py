@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 from click.testing import CliRunner
 
-from faprof.analysis import runs as dashboard
+from faprof import analysis as dashboard
 from faprof.cli import main
 from faprof.report.writer import compare_runs, gpu_models
 from faprof.store import Bundle, load_many
@@ -64,7 +64,7 @@ def test_a_bundle_of_two_gpu_models_is_split_per_gpu(tmp_path):
 
 
 def test_speedups_are_per_gpu_model(tmp_path):
-    from faprof.analysis import core as analysis
+    from faprof.analysis import speedups as analysis
 
     b = _two_model_bundle(tmp_path)
     df = b.measurements()

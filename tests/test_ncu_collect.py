@@ -28,8 +28,8 @@ from faprof.errors import FaprofError
 from faprof.model.scenarios import load_scenario
 from faprof.nsight import ncu
 from faprof.nsight.ncu import find as ncu_find
-from faprof.nsight.ncu import plan as ncu_plan
 from faprof.nsight.ncu import run as ncu_run
+from faprof.nsight.ncu import session_plan as ncu_plan
 from faprof.nsight.ncu import tables as cat
 from faprof.store import Bundle
 

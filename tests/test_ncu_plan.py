@@ -20,7 +20,7 @@ from faprof.errors import FaprofError
 from faprof.model import plan as run_plan
 from faprof.model.scenarios import load_scenario
 from faprof.nsight import ncu
-from faprof.nsight.ncu import plan as ncu_plan
+from faprof.nsight.ncu import session_plan as ncu_plan
 
 ROOT = Path(__file__).parent.parent
 

@@ -86,8 +86,8 @@ def test_pace_tells_turn_taking_from_parallel_profiling():
 def test_a_part_does_not_teach_the_cost_cache_its_pace(monkeypatch, tmp_path):
     """A fanned-out part shares the machine with the other parts: its seconds per kernel would make
     the next one-GPU plan wrong, so it records kernels per pair only."""
-    from faprof.nsight.ncu import plan as ncu_plan
     from faprof.nsight.ncu import run as ncu_run
+    from faprof.nsight.ncu import session_plan as ncu_plan
 
     path = tmp_path / "costs.json"
     monkeypatch.setattr(ncu_plan, "costs_path", lambda: path)

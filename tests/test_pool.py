@@ -21,7 +21,7 @@ import pytest
 
 from faprof import run as runner
 from faprof.errors import FaprofError
-from faprof.run import fanout, pool
+from faprof.run import fanout, gpu_pool
 from faprof.store import Bundle
 
 DATA = Path(__file__).parent / "data" / "bundles"
@@ -34,19 +34,19 @@ def _rows(b: Bundle) -> list[tuple[str, str, str]]:
 
 
 def test_parse_gpus(monkeypatch):
-    monkeypatch.setattr(pool, "nvml_gpu_count", lambda: 0)  # as on this machine: no driver
+    monkeypatch.setattr(gpu_pool, "nvml_gpu_count", lambda: 0)  # as on this machine: no driver
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert pool.parse_gpus(None) is None
-    assert pool.parse_gpus("0, 1,1") == [0, 1]
+    assert gpu_pool.parse_gpus(None) is None
+    assert gpu_pool.parse_gpus("0, 1,1") == [0, 1]
     with pytest.raises(FaprofError, match="no NVIDIA GPU"):
-        pool.parse_gpus("all")
+        gpu_pool.parse_gpus("all")
     with pytest.raises(FaprofError, match="comma-separated GPU indices"):
-        pool.parse_gpus("first")
+        gpu_pool.parse_gpus("first")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    assert pool.parse_gpus("all") == [2, 3]
-    monkeypatch.setattr(pool, "nvml_gpu_count", lambda: 2)  # simulated: a 2-GPU machine
+    assert gpu_pool.parse_gpus("all") == [2, 3]
+    monkeypatch.setattr(gpu_pool, "nvml_gpu_count", lambda: 2)  # simulated: a 2-GPU machine
     with pytest.raises(FaprofError, match="has 2 GPU"):
-        pool.parse_gpus("0,2")
+        gpu_pool.parse_gpus("0,2")
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def test_two_workers_give_the_rows_of_one(runs):
     assert [w["env"]["cuda_visible_devices"] for w in m["workers"]] == ["0", "1"]
     # ... and with its share of the host cores (this 2-core machine: one thread each)
     if not os.environ.get("OMP_NUM_THREADS"):
-        assert [w["env"]["torch_threads"] for w in m["workers"]] == [max(1, pool.host_cores() // 2)] * 2
+        assert [w["env"]["torch_threads"] for w in m["workers"]] == [max(1, gpu_pool.host_cores() // 2)] * 2
     df = two.measurements()
     assert set(df["gpu_index"]) == {0, 1}  # both workers took tasks from the one queue
     assert two.pending_rows() == []  # compacted at the end
@@ -89,7 +89,7 @@ def test_resume_of_a_two_gpu_bundle(runs, tmp_path):
 
 def test_task_queue_keeps_models_apart_and_prefers_the_last_shape():
     p1, p2 = SimpleNamespace(shape_id="a"), SimpleNamespace(shape_id="b")
-    q = pool.TaskQueue([("H100", p1, "v1"), ("H100", p2, "v1"), ("H200", p1, "v1"), ("H100", p2, "v2")])
+    q = gpu_pool.TaskQueue([("H100", p1, "v1"), ("H100", p2, "v1"), ("H200", p1, "v1"), ("H100", p2, "v2")])
     assert q.take("H100", "b")[1:] == (p2, "v1")  # its last shape first
     assert q.take("H100", None)[1:] == (p1, "v1")  # else the oldest
     assert q.take("L4", None) is None  # no task of another model
@@ -102,7 +102,7 @@ def test_task_queue_hands_out_host_rows_first_biggest_first():
     left running one while the others idle at the end; a worker's last shape still comes first."""
     small, big = SimpleNamespace(shape_id="s", flops=lambda: 1e6), SimpleNamespace(shape_id="b", flops=lambda: 1e9)
     gpu, cpu = SimpleNamespace(name="fa2", device="cuda"), SimpleNamespace(name="cpu_ref", device="cpu")
-    q = pool.TaskQueue([("H100", small, gpu), ("H100", big, gpu), ("H100", small, cpu), ("H100", big, cpu)])
+    q = gpu_pool.TaskQueue([("H100", small, gpu), ("H100", big, gpu), ("H100", small, cpu), ("H100", big, cpu)])
     assert q.take("H100", None)[1:] == (big, cpu)
     assert q.take("H100", "b")[1:] == (big, gpu)  # the shape it ran last
     assert q.take("H100", None)[1:] == (small, cpu)
@@ -111,13 +111,13 @@ def test_task_queue_hands_out_host_rows_first_biggest_first():
 
 def test_each_of_several_workers_gets_its_share_of_the_host_cores(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(pool, "host_cores", lambda: 32)
-    assert pool.worker_env(1, 2) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "1", "OMP_NUM_THREADS": "16"}
-    assert pool.worker_env(0, 1) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0"}  # one: all cores
-    monkeypatch.setattr(pool, "host_cores", lambda: 2)
-    assert pool.worker_env(0, 3)["OMP_NUM_THREADS"] == "1"
+    monkeypatch.setattr(gpu_pool, "host_cores", lambda: 32)
+    assert gpu_pool.worker_env(1, 2) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "1", "OMP_NUM_THREADS": "16"}
+    assert gpu_pool.worker_env(0, 1) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0"}  # one: all cores
+    monkeypatch.setattr(gpu_pool, "host_cores", lambda: 2)
+    assert gpu_pool.worker_env(0, 3)["OMP_NUM_THREADS"] == "1"
     monkeypatch.setenv("OMP_NUM_THREADS", "4")  # the user's choice is kept
-    assert "OMP_NUM_THREADS" not in pool.worker_env(0, 2)
+    assert "OMP_NUM_THREADS" not in gpu_pool.worker_env(0, 2)
 
 
 def test_ctrl_c_stops_handing_out_tasks_and_keeps_finished_rows(monkeypatch):
@@ -127,8 +127,8 @@ def test_ctrl_c_stops_handing_out_tasks_and_keeps_finished_rows(monkeypatch):
     the stop, so nothing can finish the queue first; no row is emitted after the interrupt, and at most one
     task per worker is taken in the moment before the stop is seen."""
     p = SimpleNamespace(shape_id="a")
-    q = pool.TaskQueue([("cpu", p, f"v{i}") for i in range(40)])
-    slots = [pool.Slot(i, None, {"gpu_name": None}) for i in range(2)]  # type: ignore[arg-type]
+    q = gpu_pool.TaskQueue([("cpu", p, f"v{i}") for i in range(40)])
+    slots = [gpu_pool.Slot(i, None, {"gpu_name": None}) for i in range(2)]  # type: ignore[arg-type]
     emitted: list[dict] = []
     stop = threading.Event()
     sixth = threading.Event()
@@ -154,7 +154,7 @@ def test_ctrl_c_stops_handing_out_tasks_and_keeps_finished_rows(monkeypatch):
 
     monkeypatch.setattr(threading.Thread, "join", join)
     with pytest.raises(KeyboardInterrupt):
-        pool.run_tasks(slots, q, run_one, emitted.append, stop)
+        gpu_pool.run_tasks(slots, q, run_one, emitted.append, stop)
     monkeypatch.undo()
     n = len(emitted)
     assert fired and stop.is_set() and 1 <= n <= 5, n  # only the rows of tasks finished before the interrupt
@@ -168,8 +168,8 @@ def test_an_error_in_one_worker_keeps_the_rows_the_others_finish():
     """Slot 0 raises on its second task while slot 1 is inside a longer one: slot 1's row is kept
     (it ran to the end), no task is handed out after the error, and the error is raised."""
     p = SimpleNamespace(shape_id="a")
-    q = pool.TaskQueue([("cpu", p, f"v{i}") for i in range(10)])
-    slots = [pool.Slot(i, None, {"gpu_name": None}) for i in range(2)]  # type: ignore[arg-type]
+    q = gpu_pool.TaskQueue([("cpu", p, f"v{i}") for i in range(10)])
+    slots = [gpu_pool.Slot(i, None, {"gpu_name": None}) for i in range(2)]  # type: ignore[arg-type]
     emitted: list[dict] = []
     calls = {0: 0, 1: 0}
 
@@ -184,26 +184,26 @@ def test_an_error_in_one_worker_keeps_the_rows_the_others_finish():
         return {"variant": variant, "slot": slot.index}
 
     with pytest.raises(RuntimeError, match="disk full"):
-        pool.run_tasks(slots, q, run_one, emitted.append, threading.Event())
+        gpu_pool.run_tasks(slots, q, run_one, emitted.append, threading.Event())
     assert sorted(r["slot"] for r in emitted) == [0, 1], emitted  # slot 1's long task is kept
     assert calls[1] == 1 and len(q) == 10 - 3
 
 
 def test_a_task_lost_with_its_worker_is_retried_once_on_another_gpu():
     p = SimpleNamespace(shape_id="a")
-    q = pool.TaskQueue([("cpu", p, "crashes_on_0"), ("cpu", p, "always_crashes"), ("cpu", p, "fine")])
-    slots = [pool.Slot(i, None, {"gpu_name": None}) for i in range(2)]  # type: ignore[arg-type]
+    q = gpu_pool.TaskQueue([("cpu", p, "crashes_on_0"), ("cpu", p, "always_crashes"), ("cpu", p, "fine")])
+    slots = [gpu_pool.Slot(i, None, {"gpu_name": None}) for i in range(2)]  # type: ignore[arg-type]
     emitted: list[dict] = []
 
     def run_one(slot, problem, variant, died_on):
         time.sleep(0.05)
         if variant == "always_crashes" or (variant == "crashes_on_0" and slot.index == 0):
             if died_on is None:
-                return pool.Retry(f"died on {slot.index}")
+                return gpu_pool.Retry(f"died on {slot.index}")
             return {"variant": variant, "slot": slot.index, "status": "failed", "reason": f"again, after {died_on}"}
         return {"variant": variant, "slot": slot.index, "status": "ok", "retried_after": died_on}
 
-    pool.run_tasks(slots, q, run_one, emitted.append, threading.Event())
+    gpu_pool.run_tasks(slots, q, run_one, emitted.append, threading.Event())
     rows = {r["variant"]: r for r in emitted}
     assert sorted(rows) == ["always_crashes", "crashes_on_0", "fine"] and len(emitted) == 3
     assert rows["always_crashes"]["status"] == "failed" and "again, after died on" in rows["always_crashes"]["reason"]

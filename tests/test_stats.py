@@ -92,7 +92,7 @@ def test_old_bundles_get_the_median_ci_on_read(tmp_path):
 def test_speedups_use_each_groups_baseline():
     import pandas as pd
 
-    from faprof.analysis.core import with_speedups
+    from faprof.analysis.speedups import with_speedups
 
     df = pd.DataFrame([
         {"variant": "flash", "shape_id": "h", "group": "fp16", "status": "ok", "median_ms": 1.0},

@@ -209,7 +209,7 @@ def bundle(tmp_path_factory):
 
 def test_the_bundle_and_the_report_show_every_flag(bundle):
     from faprof.report import appendix as _  # noqa: F401  (the report package loads its sections)
-    from faprof.report import observations, tables
+    from faprof.report import observations, table_text
     from faprof.report.writer import render_appendix
 
     df = bundle.measurements()
@@ -220,6 +220,6 @@ def test_the_bundle_and_the_report_show_every_flag(bundle):
     assert set(df[df["status"] == "wrong"]["variant"]) == {"gaming_cache", "gaming_skip_b2b", "gaming_half_b2b"}
     text = render_appendix(bundle)
     assert "Flagged timings" in text and "returns a result of earlier inputs" in text
-    assert "gaming_thread ⚑ timing flagged" in tables.md_table(tables.results_frame(df))
+    assert "gaming_thread ⚑ timing flagged" in table_text.md_table(table_text.results_frame(df))
     note = [n for n in observations.notes(df) if "flagged timings" in n]
     assert note and "gaming_cache (1)" in note[0]

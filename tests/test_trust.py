@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from faprof.analysis import aliases
-from faprof.analysis import core as analysis
+from faprof.analysis import speedups as analysis
 from faprof.cli import main as cli
 from faprof.model import schema
 from faprof.model.problem import AttentionProblem

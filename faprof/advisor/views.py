@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from faprof.advisor.diagnose import diagnose, summarize
-from faprof.analysis.runs import RunSet
+from faprof.analysis.load import RunSet
 from faprof.errors import FaprofError
 from faprof.store import Bundle
 

@@ -3,7 +3,7 @@
 This package is a facade: `from faprof import analysis` (or `from faprof.analysis import X`) gives
 every public name of its modules, one per topic:
 
-- `core`: speedups over a scenario's baselines, rankings, scaling, fwd/bwd and memory tables;
+- `speedups`: throughput, % of peak, bandwidth, speedups over a scenario's baselines, rankings, scaling, fwd/bwd and memory tables;
 - `labels`: column labels with units, run titles, problem labels, short chart ticks;
 - `load`: run bundles loaded into a RunSet (the dashboard), filters, the order runs are offered in;
 - `colors`: one colour per variant for every chart of a session;
@@ -18,7 +18,7 @@ every public name of its modules, one per topic:
 Modules inside the package import each other directly, never this facade (no import circles).
 """
 
-from faprof.analysis import core as core
+from faprof.analysis import speedups as speedups
 from faprof.analysis.colors import (  # noqa: F401
     KNOWN_ORDER,
     PALETTE,

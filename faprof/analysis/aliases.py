@@ -32,7 +32,7 @@ from typing import Any
 import pandas as pd
 
 from faprof import variants as _variants  # noqa: F401  (fills the registry: declarations of old bundles)
-from faprof.analysis.core import baselines_of
+from faprof.analysis.speedups import baselines_of
 from faprof.errors import FaprofError
 from faprof.model import schema
 from faprof.model import variant as registry

@@ -18,7 +18,7 @@ import pandas as pd
 
 from faprof import resources
 from faprof.analysis import aliases
-from faprof.analysis import core as analysis
+from faprof.analysis import speedups as analysis
 from faprof.analysis.labels import config_label, gpu_label, parse_stamp, problem_label, run_title
 from faprof.errors import FaprofError
 from faprof.model import schema

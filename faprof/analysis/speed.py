@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from faprof.analysis import core as analysis
+from faprof.analysis import speedups as analysis
 from faprof.model import gpus, schema
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from faprof.cli.app import (
+from faprof.cli.group import (
     console,
     fmt,
     main,
@@ -30,7 +30,7 @@ from faprof.errors import FaprofError
 def show(run: str, runs_dir: Path) -> None:
     """Print a run bundle's table again (RUN: a folder, a run id prefix, or 'latest': the newest complete run)."""
     from faprof.analysis import aliases
-    from faprof.analysis import core as analysis
+    from faprof.analysis import speedups as analysis
     from faprof.store import resolve_run
 
     bundle = resolve_run(run, runs_dir, note)

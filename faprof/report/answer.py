@@ -19,7 +19,7 @@ import pandas as pd
 from faprof.analysis import aliases
 from faprof.analysis.speed import bound_of
 from faprof.report import fmt as f
-from faprof.report import tables as rt
+from faprof.report import table_text as rt
 from faprof.report.blocks import Block, best, geomean, largest_shape, shape_label, timed
 
 #: Two variants within this factor of each other (geometric mean) are called level in the headline.

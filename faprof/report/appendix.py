@@ -18,7 +18,7 @@ from faprof import advisor
 from faprof.advisor.render import who
 from faprof.analysis import aliases
 from faprof.report import fmt as f
-from faprof.report import tables as rt
+from faprof.report import table_text as rt
 from faprof.report.observations import trends
 from faprof.store import Bundle
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from faprof.model import schema
-from faprof.report import tables as rt
+from faprof.report import table_text as rt
 
 
 def geomean(x: pd.Series) -> float:

@@ -24,7 +24,7 @@ from faprof.advisor.render import share_text, who
 from faprof.analysis import short_labels
 from faprof.model import schema
 from faprof.report import fmt as f
-from faprof.report import tables as rt
+from faprof.report import table_text as rt
 from faprof.report.answer import LEVEL_WITHIN
 
 #: Variant kinds whose code the user can change: faprof's CUDA kernels and user kernels.

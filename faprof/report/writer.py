@@ -33,7 +33,7 @@ from faprof import analysis
 from faprof.analysis import aliases
 from faprof.correctness.wrong_text import explain_wrong_rows
 from faprof.errors import FaprofError
-from faprof.report import answer, appendix, observations, png, published, why
+from faprof.report import answer, appendix, observations, png, seed_figures, why
 from faprof.report import charts as rc
 from faprof.report import html as rh
 from faprof.report.blocks import Block, blocks, shape_label, timed
@@ -92,7 +92,7 @@ def read_run(bundle: Bundle, focus: str | None = None) -> Run:
     if focus is not None and focus not in set(meas["variant"]):
         raise FaprofError(f"--focus {focus!r}: no such variant in {bundle.run_id}; its variants: "
                           f"{', '.join(dict.fromkeys(meas['variant']))}")
-    df = analysis.core.speedups_for(meas, m)
+    df = analysis.speedups.speedups_for(meas, m)
     run = Run(bundle, m, df, blocks(df), focus)
     run.order = list(dict.fromkeys(v for b in run.blocks for v in b.ranking["variant"]))
     run.diagnosis = why.section(bundle, df, run.order, focus)
@@ -179,7 +179,7 @@ def render_markdown(bundle: Bundle | Run, chart_hook: ChartHook | None = None, c
                   "the same):", "", "```text", *wrong, "```", ""]
     parts += run.diagnosis.lines if run.diagnosis is not None else []
     if not run.focus:
-        parts += published.section(run.df, run.manifest, run.gpu)
+        parts += seed_figures.section(run.df, run.manifest, run.gpu)
     parts += ["## Charts", ""]
     if charts and chart_hook is not None:
         parts += [chart_lead, ""] if chart_lead else []

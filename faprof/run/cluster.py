@@ -29,7 +29,7 @@ from typing import Any
 from faprof import __version__
 from faprof.errors import FaprofError
 from faprof.run.finish import finish_row, prepare_task, say_row_notes
-from faprof.run.setup import RunSetup, open_run
+from faprof.run.resolve import RunSetup, open_run
 from faprof.run.state import RunState
 from faprof.run.worker import TaskError, Worker, WorkerDied
 from faprof.timing.env import git_sha

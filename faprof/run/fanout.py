@@ -44,8 +44,8 @@ from faprof.errors import FaprofError
 from faprof.model import plan as run_plan
 from faprof.model.scenarios import parse_scenario
 from faprof.nsight import nsys
-from faprof.nsight.ncu import plan as ncu_plan
 from faprof.nsight.ncu import run as ncu_run
+from faprof.nsight.ncu import session_plan as ncu_plan
 from faprof.nsight.ncu.command import NcuSettings
 from faprof.nsight.ncu.run import TABLES
 from faprof.run import ncu_split

@@ -17,7 +17,7 @@ from faprof.model.scenarios import Scenario, TimingSettings
 from faprof.model.variant import Variant
 from faprof.rows import limits
 from faprof.rows.derive import derive
-from faprof.run import pool
+from faprof.run import gpu_pool
 from faprof.run.options import ProfileOptions, Progress
 from faprof.run.worker import TaskError, WorkerDied
 from faprof.store import Bundle, utc_stamp
@@ -66,7 +66,7 @@ def say_row_notes(bundle: Bundle, row: dict[str, Any], said: set[str], progress:
 
 def run_one(runner, bundle: Bundle, scenario: Scenario, variant, problem: AttentionProblem, timing: TimingSettings,
              cuda_ok: bool, env: dict[str, Any], options: ProfileOptions, retry: bool = False) -> Any:
-    """The row of one (variant, problem); with `retry`, `pool.Retry` when the worker died of a
+    """The row of one (variant, problem); with `retry`, `gpu_pool.Retry` when the worker died of a
     crash (not a hang: a hung kernel would cost the timeout twice)."""
     row, task = prepare_task(bundle, scenario, variant, problem, timing, cuda_ok, env, options)
     if task is None:
@@ -79,7 +79,7 @@ def run_one(runner, bundle: Bundle, scenario: Scenario, variant, problem: Attent
         if e.stacks:  # a hung worker's every thread, for the record (the row's reason names the innermost frames)
             bundle.log(f"{variant.name} on {problem.shape_id}: the worker's stacks before it was killed:\n{e.stacks}")
         if retry and not str(e).startswith("no answer within"):
-            return pool.Retry(str(e))
+            return gpu_pool.Retry(str(e))
         outcome = ("died", str(e))
     except TaskError as e:
         outcome = ("error", (e.type_name, e.message))

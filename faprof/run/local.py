@@ -15,9 +15,9 @@ from typing import Any
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import TimingSettings
 from faprof.model.variant import Variant
-from faprof.run import cpu, pool
+from faprof.run import cpu, gpu_pool
 from faprof.run.finish import base_row, finish_row, gpu_fields, run_one, say_row_notes
-from faprof.run.setup import RunSetup, open_run
+from faprof.run.resolve import RunSetup, open_run
 from faprof.run.state import RunState
 from faprof.run.worker import InProcess, Worker
 
@@ -26,13 +26,13 @@ def run_rows(su: RunSetup, state: RunState, stop: threading.Event) -> None:
     """Measure every (variant, problem) pair of `su` not yet in the bundle; `state` receives the
     bundle (as soon as it exists), the environment, the GPUs used and the worker restarts."""
     options, progress = su.options, state.progress
-    slots: list[pool.Slot] = []
+    slots: list[gpu_pool.Slot] = []
     runner: Any = None
     try:
         progress("status", {"message": "reading the environment (starting the worker)"})
         env_task = {"op": "env", "ceilings": options.ceilings and su.bundle is None}
         if options.gpus is not None:
-            slots = pool.start_slots(options.gpus, options.user_variants, env_task, options.task_timeout_s)
+            slots = gpu_pool.start_slots(options.gpus, options.user_variants, env_task, options.task_timeout_s)
             env = slots[0].env
         else:
             runner = Worker(options.user_variants) if options.isolate else InProcess(options.user_variants)
@@ -58,7 +58,7 @@ def run_rows(su: RunSetup, state: RunState, stop: threading.Event) -> None:
         state.worker_restarts = restarts
         if runner is not None:
             runner.close()
-        pool.close_slots(slots)
+        gpu_pool.close_slots(slots)
 
 
 def _emitter(state: RunState):
@@ -102,7 +102,7 @@ def _say_cpu_run(su: RunSetup, state: RunState, todo: list, scenario_timing: Tim
         state.progress("plan", {"message": line})
 
 
-def _pool_rows(su: RunSetup, state: RunState, slots: list[pool.Slot], models: list[str], stop: threading.Event) -> None:
+def _pool_rows(su: RunSetup, state: RunState, slots: list[gpu_pool.Slot], models: list[str], stop: threading.Event) -> None:
     bundle = state.bundle
     assert bundle is not None
     emit = _emitter(state)
@@ -114,12 +114,12 @@ def _pool_rows(su: RunSetup, state: RunState, slots: list[pool.Slot], models: li
     state.progress("start", {"total": total, "todo": len(todo_tasks), "done": total - len(todo_tasks)})
     peers = {m: sum(1 for s in slots if s.model == m) for m in models}
 
-    def run_on(slot: pool.Slot, problem: AttentionProblem, variant: Variant,
-               died_on: str | None) -> dict[str, Any] | pool.Retry:
+    def run_on(slot: gpu_pool.Slot, problem: AttentionProblem, variant: Variant,
+               died_on: str | None) -> dict[str, Any] | gpu_pool.Retry:
         env_m = recorded.get(slot.model) or slot.env
         row = run_one(slot.runner, bundle, su.scenario, variant, problem, su.timing,
                       bool(slot.env.get("cuda_available")), env_m, su.options, retry=peers[slot.model] > 1)
-        if isinstance(row, pool.Retry):
+        if isinstance(row, gpu_pool.Retry):
             if died_on is None:
                 bundle.log(f"{variant.name} on {problem.shape_id}: worker on GPU {slot.index} lost "
                            f"({row.reason}); retrying once on another GPU")
@@ -128,5 +128,5 @@ def _pool_rows(su: RunSetup, state: RunState, slots: list[pool.Slot], models: li
                              ("died", f"{row.reason} (retried after: {died_on})"), float("nan"))
         return {**row, **gpu_fields(slot.env, slot.index), "attempts": 2 if died_on else 1}
 
-    pool.run_tasks(slots, pool.TaskQueue(todo_tasks), run_on, emit, stop)
+    gpu_pool.run_tasks(slots, gpu_pool.TaskQueue(todo_tasks), run_on, emit, stop)
 

@@ -16,9 +16,9 @@ from faprof.errors import FaprofError
 from faprof.model.plan import plan, split_list
 from faprof.model.scenarios import Scenario, load_scenario
 from faprof.nsight.ncu import command as ncu_command
-from faprof.nsight.ncu import plan as ncu_plan
+from faprof.nsight.ncu import session_plan as ncu_plan
+from faprof.run.gpu_pool import parse_gpus
 from faprof.run.options import DEFAULT_TASK_TIMEOUT_S, ProfileOptions
-from faprof.run.pool import parse_gpus
 from faprof.variants.user_kernel import make_spec
 
 

@@ -36,7 +36,7 @@ printf '%s\n' "${summary[@]}"
 [ -n "$RUN" ] && python3 - "$RUN" <<'PYEOF'
 import sys
 import pandas as pd
-from faprof.analysis import core as analysis
+from faprof.analysis import speedups as analysis
 m = pd.read_parquet(f"{sys.argv[1]}/measurements.parquet")
 print(m.groupby(["direction", "status"]).size().unstack(fill_value=0).to_string())
 fb = analysis.fwd_bwd_tables(m)

@@ -3,10 +3,10 @@
 One name for the four parts (import the parts directly where only one is needed):
 
 - `faprof.nsight.ncu.find`: find_ncu, ncu_version, query_metrics, the permission hint
-  (`faprof.nsight.ncu.checks`: the doctor's lines);
+  (`faprof.nsight.ncu.doctor_lines`: the doctor's lines);
 - `faprof.nsight.ncu.command`: the section sets (`faprof`, basic, detailed, full), ncu_command,
   NcuSettings;
-- `faprof.nsight.ncu.plan`: the default targets, the shape/variant/kernel selectors, the cost
+- `faprof.nsight.ncu.session_plan`: the default targets, the shape/variant/kernel selectors, the cost
   cache and the estimate printed before replaying;
 - `faprof.nsight.ncu.run`: run_ncu, `collect()` (the end of `faprof profile --ncu`) and `rerun()`
   (`faprof ncu RUN`);
@@ -37,7 +37,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from faprof.nsight.ncu.checks import doctor_checks
 from faprof.nsight.ncu.command import (
     CACHE_CONTROLS,
     CLOCK_CONTROLS,
@@ -52,6 +51,7 @@ from faprof.nsight.ncu.command import (
     nvtx_filter,
     set_args,
 )
+from faprof.nsight.ncu.doctor_lines import doctor_checks
 from faprof.nsight.ncu.find import (
     _QUERY_CACHE,
     _VERSION_CACHE,
@@ -65,7 +65,6 @@ from faprof.nsight.ncu.find import (
     query_metrics,
     supports_import_source,
 )
-from faprof.nsight.ncu.plan import NcuPlan, default_targets, make_plan
 from faprof.nsight.ncu.read import (
     METRICS_COLUMNS,
     RULES_COLUMNS,
@@ -94,6 +93,7 @@ from faprof.nsight.ncu.run import (
     run_ncu,
     toml_dumps,
 )
+from faprof.nsight.ncu.session_plan import NcuPlan, default_targets, make_plan
 
 __all__ = [
     "CACHE_CONTROLS",

@@ -33,7 +33,7 @@ import pandas as pd
 from faprof import variants
 from faprof.errors import FaprofError
 from faprof.model.scenarios import parse_scenario
-from faprof.nsight.ncu import plan as ncu_plan
+from faprof.nsight.ncu import session_plan as ncu_plan
 from faprof.nsight.ncu import tables as cat
 from faprof.nsight.ncu.command import NcuSettings, ncu_command
 from faprof.nsight.ncu.find import (
@@ -45,9 +45,9 @@ from faprof.nsight.ncu.find import (
     query_metrics,
     supports_import_source,
 )
-from faprof.nsight.ncu.plan import NcuPlan
 from faprof.nsight.ncu.process import NcuRun, Progress, run_ncu
 from faprof.nsight.ncu.read import load_plan, read_report_isolated, write_tables
+from faprof.nsight.ncu.session_plan import NcuPlan
 from faprof.store import utc_stamp
 
 #: File names inside the bundle's raw/ folder.

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from faprof.analysis import aliases, labels
-from faprof.analysis import core as analysis
+from faprof.analysis import speedups as analysis
 from faprof.model import schema
 from faprof.model.plan import also_label
 from faprof.report import fmt as f

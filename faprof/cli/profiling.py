@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from faprof.cli.app import (
+from faprof.cli.group import (
     EXIT_ROWS_BAD,
     console,
     error_line,
@@ -204,7 +204,7 @@ def _interrupted(path: Any) -> NoReturn:
 def _print_profile_outcome(bundle: Any, notices: list[str], allow_failures: bool) -> int:
     """The results table, its notes and the ncu line; the exit code (0, or EXIT_ROWS_BAD)."""
     from faprof.analysis import aliases
-    from faprof.analysis import core as analysis
+    from faprof.analysis import speedups as analysis
 
     m = bundle.manifest()
     df = analysis.speedups_for(aliases.measurements(bundle), m)
@@ -269,7 +269,7 @@ def ncu_cmd(run: str, ncu_set: str, ncu_variants: str | None, ncu_shapes: str | 
     from faprof.nsight.ncu.run import NcuOptions, rerun, this_gpu
     from faprof.nsight.ncu.source_run import collect_source
     from faprof.run import fanout
-    from faprof.run.pool import parse_gpus
+    from faprof.run.gpu_pool import parse_gpus
     from faprof.store import resolve_run
 
     gpu_list = parse_gpus(gpus)

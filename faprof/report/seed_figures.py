@@ -17,7 +17,7 @@ import pandas as pd
 from faprof.analysis import aliases
 from faprof.model import schema
 from faprof.report import fmt as f
-from faprof.report import tables as rt
+from faprof.report import table_text as rt
 from faprof.report.method import cite
 
 #: faprof's own kernels in the order of the progression, most developed first, per kind of math:

@@ -11,7 +11,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from faprof.cli.app import console, fmt, main, say
+from faprof.cli.group import console, fmt, main, say
 from faprof.errors import FaprofError
 
 
