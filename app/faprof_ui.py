@@ -205,6 +205,7 @@ PAGE_FILES = (
     ("timeline.py", "Timeline", ":material/view_timeline:"),
     ("diff.py", "Diff", ":material/compare_arrows:"),
     ("wrong.py", "Wrong results", ":material/error:"),
+    ("leaderboard.py", "Leaderboard", ":material/leaderboard:"),
 )
 
 _REROUTED = "_faprof_rerouted"

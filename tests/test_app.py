@@ -35,7 +35,7 @@ H100_NCU = "20261121T195544Z_nvidia-h100-80gb-hbm3_smoke"
 H100_NSYS = "20261121T194831Z_nvidia-h100-80gb-hbm3_smoke"
 CPU_L4 = "20261121T193107Z_cpu_l4-causal"
 FLAGS = "20261121T193159Z_cpu_flags"
-PAGES = ("overview", "variants", "gpus", "ncu", "timeline", "diff", "wrong")
+PAGES = ("overview", "variants", "gpus", "ncu", "timeline", "diff", "wrong", "leaderboard")
 
 #: AppTest's per-run timeout: the first run imports plotly and loads every bundle (2-core CI).
 APPTEST_TIMEOUT_S = 60
@@ -311,6 +311,17 @@ def _axis_titles(at) -> list[str]:
                 t = v.get("title")
                 out.append(t.get("text", "") if isinstance(t, dict) else str(t or ""))
     return out
+
+
+def test_leaderboard_page_ranks_every_kernel_against_the_measured_ceiling(app):
+    at = _open(app(), "leaderboard")
+    assert at.title[0].value == "Leaderboard"
+    at.selectbox(key="lb_scenario").set_value("llama3_70b_decode").run()
+    assert not at.exception, [e.value for e in at.exception]
+    top = at.dataframe[0].value
+    assert top.iloc[0]["variant"] == "decode_splitkv" and set(top["who"]) >= {"faprof", "PyTorch"}
+    assert any("No library baseline was timed here" in i.value for i in at.info)  # the committed runs predate them
+    assert len(at.dataframe) == 2 and at.dataframe[1].value.shape[0] == len(top[top["shapes"] > 0])
 
 
 def test_every_page_renders(app):

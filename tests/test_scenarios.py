@@ -97,6 +97,10 @@ def test_syntax_error_gives_line_and_column(tmp_path):
     ('name = "x"\nbaseline = "torch_standard"\nvariants = ["fa9"]\nproblems = [{B=1,H=1,S=8,D=8}]\n', "variants", "known variant"),
     ('name = "x"\nbaseline = "torch_standard"\nproblems = [{B=1,H=1,S=8,D=8}]\n[[published]]\ngpu = "L4"\nwhat = "latency"\nsubject = "x"\nunit = "ms"\n', "published[0].value", "present"),
     ('name = "x"\nbaseline = "torch_standard"\ngrid = {B = []}\n', "grid.B", "non-empty list"),
+    ('name = "x"\nbaseline = "torch_standard"\nbaseline_fallback = ["fa9"]\nproblems = [{B=1,H=1,S=8,D=8}]\n',
+     "baseline_fallback", "known variant"),
+    ('name = "x"\nbaseline = "torch_standard"\n[[groups]]\nbaseline_fallback = 3\nproblems = [{B=1,H=1,S=8,D=8}]\n',
+     "groups[0].baseline_fallback", "variant name"),
 ])
 def test_validation_errors_name_file_key_and_expectation(tmp_path, body, key, expected):
     f = _write(tmp_path, body)

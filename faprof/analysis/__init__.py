@@ -13,7 +13,9 @@ every public name of its modules, one per topic:
 - `timeline`: the Nsight Systems timeline of one problem;
 - `diff`: two runs row by row with faprof's one significance test;
 - `files`: CSV, bundle archives, sanitize runs;
-- `wrong`: wrong rows' error maps as heatmap grids.
+- `wrong`: wrong rows' error maps as heatmap grids;
+- `leaderboard`: every kernel of a scenario on a GPU as % of the measured ceiling (import the module itself:
+  `from faprof.analysis import leaderboard`).
 
 Modules inside the package import each other directly, never this facade (no import circles).
 """

@@ -14,26 +14,82 @@ from faprof.model.schema import STATUSES, TIMED  # noqa: F401  (one home: model.
 from faprof.rows.derive import bandwidth_for, derive, peak_clock_for, peak_for  # noqa: F401  (one home: rows.derive)
 
 
-def with_speedups(df: pd.DataFrame, baseline: str, group_baselines: dict[str, str] | None = None) -> pd.DataFrame:
+def with_speedups(df: pd.DataFrame, baseline: str, group_baselines: dict[str, str] | None = None,
+                  fallbacks: dict[str, list[str]] | None = None) -> pd.DataFrame:
     """Add `baseline` (the variant each row is compared with), `baseline_ms` and `speedup` =
     baseline median / row median, per (run, shape_id, GPU model); >1 means faster than the baseline.
 
     `group_baselines` maps a group name to its own baseline (rows of other groups use `baseline`).
-    Only timed rows of the baseline count; rows without a timed baseline get NaN.
+    `fallbacks` maps a group name to the baselines after its own, in order ("" for every group: the
+    scenario's baseline and fallbacks, `baseline_chains`): where a group's baseline was timed on none of
+    its shapes in a run on a GPU model (an optional library not installed there), its rows are compared
+    with the first of these that was, `baseline_declared` names the one the scenario declared and
+    `baseline_note` says why they differ ('' where they do not). Only timed rows of the baseline count;
+    rows without a timed baseline get NaN.
     """
     if df.empty:
         return df.assign(speedup=pd.Series(dtype=float))
     keys = ["shape_id"] + (["run_id"] if "run_id" in df.columns else [])
     if "gpu_name" in df.columns and df["gpu_name"].notna().any():
         keys.append("gpu_name")  # a bundle of several GPU models compares each model's rows with its own baseline
-    out = df.drop(columns=[c for c in ("baseline", "baseline_ms", "speedup") if c in df.columns])
-    groups = out["group"] if "group" in out.columns else pd.Series("", index=out.index)
-    out["baseline"] = [(group_baselines or {}).get(g, baseline) for g in groups]
+    out = df.drop(columns=[c for c in ("baseline", "baseline_ms", "speedup", "baseline_declared", "baseline_note")
+                           if c in df.columns])
+    groups = out["group"].fillna("") if "group" in out.columns else pd.Series("", index=out.index)
+    declared = [(group_baselines or {}).get(g, baseline) for g in groups]
+    out["baseline_declared"] = declared
+    out["baseline"] = declared
+    out["baseline_note"] = ""
+    if fallbacks:
+        _fall_back(out, groups, fallbacks, [k for k in keys if k != "shape_id"])
     base = out[out["status"].isin(TIMED)][[*keys, "variant", "median_ms"]]
     base = base.rename(columns={"variant": "baseline", "median_ms": "baseline_ms"})
     out = out.merge(base, on=[*keys, "baseline"], how="left")
     out["speedup"] = out["baseline_ms"] / out["median_ms"]
     out.loc[~out["status"].isin(TIMED), "speedup"] = float("nan")
+    return out
+
+
+def _fall_back(out: pd.DataFrame, groups: pd.Series, fallbacks: dict[str, list[str]], keys: list[str]) -> None:
+    """Set `baseline` and `baseline_note` in place where a (run, GPU model, group)'s declared baseline has no
+    timed row: the first of its fallbacks that has one (see with_speedups)."""
+    timed_rows = out["status"].isin(TIMED) & (pd.to_numeric(out["median_ms"], errors="coerce") > 0)
+    for _, part in out.assign(_g=groups).groupby([*keys, "_g"], sort=False, dropna=False):
+        declared = str(part["baseline_declared"].iloc[0])
+        g = str(part["_g"].iloc[0])
+        ran = set(part.loc[timed_rows[part.index], "variant"])
+        if declared in ran:
+            continue
+        chain = list(dict.fromkeys([*fallbacks.get(g, []), *fallbacks.get("", [])]))
+        pick = next((v for v in chain if v != declared and v in ran), None)
+        if pick is None:
+            continue
+        mine = part[part["variant"] == declared]
+        if mine.empty:
+            why = "was not among the variants run"
+        else:
+            r = mine.iloc[0]
+            reason = str(r.get("reason") or "").strip() if "reason" in mine else ""
+            why = f"was {r['status']} on every shape" + (f" ({reason})" if reason else "")
+        where = f"group {g}: " if g else ""
+        out.loc[part.index, "baseline"] = pick
+        out.loc[part.index, "baseline_note"] = (f"{where}the baseline {declared} {why}; speedups are over the next "
+                                                f"baseline, {pick}")
+
+
+def baseline_chains(manifest: dict[str, Any]) -> dict[str, list[str]]:
+    """The fallback baselines a bundle's scenario names, for with_speedups' `fallbacks`: {group: its own
+    fallbacks}, and "" (tried after a group's own, for every group): the scenario's baseline, then its fallbacks."""
+    scen = manifest.get("scenario", {})
+    raw = scen.get("raw") or {}
+
+    def names(x: Any) -> list[str]:
+        return [x] if isinstance(x, str) else [str(v) for v in x] if isinstance(x, list) else []
+
+    default = str(scen.get("baseline", "") or "")
+    out = {"": [b for b in [default, *names(raw.get("baseline_fallback"))] if b]}
+    for i, g in enumerate(raw.get("groups", []) or []):
+        if isinstance(g, dict):
+            out[g.get("name", f"groups[{i}]")] = names(g.get("baseline_fallback"))
     return out
 
 
@@ -50,9 +106,9 @@ def baselines_of(manifest: dict[str, Any]) -> tuple[str, dict[str, str]]:
 
 
 def speedups_for(bundle_measurements: pd.DataFrame, manifest: dict[str, Any]) -> pd.DataFrame:
-    """with_speedups using the baselines the bundle's scenario names."""
+    """with_speedups using the baselines (and fallback baselines) the bundle's scenario names."""
     default, groups = baselines_of(manifest)
-    return with_speedups(bundle_measurements, default, groups)
+    return with_speedups(bundle_measurements, default, groups, baseline_chains(manifest))
 
 
 def ranking(df: pd.DataFrame) -> pd.DataFrame:

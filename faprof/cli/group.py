@@ -187,9 +187,12 @@ def print_baselines(df) -> None:
     per = df.groupby("baseline", sort=False)["group"].unique() if "group" in df else None
     if per is None or len(per) <= 1:
         say(f"speedup = {df['baseline'].iloc[0]}'s median / the row's median (above 1: faster than it)")
-        return
-    parts = [f"{b} for {', '.join(str(g) for g in gs)}" for b, gs in per.items()]
-    say("speedup = the baseline's median / the row's median; baselines: " + "; ".join(parts))
+    else:
+        parts = [f"{b} for {', '.join(str(g) for g in gs)}" for b, gs in per.items()]
+        say("speedup = the baseline's median / the row's median; baselines: " + "; ".join(parts))
+    notes = df["baseline_note"].fillna("").astype(str) if "baseline_note" in df else []
+    for note in dict.fromkeys(n for n in notes if n):  # a fallback baseline (analysis.with_speedups)
+        say(f"  {note}", style="yellow")
 
 
 def print_reasons(df) -> None:

@@ -10,6 +10,8 @@ Layout of a file (every key is checked; unknown keys are errors, so typos do not
     description = "..."
     source = "Title, GPU, date"             # the report it reproduces, cited by title (optional)
     baseline = "sdpa_flash"                 # speedups are over this variant
+    baseline_fallback = ["torch_standard"]  # optional: where the baseline was timed on none of a group's
+                                            # shapes (a library not installed), the first of these that was
     variants = ["all"]                      # or a list of names
 
     [defaults]                              # applies to every problem of every group
@@ -27,6 +29,7 @@ Layout of a file (every key is checked; unknown keys are errors, so typos do not
                                             # pool_blocks and block_table (a paged pool as given)
     defaults = {direction = "bwd"}           # per-group overrides
     baseline = "sdpa_efficient"             # optional: this group's baseline
+    baseline_fallback = "torch_standard"    # optional: this group's fallbacks, tried before the scenario's
 
     [collect]   timing = true, ncu = "none"|"basic"|"detailed"|"full", nsys = false
     [timing]    warmup_ms, budget_s, min_repeats, min_repeats_short, short_call_ms, max_repeats,
@@ -57,13 +60,13 @@ SCENARIO_DIR = resources.scenarios_dir()
 NCU_SETS = ("none", "faprof", "basic", "detailed", "full")
 
 _TOP_KEYS = {
-    "name", "description", "source", "baseline", "variants", "defaults", "groups", "problems", "grid",
+    "name", "description", "source", "baseline", "baseline_fallback", "variants", "defaults", "groups", "problems", "grid",
     "collect", "timing", "tolerance", "published", "notes", "gate",
 }
 #: Problem keys besides AttentionProblem's fields: S (Sq = Sk = S), the totals checking seqlens' sums.
 EXTRA_PROBLEM_KEYS = ("S", "total_q", "total_k")
 _PROBLEM_KEYS = {f.name for f in dataclasses.fields(AttentionProblem)} | set(EXTRA_PROBLEM_KEYS)
-_GROUP_KEYS = {"name", "description", "problems", "grid", "defaults", "baseline"}
+_GROUP_KEYS = {"name", "description", "problems", "grid", "defaults", "baseline", "baseline_fallback"}
 _COLLECT_KEYS = {"timing", "ncu", "nsys", "ncu_metrics"}
 _PUBLISHED_KEYS = {"gpu", "what", "subject", "value", "unit", "shape", "maps_to", "section", "note", "stat"}
 _GATE_KEYS = {"threshold"}
@@ -200,6 +203,9 @@ class ProblemGroup:
     baseline: str | None = None
     """This group's baseline when it differs from the scenario's (e.g. fp32 rows, where the
     scenario's fp16-only baseline cannot run)."""
+    baseline_fallback: tuple[str, ...] = ()
+    """Where the baseline was timed on none of the group's shapes (a library baseline not installed), speedups
+    are over the first of these that was, then the scenario's baseline and its fallbacks (`baseline_chain`)."""
 
 
 @dataclass
@@ -218,6 +224,8 @@ class Scenario:
     published: list[Published]
     source: str = ""
     notes: str = ""
+    baseline_fallback: tuple[str, ...] = ()
+    """The scenario's fallback baselines (`baseline_chain`)."""
     gate_threshold: float | None = None
     """`[gate] threshold`: the relative time change `faprof gate` counts for this scenario (None: its default)."""
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -234,6 +242,14 @@ class Scenario:
     def group_baselines(self) -> dict[str, str]:
         """Groups whose baseline differs from the scenario's: {group name: variant}."""
         return {g.name: g.baseline for g in self.groups if g.baseline and g.baseline != self.baseline}
+
+    def baseline_chain(self, group: str) -> list[str]:
+        """The baselines `group`'s speedups are over, in order of preference: its baseline, its fallbacks, the
+        scenario's baseline and the scenario's fallbacks (each once); the first timed on some shape of the
+        group wins (faprof.analysis.core.with_speedups)."""
+        g = next((x for x in self.groups if x.name == group), None)
+        chain = [g.baseline or self.baseline, *g.baseline_fallback] if g is not None else []
+        return list(dict.fromkeys([*chain, self.baseline, *self.baseline_fallback]))
 
     def group_of(self, shape_id: str) -> str:
         for g in self.groups:
@@ -401,7 +417,23 @@ def _group(ctx: _Ctx, key: str, table: dict, defaults: dict) -> ProblemGroup:
             registry.get(baseline)
         except FaprofError as e:
             raise ctx.fail(k("baseline"), f"a known variant name ({e})", baseline) from None
-    return ProblemGroup(name=name, problems=problems, description=str(table.get("description", "")), baseline=baseline)
+    return ProblemGroup(name=name, problems=problems, description=str(table.get("description", "")), baseline=baseline,
+                        baseline_fallback=_fallback(ctx, k("baseline_fallback"), table.get("baseline_fallback")))
+
+
+def _fallback(ctx: _Ctx, key: str, value: Any) -> tuple[str, ...]:
+    """`baseline_fallback`: a variant name or a list of them, each known to the registry (() when absent)."""
+    if value is None:
+        return ()
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(v, str) for v in names):
+        raise ctx.fail(key, "a variant name or a list of variant names", value)
+    for v in names:
+        try:
+            registry.get(v)
+        except FaprofError as e:
+            raise ctx.fail(key, f"known variant names ({e})", v) from None
+    return tuple(names)
 
 
 def gate_threshold(data: dict[str, Any], where: str) -> float | None:
@@ -457,6 +489,7 @@ def parse_scenario(data: dict[str, Any], where: str, path: Path | None = None) -
         variants=variants, groups=groups, collect=collect, timing=timing, tolerance=tolerance,
         published=published, source=str(data.get("source", "")), notes=str(data.get("notes", "")),
         gate_threshold=threshold, raw=data,
+        baseline_fallback=_fallback(ctx, "baseline_fallback", data.get("baseline_fallback")),
     )
 
 

@@ -188,9 +188,14 @@ def all_variants(include_hidden: bool = False) -> list[Variant]:
 
 
 def resolve(names: list[str] | str) -> list[Variant]:
-    """Turn 'all' or a list of names into variants, in the order given."""
+    """Turn 'all' or a list of names into variants, in the order given. 'all' inside a list stands for every
+    variant it includes, so `["all", "fa4"]` adds an optional library baseline to them (each variant once)."""
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
     if names == ["all"] or names == []:
         return [v for v in all_variants() if v.in_all]
-    return [get(n) for n in names]
+    out: dict[str, Variant] = {}
+    for n in names:
+        for v in ([v for v in all_variants() if v.in_all] if n == "all" else [get(n)]):
+            out.setdefault(v.name, v)
+    return list(out.values())

@@ -68,7 +68,15 @@ def rate_cells(r: pd.Series | None, memory: bool) -> dict[str, str]:
 
 
 def _baseline_words(block: Block) -> tuple[str, str]:
-    """(what the title says about the baseline, the sentence on a missing or partial baseline)."""
+    """(what the title says about the baseline, the sentence on a missing, partial or fallback baseline)."""
+    title, note = _baseline_words_declared(block)
+    if block.baseline_note:
+        fell = f"{f.md(block.baseline_note[0].upper() + block.baseline_note[1:])}."
+        return title.replace(", baseline ", ", fallback baseline ", 1), f"{fell} {note}".strip()
+    return title, note
+
+
+def _baseline_words_declared(block: Block) -> tuple[str, str]:
     n_base, n = block.baseline_shapes(), block.shapes
     if not block.baseline:
         return "", "The scenario names no baseline for these rows: ratios are to the fastest variant at each shape."

@@ -80,6 +80,15 @@ class Block:
         return f"{self.baseline} was {r['status']}" + (f": {reason}" if reason else "")
 
     @property
+    def baseline_note(self) -> str:
+        """Why the block's baseline is a fallback, not the one the scenario declared ('' when it is that one;
+        analysis.with_speedups)."""
+        if "baseline_note" not in self.rows:
+            return ""
+        notes = [n for n in dict.fromkeys(self.rows["baseline_note"].fillna("").astype(str)) if n]
+        return "; ".join(notes)
+
+    @property
     def reference(self) -> str:
         """What the ranking's ratios are relative to, in words: "sdpa_flash's speed" or the fallback."""
         return f"{self.baseline}'s speed" if self.baseline_ran else "the fastest variant's speed at each shape"

@@ -142,7 +142,8 @@ def retime(candidate: Bundle, pairs: Sequence[tuple[str, str]], out_dir: Path,
     for shapes, names in groups.items():
         narrowed = dataclasses.replace(
             scenario, name=f"{scenario.name}-rerun",
-            groups=[ProblemGroup(g.name, [p for p in g.problems if p.shape_id in shapes], g.description, g.baseline)
+            groups=[ProblemGroup(g.name, [p for p in g.problems if p.shape_id in shapes], g.description, g.baseline,
+                                 g.baseline_fallback)
                     for g in scenario.groups if any(p.shape_id in shapes for p in g.problems)])
         found = {p.shape_id for g in narrowed.groups for p in g.problems}
         if found != set(shapes):

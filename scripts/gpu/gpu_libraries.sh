@@ -4,6 +4,10 @@
 #
 #   OUT=/tmp/out bash scripts/gpu/gpu_libraries.sh decode    # llama3_70b_decode: flashinfer_decode vs decode_splitkv, sdpa_cudnn
 #   OUT=/tmp/out bash scripts/gpu/gpu_libraries.sh prefill   # varlen_packed, llama3_8b_prefill: flashinfer_prefill vs fa3_wgmma_e
+#   OUT=/tmp/out bash scripts/gpu/gpu_libraries.sh dobench   # scripts/gpu/libs_do_bench.py: the same calls under triton's do_bench
+#
+# The bundles (without raw/) are packed into $OUT/bundles.tgz: unpack them under examples/runs/ and run
+# scripts/analysis/leaderboard.py for docs/kernels/leaderboard.md.
 #
 # Carry: .whl (cupti-python & co.), .whl/libs/common and .whl/libs/flashinfer (scripts/device_wheels.sh),
 # and .device/fi_cache when an earlier call brought FlashInfer's JIT cache back ($OUT/fi_cache.tgz,
@@ -48,6 +52,15 @@ fi
 if [ "$PART" = prefill ]; then
   run_scenario varlen_packed flashinfer_prefill,fa3_wgmma_e,fa2_mma 200 varlen
   run_scenario llama3_8b_prefill flashinfer_prefill,fa3_wgmma_e,sdpa_cudnn 200 prefill8b
+fi
+
+if [ "$PART" = dobench ]; then
+  timeout -k 10 500 $PY scripts/gpu/libs_do_bench.py --out "$OUT/libs_do_bench.json" > "$OUT/dobench.log" 2>&1
+  summary+=("libs_do_bench.py: exit $? (log: dobench.log)")
+  cat "$OUT/dobench.log"
+fi
+if ls -d "$WORK"/*/*/ >/dev/null 2>&1; then
+  (cd "$WORK" && tar czf "$OUT/bundles.tgz" --exclude=raw */*/) && summary+=("bundles: bundles.tgz")
 fi
 
 (cd /tmp/fi && tar czf "$OUT/fi_cache.tgz" .cache 2>/dev/null) && \
