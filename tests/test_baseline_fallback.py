@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from faprof.analysis.core import speedups_for, with_speedups
+from faprof.analysis.speedups import speedups_for, with_speedups
 from faprof.store import Bundle
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,7 +86,7 @@ def test_committed_decode_run_falls_back_to_torch_standard_on_the_paged_group(de
 
 
 def test_show_and_the_report_say_the_fallback(decode_without_flashinfer, monkeypatch):
-    from faprof.cli import app as cli_app
+    from faprof.cli import group as cli_app
     from faprof.report import answer
     from faprof.report.blocks import blocks
 

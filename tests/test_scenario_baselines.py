@@ -4,7 +4,7 @@ speedup column empty (mistral_window named sdpa_efficient, which has no GQA kern
 2026-11-27's H100 run showed it).
 
 A group's speedups are over the first baseline of its chain (`Scenario.baseline_chain`: its baseline,
-its fallbacks, the scenario's) that was timed on some of its shapes (faprof.analysis.core.with_speedups),
+its fallbacks, the scenario's) that was timed on some of its shapes (faprof.analysis.speedups.with_speedups),
 so the rule is checked twice: with the optional libraries absent (CI, a CPU, a GPU machine without them)
 and with them installed. The scenarios that name a library variant still run everywhere: without the
 library its rows are `unsupported` with the pip line."""

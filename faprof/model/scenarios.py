@@ -246,7 +246,7 @@ class Scenario:
     def baseline_chain(self, group: str) -> list[str]:
         """The baselines `group`'s speedups are over, in order of preference: its baseline, its fallbacks, the
         scenario's baseline and the scenario's fallbacks (each once); the first timed on some shape of the
-        group wins (faprof.analysis.core.with_speedups)."""
+        group wins (faprof.analysis.speedups.with_speedups)."""
         g = next((x for x in self.groups if x.name == group), None)
         chain = [g.baseline or self.baseline, *g.baseline_fallback] if g is not None else []
         return list(dict.fromkeys([*chain, self.baseline, *self.baseline_fallback]))

@@ -140,7 +140,7 @@ def decode_calls(s: BenchShape, gen) -> dict:
     """name -> callable (or why not) for one decode shape; q [B, H, Sq, D], K/V [B, Hkv, Sk, D] or a pool."""
     import torch
 
-    from faprof.measure.layouts import AttnArgs
+    from faprof.correctness.layouts import AttnArgs
     from faprof.model.problem import AttentionProblem
 
     dt, scale = _dtype(s.dtype), 1.0 / math.sqrt(s.D)
@@ -213,7 +213,7 @@ def prefill_calls(s: BenchShape, gen) -> dict:
     """name -> callable (or why not) for one prefill shape, each library's inputs built in its own layout."""
     import torch
 
-    from faprof.measure.layouts import AttnArgs
+    from faprof.correctness.layouts import AttnArgs
     from faprof.model.problem import AttentionProblem
 
     dt, scale = _dtype(s.dtype), 1.0 / math.sqrt(s.D)
