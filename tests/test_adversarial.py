@@ -22,7 +22,7 @@ from faprof import variants
 from faprof.correctness import adversarial
 from faprof.correctness import check as correctness
 from faprof.model.problem import AttentionProblem
-from faprof.model.scenarios import DEFAULT_TOLERANCE
+from faprof.model.settings import DEFAULT_TOLERANCE
 
 
 def test_probes_are_small_versions_of_the_problem():

@@ -23,7 +23,7 @@ import pytest
 from faprof import variants
 from faprof.correctness import check as correctness
 from faprof.model.problem import AttentionProblem
-from faprof.model.scenarios import DEFAULT_TOLERANCE
+from faprof.model.settings import DEFAULT_TOLERANCE
 
 torch = pytest.importorskip("torch")
 

@@ -16,7 +16,7 @@ import torch
 from faprof.correctness import check as correctness
 from faprof.correctness import reference
 from faprof.model.problem import AttentionProblem
-from faprof.model.scenarios import DEFAULT_TOLERANCE, TimingSettings
+from faprof.model.settings import DEFAULT_TOLERANCE, TimingSettings
 from faprof.timing import harness
 from faprof.variants import Variant
 

@@ -21,7 +21,7 @@ import torch
 from faprof.correctness import check as correctness
 from faprof.correctness import errormap, layouts, positions, reference
 from faprof.model.problem import AttentionProblem
-from faprof.model.scenarios import DEFAULT_TOLERANCE
+from faprof.model.settings import DEFAULT_TOLERANCE
 from faprof.model.variant import Variant
 from faprof.variants.torch_variants import standard_attention
 
@@ -389,7 +389,7 @@ def test_probe_inputs_follow_the_problems_layout():
 
 def test_the_harness_checks_a_new_problem_with_its_probes():
     from faprof.correctness import adversarial
-    from faprof.model.scenarios import TimingSettings
+    from faprof.model.settings import TimingSettings
     from faprof.timing import harness
 
     p = _problem("varlen_gqa_causal_br")

@@ -10,7 +10,7 @@ from faprof import variants
 from faprof.correctness import check as correctness
 from faprof.correctness import reference
 from faprof.model.problem import AttentionProblem
-from faprof.model.scenarios import DEFAULT_TOLERANCE
+from faprof.model.settings import DEFAULT_TOLERANCE
 
 pytestmark = pytest.mark.gpu
 

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from faprof.cli import main
 from faprof.cli import profiling as cli_run
 from faprof.model.problem import AttentionProblem
-from faprof.model.scenarios import TimingSettings
+from faprof.model.settings import TimingSettings
 from faprof.run import cpu
 from faprof.store import find_bundles
 

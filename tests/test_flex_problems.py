@@ -17,7 +17,7 @@ import torch
 
 from faprof.correctness import layouts
 from faprof.model.problem import AttentionProblem
-from faprof.model.scenarios import TimingSettings
+from faprof.model.settings import TimingSettings
 from faprof.run import tasks
 from faprof.variants import flex
 

@@ -8,7 +8,7 @@ from testonly import TESTONLY_VARIANTS
 from faprof import variants
 from faprof.correctness import check as correctness
 from faprof.model.problem import AttentionProblem
-from faprof.model.scenarios import DEFAULT_TOLERANCE, TimingSettings
+from faprof.model.settings import DEFAULT_TOLERANCE, TimingSettings
 from faprof.timing import cupti_timer, gpu_clock, harness
 
 pytestmark = pytest.mark.gpu

@@ -29,7 +29,7 @@ from faprof.model import mask as maskmod
 from faprof.model import scenarios, schema
 from faprof.model import scores as scoresmod
 from faprof.model.problem import AttentionProblem
-from faprof.model.scenarios import DEFAULT_TOLERANCE
+from faprof.model.settings import DEFAULT_TOLERANCE
 from faprof.timing import integrity
 from faprof.variants import definition, torch_variants
 

@@ -46,7 +46,7 @@ def planted():
 def test_every_planted_kernel_passes_faprofs_correctness_check(planted, dtype, causal, D):
     from faprof.correctness import check as correctness
     from faprof.model.problem import AttentionProblem
-    from faprof.model.scenarios import DEFAULT_TOLERANCE
+    from faprof.model.settings import DEFAULT_TOLERANCE
 
     kernels = [v for v in planted if dtype in v.dtypes]
     assert kernels, f"no planted kernel takes {dtype}"

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from faprof.model.scenarios import TimingSettings
+from faprof.model.settings import TimingSettings
 from faprof.timing import cupti_timer, gpu_monitor, harness
 
 

@@ -22,7 +22,7 @@ import pytest
 from faprof import variants
 from faprof.correctness import check as correctness
 from faprof.model.problem import AttentionProblem
-from faprof.model.scenarios import DEFAULT_TOLERANCE, TimingSettings
+from faprof.model.settings import DEFAULT_TOLERANCE, TimingSettings
 from faprof.timing import cupti_timer, harness, integrity
 
 GAMING = Path(__file__).parent / "gaming"

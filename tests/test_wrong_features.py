@@ -27,7 +27,7 @@ import torch
 from faprof.correctness import adversarial, errormap, layouts, signatures, wrong_text
 from faprof.correctness.signatures import Signature, crossing, rank, refs
 from faprof.model.problem import AttentionProblem
-from faprof.model.scenarios import DEFAULT_TOLERANCE
+from faprof.model.settings import DEFAULT_TOLERANCE
 
 sys.path.insert(0, str(Path(__file__).parent / "wrong"))
 import cpu_wrong_features as planted  # noqa: E402

@@ -20,7 +20,7 @@ from faprof import variants
 from faprof.correctness import adversarial, wrong_text
 from faprof.correctness import check as correctness
 from faprof.model.problem import AttentionProblem
-from faprof.model.scenarios import DEFAULT_TOLERANCE
+from faprof.model.settings import DEFAULT_TOLERANCE
 from faprof.run import ProfileOptions, profile
 from faprof.timing.harness import probe_checker
 

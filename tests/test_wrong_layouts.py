@@ -22,7 +22,7 @@ from faprof.correctness import layouts
 from faprof.correctness.signatures import rank
 from faprof.correctness.signatures.layout import layout_signatures
 from faprof.model.problem import AttentionProblem
-from faprof.model.scenarios import DEFAULT_TOLERANCE
+from faprof.model.settings import DEFAULT_TOLERANCE
 
 sys.path.insert(0, str(Path(__file__).parent / "wrong"))
 import cpu_wrong_layouts as planted  # noqa: E402

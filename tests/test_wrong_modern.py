@@ -24,7 +24,7 @@ import torch
 
 from faprof.correctness import adversarial, errormap, layouts, signatures
 from faprof.model.problem import AttentionProblem
-from faprof.model.scenarios import DEFAULT_TOLERANCE
+from faprof.model.settings import DEFAULT_TOLERANCE
 
 sys.path.insert(0, str(Path(__file__).parent / "wrong"))
 import cpu_wrong_modern as planted  # noqa: E402

@@ -179,7 +179,7 @@ def test_a_stride_bug_is_named_when_the_rows_are_subsampled(S):
     named (recorded on the H100: an IndexError there, rows sampled against every row's errors)."""
     from faprof.correctness import check as correctness
     from faprof.model.problem import AttentionProblem
-    from faprof.model.scenarios import DEFAULT_TOLERANCE
+    from faprof.model.settings import DEFAULT_TOLERANCE
     from faprof.variants import get
 
     assert S > signatures.MAX_ROWS

@@ -24,7 +24,7 @@ from faprof.correctness import check as correctness
 from faprof.correctness import wrong_text
 from faprof.correctness.signatures import Signature, rank
 from faprof.model.problem import AttentionProblem
-from faprof.model.scenarios import DEFAULT_TOLERANCE
+from faprof.model.settings import DEFAULT_TOLERANCE
 from faprof.model.variant import Variant
 from faprof.run import ProfileOptions, profile
 

@@ -43,7 +43,7 @@ from faprof.correctness.reference import (  # noqa: F401  (re-exported: callers 
     needs_grads,
 )
 from faprof.model.problem import AttentionProblem, torch_dtype
-from faprof.model.scenarios import Tolerance
+from faprof.model.settings import Tolerance
 from faprof.variants.torch_variants import masked_scores as _scores  # noqa: F401  (tests build scores with it)
 
 #: Number of output elements kept per row, as in report 000's "first 10 elements" table.

@@ -26,7 +26,7 @@ from typing import Any
 
 from faprof.correctness.reference import REF_BLOCK_ELEMENTS
 from faprof.model.problem import DTYPE_BYTES, AttentionProblem
-from faprof.model.scenarios import TimingSettings
+from faprof.model.settings import TimingSettings
 
 #: Without a GPU, CPU rows get the scenario's `budget_s` raised to this (enough calls for the 2% stop
 #: rule under a busy host's noise, for calls up to a few ms) ...

@@ -13,7 +13,8 @@ from typing import Any
 
 from faprof.model import plan, schema
 from faprof.model.problem import AttentionProblem
-from faprof.model.scenarios import Scenario, TimingSettings
+from faprof.model.scenarios import Scenario
+from faprof.model.settings import TimingSettings
 from faprof.model.variant import Variant
 from faprof.rows import limits
 from faprof.rows.derive import derive

@@ -14,15 +14,8 @@ from typing import Any
 
 from faprof import variants
 from faprof.errors import FaprofError
-from faprof.model.scenarios import (
-    ProblemGroup,
-    Scenario,
-    TimingSettings,
-    list_scenarios,
-    load_scenario,
-    parse_scenario,
-    upgrade_timing,
-)
+from faprof.model.scenarios import ProblemGroup, Scenario, list_scenarios, load_scenario, parse_scenario
+from faprof.model.settings import TimingSettings, upgrade_timing
 from faprof.run.options import ProfileOptions
 from faprof.run.profile import profile
 from faprof.store import Bundle, find_bundles, resolve_run

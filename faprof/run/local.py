@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from faprof.model.problem import AttentionProblem
-from faprof.model.scenarios import TimingSettings
+from faprof.model.settings import TimingSettings
 from faprof.model.variant import Variant
 from faprof.run import cpu, gpu_pool
 from faprof.run.finish import base_row, finish_row, gpu_fields, run_one, say_row_notes

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from faprof.model.scenarios import TimingSettings
+from faprof.model.settings import TimingSettings
 
 #: Default limit for one (variant, problem) task; past it the worker counts as hung.
 DEFAULT_TASK_TIMEOUT_S = 600.0

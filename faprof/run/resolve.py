@@ -10,7 +10,8 @@ from typing import Any
 from faprof import variants
 from faprof.errors import FaprofError
 from faprof.model.plan import declared_aliases, plan
-from faprof.model.scenarios import Scenario, TimingSettings, load_scenario, parse_scenario, upgrade_timing
+from faprof.model.scenarios import Scenario, load_scenario, parse_scenario
+from faprof.model.settings import TimingSettings, upgrade_timing
 from faprof.run.options import ProfileOptions
 from faprof.store import Bundle
 from faprof.variants.user_kernel import parse_spec, resolve_spec

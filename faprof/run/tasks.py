@@ -14,7 +14,7 @@ from typing import Any
 from faprof import variants
 from faprof.correctness import adversarial
 from faprof.model.problem import AttentionProblem
-from faprof.model.scenarios import TimingSettings, Tolerance
+from faprof.model.settings import TimingSettings, Tolerance
 from faprof.run import cpu
 from faprof.timing import cupti_timer, env, gpu_clock, harness
 from faprof.timing.gpu_monitor import Monitor

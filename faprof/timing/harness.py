@@ -49,7 +49,7 @@ from faprof.correctness.check import (  # noqa: F401  (re-exported: the Nsight t
 )
 from faprof.correctness.check import prepare as _prepare  # noqa: F401
 from faprof.model.problem import AttentionProblem
-from faprof.model.scenarios import DEFAULT_TOLERANCE, TimingSettings, Tolerance
+from faprof.model.settings import DEFAULT_TOLERANCE, TimingSettings, Tolerance
 from faprof.rows import limits, stability, stats
 from faprof.timing import integrity, rotation
 from faprof.timing.cupti_timer import CuptiUnavailable, KernelTimer, common_sig

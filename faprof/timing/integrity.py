@@ -36,8 +36,8 @@ from faprof.correctness import check as correctness
 from faprof.correctness import errormap
 from faprof.model.mask import TOP_LEFT_CAUSAL, allowed_rows
 from faprof.model.problem import AttentionProblem
-from faprof.model.scenarios import Tolerance
 from faprof.model.scores import scores
+from faprof.model.settings import Tolerance
 
 #: Isolated, drained calls in the probe after the timed loop: enough for a median that one slow
 #: call does not move, few enough to cost a few milliseconds per row.

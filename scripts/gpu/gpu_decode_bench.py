@@ -65,7 +65,7 @@ WALL_BUDGET_S = 300.0
 def timer(l2_bytes: int):
     import torch
 
-    from faprof.model.scenarios import TimingSettings
+    from faprof.model.settings import TimingSettings
     from faprof.timing import gpu_clock, harness
 
     settings = TimingSettings(warmup_ms=10, budget_s=BUDGET_S, min_repeats=10, max_repeats=200, timer="events",

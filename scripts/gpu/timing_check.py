@@ -35,7 +35,7 @@ def main() -> int:
         return 2
     props = torch.cuda.get_device_properties(0)
     l2 = props.L2_cache_size
-    from faprof.model.scenarios import TimingSettings
+    from faprof.model.settings import TimingSettings
 
     # Timed through the harness' own loop (batches of calls, each after the given flush and the
     # GPU-side lead), so the figures are what a faprof row would read.

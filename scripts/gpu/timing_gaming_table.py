@@ -37,7 +37,7 @@ def main() -> int:
     from faprof import variants
     from faprof.correctness import check as correctness
     from faprof.model.problem import AttentionProblem
-    from faprof.model.scenarios import DEFAULT_TOLERANCE, TimingSettings
+    from faprof.model.settings import DEFAULT_TOLERANCE, TimingSettings
     from faprof.timing import harness
 
     problem = AttentionProblem(B=a.B, H=a.H, Sq=a.S, Sk=a.S, D=a.D, dtype=a.dtype, causal=True)
