@@ -302,30 +302,6 @@ def test_peak_rejects_unknown_dtype_and_compute(by_name: dict[str, GPUSpec]) -> 
         gpus.peak_tflops(by_name["L4"], "fp16", "wmma")
 
 
-# ------------------------------------------------------------------------------- unknown GPU
-
-
-def test_unknown_gpu_is_flagged_and_has_no_peaks() -> None:
-    spec = gpus.unknown_gpu("NVIDIA RTX A6000", (8, 6), 84, memory_gb=48.0, l2_mb=6.0)
-    assert spec.known is False
-    assert spec.cc == "8.6" and spec.sms == 84 and spec.memory_gb == 48.0
-    assert spec.family == "workstation"
-    peak_fields = [f.name for f in dataclasses.fields(GPUSpec) if f.name.endswith("_tflops")]
-    assert all(getattr(spec, f) is None for f in peak_fields)
-    for dtype in gpus.DTYPES:
-        for compute in gpus.COMPUTES:
-            assert gpus.peak_tflops(spec, dtype, compute) == (None, "unknown GPU: measured figures only")
-
-
-def test_unknown_gpu_guesses_family_and_validates() -> None:
-    assert gpus.unknown_gpu("NVIDIA GeForce RTX 5090", "12.0", 170).family == "geforce"
-    assert gpus.unknown_gpu("NVIDIA B200", "10.0", 148).family == "datacenter"
-    with pytest.raises(FaprofError, match="compute capability"):
-        gpus.unknown_gpu("NVIDIA X", "sm_90", 10)
-    with pytest.raises(FaprofError, match="SM count"):
-        gpus.unknown_gpu("NVIDIA X", "9.0", 0)
-
-
 # ------------------------------------------------------------------------------ slug, table
 
 

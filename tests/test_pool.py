@@ -255,19 +255,6 @@ def test_two_workers_contain_a_crash_and_a_hang(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ ncu fan-out
-def test_split_pairs_covers_every_pair_once():
-    pairs = [(v, s) for v in ("fa2", "sdpa_flash", "fa1") for s in ("s1", "s2", "s3")] + [("fa2", "s4")]
-    parts = fanout.split_pairs(pairs, 2)
-    assert len(parts) == 2
-    covered = [(v, s) for vs, ss in parts for v in vs for s in ss if (v, s) in pairs]
-    assert sorted(covered) == sorted(pairs)  # each pair in exactly one part
-    sizes = [sum(1 for v in vs for s in ss if (v, s) in pairs) for vs, ss in parts]
-    assert max(sizes) - min(sizes) <= 2
-    by_variant = fanout.split_pairs([("a", "s"), ("b", "s"), ("c", "s")], 2)  # one shape: split by variant
-    assert sorted(v for vs, _ in by_variant for v in vs) == ["a", "b", "c"]
-    assert fanout.split_pairs([("a", "s")], 2) == [(["a"], ["s"])]
-
-
 def test_merge_parts_from_a_recorded_h100_session(tmp_path):
     """Two parts made of a real H100 ncu session's tables (split by shape) merge back to the same rows."""
     src = Bundle(H100_NCU)

@@ -348,12 +348,6 @@ def collapse(measurements: pd.DataFrame, found: pd.DataFrame) -> pd.DataFrame:
     return df[[k not in drop for k in keys]].reset_index(drop=True)
 
 
-def of_bundle(bundle: Any) -> pd.DataFrame:
-    """The alias table (`find`) of a faprof Bundle, from its measurements, kernel tables and manifest."""
-    tables = {t: bundle.read(t) for t in ("ncu_summary", "nsys_kernels") if bundle.has(t)}
-    return find(bundle.measurements(), tables, bundle.manifest())
-
-
 def measurements(bundle: Any) -> pd.DataFrame:
     """A bundle's measurement rows with one row per kernel: aliases folded into their canonical row."""
     meas = bundle.measurements()

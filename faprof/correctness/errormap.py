@@ -158,10 +158,6 @@ class OutputErrors:
     def n_bad(self) -> int:
         return int(self.bad.sum())
 
-    def row_bad(self) -> Any:
-        """[B, H, N]: rows with a wrong element."""
-        return self.bad.any(dim=-1)
-
     def row_valid(self) -> Any:
         """[B, N] bool: the real rows (all True without padding)."""
         import torch

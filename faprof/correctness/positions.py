@@ -28,10 +28,6 @@ from faprof.model.problem import AttentionProblem
 KEY_OUTPUTS = ("dk", "dv")
 
 
-def is_key_output(output: str) -> bool:
-    return output in KEY_OUTPUTS
-
-
 def dims_of(output: str) -> tuple[str, ...]:
     """Axis letters of an output: (b, h, i, d) for O and dQ, (b, h, j, d) for dK and dV, (b, h, i) for the LSE."""
     if output == "lse":

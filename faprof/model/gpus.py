@@ -5,7 +5,7 @@ each row with its source and notes). This module loads and validates that file o
 name torch reports (``torch.cuda.get_device_name()``) to a row, and says which peak a measured
 TFLOP/s figure should be compared with.
 
-A GPU that is not in the database still gets a spec (``unknown_gpu``) built from what the device
+A GPU that is not in the database has no spec (``lookup`` returns None) and is shown with what the device
 reports; its peaks are ``None`` and every view shows measured figures only.
 """
 
@@ -150,7 +150,7 @@ class GPUSpec:
     """Product family: 'geforce', 'datacenter' or 'workstation'."""
 
     known: bool = True
-    """False for a GPU not in the database (built by ``unknown_gpu``): no peaks, measured figures only."""
+    """False for a GPU not in the database: no peaks, measured figures only."""
 
     derived: tuple[str, ...] = ()
     """Names of the numeric fields computed (SMs x per-SM rate x clock, ratios) rather than quoted."""
@@ -381,7 +381,7 @@ def lookup(device_name: str, specs: list[GPUSpec] | None = None) -> GPUSpec | No
         specs: rows to search; the shipped database by default.
 
     Returns:
-        The matching spec, or None when the GPU is not in the database (use ``unknown_gpu``).
+        The matching spec, or None when the GPU is not in the database.
     """
     words = _tokens(device_name)
     if not words:
@@ -412,61 +412,6 @@ def lookup(device_name: str, specs: list[GPUSpec] | None = None) -> GPUSpec | No
     return next(iter(best.values())) if len(best) == 1 else None
 
 
-def unknown_gpu(
-    device_name: str,
-    cc: str | tuple[int, int],
-    sms: int,
-    *,
-    memory_gb: float | None = None,
-    l2_mb: float | None = None,
-    smem_per_sm_kb: float | None = None,
-    boost_clock_mhz: float | None = None,
-    mem_bw_gbs: float | None = None,
-    family: str | None = None,
-) -> GPUSpec:
-    """Build a spec for a GPU the database does not know, from what the device reports.
-
-    Peaks stay None so no "% of peak" is invented; the spec is flagged ``known=False``.
-
-    Args:
-        device_name: ``torch.cuda.get_device_name()``.
-        cc: compute capability, "8.6" or ``torch.cuda.get_device_capability()``'s (8, 6).
-        sms: ``multi_processor_count`` from ``torch.cuda.get_device_properties``.
-        memory_gb, l2_mb, smem_per_sm_kb, boost_clock_mhz, mem_bw_gbs: whatever else the device reports.
-        family: product family; guessed from the name when not given.
-
-    Returns:
-        A GPUSpec with ``known=False`` and no peak figures.
-
-    Raises:
-        FaprofError: cc or sms are not of the expected form.
-    """
-    if isinstance(cc, tuple):
-        cc = f"{cc[0]}.{cc[1]}"
-    if not isinstance(cc, str) or not _CC_PATTERN.match(cc):
-        raise FaprofError(f"unknown_gpu: compute capability must look like '8.6' or (8, 6), got {cc!r}")
-    if isinstance(sms, bool) or not isinstance(sms, int) or sms <= 0:
-        raise FaprofError(f"unknown_gpu: SM count must be a positive integer, got {sms!r}")
-    family = family or _guess_family(device_name)
-    if family not in FAMILIES:
-        raise FaprofError(f"unknown_gpu: family must be one of {list(FAMILIES)}, got {family!r}")
-    return GPUSpec(
-        name=device_name.strip() or "unknown GPU",
-        match=(device_name,),
-        cc=cc,
-        sms=sms,
-        boost_clock_mhz=boost_clock_mhz,
-        memory_gb=memory_gb,
-        mem_bw_gbs=mem_bw_gbs,
-        l2_mb=l2_mb,
-        smem_per_sm_kb=smem_per_sm_kb,
-        source="reported by the device (torch.cuda.get_device_properties)",
-        notes=f"not in faprof's GPU database: {UNKNOWN_GPU_LABEL}",
-        family=family,
-        known=False,
-    )
-
-
 def _guess_family(device_name: str) -> str:
     lowered = device_name.lower()
     if "geforce" in lowered or "titan" in lowered:
@@ -487,7 +432,7 @@ def peak_tflops(spec: GPUSpec, dtype: str, compute: str) -> tuple[float | None, 
     non-tensor fp64 rate.
 
     Args:
-        spec: a row from ``lookup`` / ``all_gpus`` or ``unknown_gpu``.
+        spec: a row from ``lookup`` / ``all_gpus``.
         dtype: 'fp16', 'bf16', 'fp32' or 'fp64'.
         compute: 'tensor' or 'cuda_core'.
 

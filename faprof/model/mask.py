@@ -69,10 +69,6 @@ class MaskSpec:
         """Keys that at least one query sees (a kernel must read at least these)."""
         return _visible(self, sq, sk)
 
-    def empty_rows(self, sq: int, sk: int) -> int:
-        """Queries that see no key at all (their output is zero, their LSE -inf)."""
-        return sum(1 for i in range(sq) if self._span(i, sq, sk) == 0)
-
     def _span(self, i: int, sq: int, sk: int) -> int:
         lo, hi = self.key_range(i, sq, sk)
         return max(0, hi - lo + 1)

@@ -63,12 +63,6 @@ def nvtx_range(name: str, process: bool = False):
             torch.cuda.nvtx.range_end(rid)
 
 
-def range_path(variant: str, shape_id: str, iteration: int | None = None) -> str:
-    """The NVTX range stack of a call, as profilers print it: 'variant/shape_id[/iterN]'."""
-    base = f"{variant}/{shape_id}"
-    return base if iteration is None else f"{base}/iter{iteration}"
-
-
 def run(scenario_spec: str, tool: str, variant_names: list[str] | None, iters: int, plan_out: Path,
         shapes: list[str] | None = None, user_variants: list[str] | None = None) -> int:
     import torch

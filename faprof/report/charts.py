@@ -79,22 +79,6 @@ def speed_chart(name: str, title: str, rows: pd.DataFrame, order: list[str], sho
     return Chart(name, title, fig)
 
 
-def time_chart(name: str, title: str, rows: pd.DataFrame, order: list[str], short: dict[str, str],
-               colors: dict[str, str] | None = None) -> Chart:
-    """Median time per shape (log y), one line per variant in its session colour, shapes ordered by FLOPs."""
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    for v, g in rows.groupby("variant", sort=False):
-        g = g.set_index("_shape").reindex(order).dropna(subset=["median_ms"])
-        fig.add_trace(go.Scatter(x=[short[s] for s in g.index], y=g["median_ms"], mode="lines+markers", name=str(v),
-                                 line={"color": (colors or {}).get(str(v))},
-                                 hovertemplate=f"{v}<br>%{{x}}<br>%{{y:.4g}} ms<extra></extra>"))
-    fig.update_xaxes(categoryorder="array", categoryarray=[short[s] for s in order])
-    _layout(fig, title, len(order), "median time, ms (log scale)", log_y=True)
-    return Chart(name, title, fig)
-
-
 def html_divs(charts: list[Chart]) -> tuple[str, dict[str, str]]:
     """plotly.js (once, inline: the page works offline) and one div per chart, by name."""
     import plotly.io as pio

@@ -61,11 +61,6 @@ def ms(x: Any) -> str:
     return sig(v, 3) if abs(v) < 100 else f"{v:,.1f}"
 
 
-def fixed(x: Any, decimals: int = 1) -> str:
-    v = num(x)
-    return MISSING if v != v or math.isinf(v) else f"{v:,.{decimals}f}"
-
-
 def pct(x: Any, decimals: int = 1) -> str:
     """A percentage (header says %): 16.2, 0.03 for tiny shares."""
     v = num(x)

@@ -53,11 +53,6 @@ from faprof.run.options import ProfileOptions
 from faprof.store import Bundle
 
 
-def split_pairs(pairs: Sequence[tuple[str, str]], n: int) -> list[tuple[list[str], list[str]]]:
-    """Split (variant, shape_id) pairs into at most `n` parts, each pair weighing 1 (`ncu_split.split_weighted`)."""
-    return ncu_split.split_weighted(pairs, n)
-
-
 def _part_options(options: Any, variants: list[str], shapes: list[str]) -> dict[str, Any]:
     return {
         "variants": options.variants, "user_variants": list(options.user_variants or []),
