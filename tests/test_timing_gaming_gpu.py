@@ -71,12 +71,20 @@ def test_work_on_another_stream_is_counted_by_cupti(honest):
     _in_full(row, honest)
 
 
-def test_work_on_another_stream_is_flagged_under_cuda_events(honest):
+def test_work_on_another_stream_is_timed_in_full_under_cuda_events(honest):
+    # CUDA events on the call's stream miss work it leaves on another stream, unless that stream's work is
+    # serialised before the closing event (a blocking stream behind the legacy default stream, the L2
+    # flush's own work): then the events time it in full and nothing needs flagging. Either way the row
+    # must hold the whole work: when the events missed it, the drained check flags the row and times it
+    # drained. Seen on the H100 (2026-12-05): flagged in the gaming table's runs, not flagged in one run
+    # of this test (its median was not recorded then): this test fails only if such a row is short.
     row = measure("gaming_stream", dataclasses.replace(QUICK, timer="events"))
     seen = {k: row.get(k) for k in ("timer", "median_ms", "drained_ms", "host_enqueue_ms", "timing_flag_reason")}
-    assert row["timing_flagged"] is True and "another stream" in row["timing_flag_reason"], seen
-    assert row["timer"] == "host_drained"
     _in_full(row, honest)
+    if row["timing_flagged"]:
+        assert "another stream" in row["timing_flag_reason"] and row["timer"] == "host_drained", seen
+    else:
+        assert row["timer"] == "cuda_event", seen
 
 
 def test_work_in_another_thread_is_timed_in_full_and_flagged_when_it_runs_outside_the_call(honest):
