@@ -558,11 +558,30 @@ def scenarios_table() -> str:
     return "\n".join(out)
 
 
+# ------------------------------------------------------------------------------------ stages
+#: A hand-written page that holds this marker gets the stage diagram and table drawn from the code
+#: (scripts/analysis/stage_graph.py: the import contract's layers and every module's real imports).
+STAGES_MARKER = "<!-- faprof:stages -->"
+
+
+def stages_markdown() -> str:
+    """scripts/analysis/stage_graph.py's `stages_markdown()` (loaded by path: scripts/ is no package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("faprof_stage_graph", ROOT / "scripts" / "analysis" / "stage_graph.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.stages_markdown(ROOT)
+
+
 # ------------------------------------------------------------------------------------- hooks
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     """Fill the generated tables into hand-written pages that ask for them."""
     if SCENARIOS_MARKER in markdown:
         markdown = markdown.replace(SCENARIOS_MARKER, scenarios_table())
+    if STAGES_MARKER in markdown:
+        markdown = markdown.replace(STAGES_MARKER, stages_markdown())
     return markdown
 
 

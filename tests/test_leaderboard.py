@@ -1,4 +1,4 @@
-"""The leaderboard (faprof.analysis.leaderboard, faprof.report.leaderboard, scripts/analysis/leaderboard.py) on
+"""The leaderboard (faprof.analysis.leaderboard, faprof.report.leaderboard_page, scripts/analysis/leaderboard.py) on
 the committed H100 bundles: the committed page is what the script writes from them, a later bundle of the
 library baselines alone merges beside the earlier run's rows (each row naming its bundle and the library's
 version from its path), the ceiling is the copy for memory-bound rows and the matmul for compute-bound ones,
@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from faprof.analysis import leaderboard as L
-from faprof.report.leaderboard import markdown
+from faprof.report.leaderboard_page import markdown
 from faprof.store import Bundle
 
 ROOT = Path(__file__).resolve().parents[1]

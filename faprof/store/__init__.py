@@ -1,7 +1,7 @@
 """Run bundles: the one storage format. Write as you go, read, list, merge, export.
 
 The bundle itself and its rows (bundle: `Bundle`, written as rows finish, compacted at the end),
-safe file writes (files), how an older bundle's rows are read by this faprof (upgrade: recomputed
+safe file writes (disk), how an older bundle's rows are read by this faprof (upgrade: recomputed
 statistics, stability, the physical-limits judgement; pure functions of faprof.rows, so reading a
 bundle never imports the timing harness), wrong rows' error maps (error_maps) and finding bundles
 (locate: a folder's bundles, `latest`, several runs at once, CSV export). The names below are the
@@ -20,7 +20,7 @@ from faprof.store.bundle import (
     merge_rows,
     next_row_seq,
 )
-from faprof.store.files import read_table_file, slugify, utc_stamp, write_files
+from faprof.store.disk import read_table_file, slugify, utc_stamp, write_files
 from faprof.store.locate import csv_files, export_csv, find_bundles, load_many, resolve_run
 from faprof.store.upgrade import upgrade_statistics
 

@@ -37,7 +37,7 @@ import pandas as pd
 from faprof.errors import FaprofError
 from faprof.model import schema
 from faprof.store import error_maps
-from faprof.store.files import (
+from faprof.store.disk import (
     _atomic_write_bytes,
     _atomic_write_parquet,
     _jsonable,

@@ -12,7 +12,7 @@ import pandas as pd
 
 from faprof.errors import FaprofError
 from faprof.store.bundle import MANIFEST, TABLES, Bundle
-from faprof.store.files import _jsonable, write_files
+from faprof.store.disk import _jsonable, write_files
 
 
 def find_bundles(root: str | Path) -> list[Bundle]:

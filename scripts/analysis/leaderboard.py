@@ -31,7 +31,7 @@ def command(paths: list[str], scenarios: list[str] | None) -> str:
 
 def render(paths: list[str], scenarios: list[str] | None) -> str:
     from faprof.analysis import leaderboard as lb
-    from faprof.report.leaderboard import markdown
+    from faprof.report.leaderboard_page import markdown
 
     wanted = scenarios or list(lb.SCENARIOS)
     meas, manifests = lb.read_bundles(paths, wanted)
