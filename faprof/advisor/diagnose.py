@@ -29,7 +29,6 @@ from faprof.advisor.accounting import missing_counters
 from faprof.advisor.causes import KINDS, record
 from faprof.advisor.differential import decompose, fold_aliases, level_with, reference_for
 from faprof.advisor.evidence import Call, calls_from, ok, tables_from
-from faprof.advisor.evidence import _num as number
 from faprof.advisor.findings import Finding, pct
 from faprof.advisor.gap_findings import gap_findings
 from faprof.advisor.roles import movers
@@ -39,6 +38,7 @@ from faprof.advisor.rules_pair import pair_findings
 from faprof.advisor.sources import attach, borrow
 from faprof.advisor.thresholds import value as T
 from faprof.model import schema
+from faprof.model.values import as_float
 
 #: Columns of diagnose()'s table, in order.
 DIAG_COLUMNS = ("variant", "shape_id", "dtype", "group", "rank", "primary", "cause", "title", "kind", "kernel",
@@ -96,7 +96,7 @@ def headroom(call: Call) -> tuple[float, str]:
     bound = m.get("bound")
     col, what = {"memory": ("pct_copy", "the measured copy bandwidth"),
                  "compute": ("pct_measured_ceiling", "the measured matmul ceiling")}.get(str(bound), ("", ""))
-    level = number(m.get(col)) if col else math.nan
+    level = as_float(m.get(col)) if col else math.nan
     if not ok(level):
         return math.nan, ""
     return max(0.0, 1.0 - level / 100.0), f"{level:.0f}% of {what} ({bound}-bound problem)"
@@ -194,7 +194,7 @@ def _shape_notes(calls: list[Call], absolute: dict[int, list[Finding]]) -> list[
 
 
 def _median(c: Call) -> float:
-    v = number(c.measurement.get("median_ms"))
+    v = as_float(c.measurement.get("median_ms"))
     return v if c.measurement.get("status") in ("ok", "wrong") and ok(v) and v > 0 else math.nan
 
 
