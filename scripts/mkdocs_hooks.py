@@ -3,11 +3,11 @@
 `mkdocs.yml` names this file under `hooks:`; `on_files` adds three pages that are never committed as
 text, so they cannot drift from the code:
 
-- `reference/causes.md`: every cause the advisor can name (`faprof.advisor.CAUSES`), with the rule
-  functions that name it, the counters and thresholds those rules read (from their source), what the
-  cause points to and the fix (the rules' own fix text, the ncu catalogue's `STALL_ADVICE` and
-  `PIPE_ADVICE` for the accounting's terms), the gap terms a mechanism claims (`gap_findings.CLAIMS`)
-  and the thresholds table (`THRESHOLDS`);
+- `reference/causes.md`: every cause the advisor can name (its record in `faprof.advisor.CAUSES`), with
+  the rule functions that name it, the counters and thresholds those rules read (from their source), what
+  the cause points to and the fix (the rules' own fix text, the ncu catalogue's `STALL_ADVICE` and
+  `PIPE_ADVICE` for the accounting's terms, the record's fix for the other terms), the gap terms a
+  mechanism claims (the record's `claims`) and the thresholds table (`THRESHOLDS`);
 - `reference/signatures.md`: every wrong-result signature family (`signatures.FAMILIES`), the specific
   bugs (kinds) the code tests for, how each is tested (the function's docstring) and the constants it
   decides with;
@@ -235,14 +235,12 @@ def _anchor(key: str) -> str:
 def cause_entries() -> dict[str, dict[str, Any]]:
     """Per advisor cause: title, kind, the functions that name it (with what they read) and fixes."""
     from faprof.advisor import CAUSES, THRESHOLDS
-    from faprof.advisor.diagnose import SHAPE_CAUSES
-    from faprof.advisor.gap_findings import CLAIMS
     from faprof.nsight.ncu import catalogue
 
     entries: dict[str, dict[str, Any]] = {
-        key: {"title": title, "kind": kind, "rules": [], "fixes": [], "texts": [], "from_terms": [], "claims": CLAIMS.get(key, ()),
-              "shape_note": key in SHAPE_CAUSES, "advice": None}
-        for key, (title, kind) in CAUSES.items()}
+        key: {"title": c.title, "kind": c.kind, "rules": [], "fixes": [], "texts": [], "from_terms": [],
+              "claims": c.claims, "shape_note": c.of_shape, "advice": None}
+        for key, c in CAUSES.items()}
     for key, e in entries.items():
         family, _, name = key.partition(":")
         table = {"stall": catalogue.STALL_ADVICE, "pipe": catalogue.PIPE_ADVICE}.get(family)
@@ -250,6 +248,8 @@ def cause_entries() -> dict[str, dict[str, Any]]:
             e["advice"] = table[name]
         if family == "pipe":
             e["advice_on_tc"] = catalogue.PIPE_ADVICE_PRODUCTS_ON_TENSOR_CORES.get(name)
+        if CAUSES[key].fix and e["advice"] is None:  # a term's fix, in its record
+            e["texts"].append(("faprof.advisor.causes.CAUSES", CAUSES[key].fix))
     for module, fn in _module_functions("faprof.advisor"):
         for node in ast.walk(fn):  # `if t.key == "<cause>": return "<text>"`: a text the cause is said with
             if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and node.body \
@@ -299,10 +299,10 @@ def _branch_key(node: ast.AST, parents: dict[ast.AST, ast.AST], keys: dict[str, 
 
 
 def _kind_notes() -> dict[str, str]:
-    """Each finding kind's one-line meaning, from the comment above `KINDS` in findings.py."""
-    from faprof.advisor import findings
+    """Each finding kind's one-line meaning, from the comment above `KINDS` in causes.py."""
+    from faprof.advisor import causes
 
-    src = inspect.getsource(findings)
+    src = inspect.getsource(causes)
     block = _comment_above(src, "KINDS")
     out = {}
     for part in re.split(r";\s*", block):
@@ -319,7 +319,7 @@ def causes_page() -> str:
     entries = cause_entries()
     notes = _kind_notes()
     out = ["# Causes the advisor names", "",
-           "Generated at build time from `faprof.advisor.findings.CAUSES`, the rules that name each cause "
+           "Generated at build time from `faprof.advisor.causes.CAUSES`, the rules that name each cause "
            "(their source: the counters they read and their fix text), the Nsight Compute catalogue's advice "
            "for warp states and pipes, and `faprof.advisor.thresholds.THRESHOLDS`. `…` stands for a value "
            "the rule fills in from the measurement. How the advisor uses these: "

@@ -26,11 +26,11 @@ from typing import Any
 import pandas as pd
 
 from faprof.advisor.accounting import missing_counters
+from faprof.advisor.causes import KINDS, record
 from faprof.advisor.differential import decompose, fold_aliases, level_with, reference_for
 from faprof.advisor.evidence import Call, calls_from, ok, tables_from
-from faprof.advisor.evidence import _num as number
-from faprof.advisor.findings import CAUSES, KINDS, Finding, pct
-from faprof.advisor.gap_findings import CLAIMS, gap_findings
+from faprof.advisor.findings import Finding, pct
+from faprof.advisor.gap_findings import gap_findings
 from faprof.advisor.roles import movers
 from faprof.advisor.rules_call import CALL_RULES, CALL_RULES_FIRST, merge_ncu_rules
 from faprof.advisor.rules_kernel import KERNEL_RULES, KERNEL_TERM_RULES, MOVER_RULES, Context
@@ -38,6 +38,7 @@ from faprof.advisor.rules_pair import pair_findings
 from faprof.advisor.sources import attach, borrow
 from faprof.advisor.thresholds import value as T
 from faprof.model import schema
+from faprof.model.values import as_float
 
 #: Columns of diagnose()'s table, in order.
 DIAG_COLUMNS = ("variant", "shape_id", "dtype", "group", "rank", "primary", "cause", "title", "kind", "kernel",
@@ -54,12 +55,6 @@ SUMMARY_TOP = 3
 
 #: The variant name of shape notes (a fact about a shape, not about one variant).
 SHAPE_ROW = "(all)"
-
-#: Causes that can be facts about a shape rather than a kernel: too little work to fill the GPU, a
-#: grid's last wave, launch overhead, and where a shape sits on the roofline. When the fastest call has
-#: one as much as most calls do, it is said once for the shape.
-SHAPE_CAUSES = ("too_few_ctas", "wave_tail", "launch_overhead", "launch_split", "idle", "latency_bound",
-                "memory_bound", "compute_bound")
 
 
 def _absolute(call: Call, ctx: Context) -> list[Finding]:
@@ -80,7 +75,7 @@ def _absolute(call: Call, ctx: Context) -> list[Finding]:
         found += crule(call, ctx)
     found += merge_ncu_rules(call, found)
     # a stall a mechanism of the same kernel explains is that mechanism's (spills -> long_scoreboard ...)
-    claimed = {(f.kernel, t) for f in found if f.cause in CLAIMS for t in CLAIMS[f.cause] if not t.endswith("*")}
+    claimed = {(f.kernel, t) for f in found for t in record(f.cause).claims if not t.endswith("*")}
     found = [f for f in found if not (f.cause.startswith("stall:") and (f.kernel, f.cause) in claimed)]
     found = _within_headroom(call, found)
     keep = []
@@ -101,7 +96,7 @@ def headroom(call: Call) -> tuple[float, str]:
     bound = m.get("bound")
     col, what = {"memory": ("pct_copy", "the measured copy bandwidth"),
                  "compute": ("pct_measured_ceiling", "the measured matmul ceiling")}.get(str(bound), ("", ""))
-    level = number(m.get(col)) if col else math.nan
+    level = as_float(m.get(col)) if col else math.nan
     if not ok(level):
         return math.nan, ""
     return max(0.0, 1.0 - level / 100.0), f"{level:.0f}% of {what} ({bound}-bound problem)"
@@ -182,14 +177,14 @@ def _shape_notes(calls: list[Call], absolute: dict[int, list[Finding]]) -> list[
         fastest = min(group, key=_median)
         others = [c for c in group if c is not fastest]
         for f in list(absolute[id(fastest)]):
-            if f.cause not in SHAPE_CAUSES:
+            if not record(f.cause).of_shape:
                 continue
             sharing = [c for c in others if any(g.cause == f.cause for g in absolute[id(c)])]
             if len(sharing) < T("SHAPE_NOTE_MIN_SHARE") * len(others):
                 continue
             for c in (fastest, *others):
                 absolute[id(c)] = [g for g in absolute[id(c)] if g.cause != f.cause]
-            title = CAUSES[f.cause][0]
+            title = record(f.cause).title
             notes.append(Finding(SHAPE_ROW, shape, f.cause, math.nan,
                                  f"{title}: true of the fastest call here ({fastest.variant}: {f.evidence}) and of "
                                  f"{len(sharing)} of the {len(others)} other profiled variants: a property of the "
@@ -199,7 +194,7 @@ def _shape_notes(calls: list[Call], absolute: dict[int, list[Finding]]) -> list[
 
 
 def _median(c: Call) -> float:
-    v = number(c.measurement.get("median_ms"))
+    v = as_float(c.measurement.get("median_ms"))
     return v if c.measurement.get("status") in ("ok", "wrong") and ok(v) and v > 0 else math.nan
 
 

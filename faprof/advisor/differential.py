@@ -39,11 +39,11 @@ from typing import Any
 
 from faprof.advisor.accounting import WARP_SIZE, Account, call_account
 from faprof.advisor.evidence import Call, Launch, Tables, nansum, ok
-from faprof.advisor.evidence import _num as number
 from faprof.advisor.roles import input_movers, later_movers, math_launches
 from faprof.advisor.thresholds import value as T
 from faprof.analysis import aliases
 from faprof.model import schema
+from faprof.model.values import as_float
 
 #: The terms of the data-movement kernels' time (`faprof.advisor.roles.movers`), apart from the accounting's:
 #: those launched before the first math kernel (transformed copies of the inputs), and the others (between
@@ -170,7 +170,7 @@ def cycle_terms(a: Account, b: Account) -> list[Term]:
 
 def _clock_mhz(row: dict[str, Any]) -> float:
     for k in ("sm_clock_mhz", "nvml_sm_clock_mhz_max"):
-        v = number(row.get(k))
+        v = as_float(row.get(k))
         if ok(v) and v > 0:
             return v
     return math.nan
@@ -200,7 +200,7 @@ def decompose(call_a: Call, call_b: Call) -> Gap | None:
     Returns None when either call lacks a timed median or a complete accounting (older bundles, or a
     section set without the accounting's counters: `faprof.advisor.accounting.missing_counters`).
     """
-    ms_a, ms_b = (number(c.measurement.get("median_ms")) for c in (call_a, call_b))
+    ms_a, ms_b = (as_float(c.measurement.get("median_ms")) for c in (call_a, call_b))
     if not (ok(ms_a) and ok(ms_b) and ms_a > 0 and ms_b > 0):
         return None
     a, b = call_account(call_a, math_launches(call_a)), call_account(call_b, math_launches(call_b))
@@ -254,7 +254,7 @@ def reference_for(call: Call, calls: list[Call], against: str | None = None) -> 
 
 
 def _timed(c: Call) -> float:
-    v = number(c.measurement.get("median_ms"))
+    v = as_float(c.measurement.get("median_ms"))
     return v if c.measurement.get("status") == "ok" and ok(v) and v > 0 else math.nan
 
 

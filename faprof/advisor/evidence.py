@@ -16,19 +16,12 @@ from typing import Any
 
 import pandas as pd
 
+from faprof.model.values import as_float
 from faprof.nsight.ncu import catalogue
 
 #: Tables diagnose() reads, by bundle file stem.
 TABLES = ("measurements", "ncu_summary", "ncu_metrics", "stalls", "roofline", "nsys_summary", "nsys_kernels",
           "ncu_rules", "source_lines")
-
-def _num(x: Any) -> float:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return math.nan
-    return v
-
 
 def ok(x: Any) -> bool:
     """True for a real number (not NaN, not None)."""
@@ -56,7 +49,7 @@ class Launch:
 
     def col(self, name: str) -> float:
         """A numeric ncu_summary column (NaN when absent)."""
-        return _num(self.row.get(name))
+        return as_float(self.row.get(name))
 
     def metric(self, key: str) -> float:
         """A metric by catalogue concept key (`faprof.nsight.ncu.catalogue`); NaN when the report
@@ -205,14 +198,14 @@ def calls_from(tables: Tables) -> list[Call]:
         for r in summ.to_dict("records"):
             c = call(r["variant"], r["shape_id"])
             if r["kernel"] == "(all)":
-                c.analytic_flops = _num(r.get("analytic_flops"))
+                c.analytic_flops = as_float(r.get("analytic_flops"))
                 continue
-            kid = int(_num(r.get("kernel_id"))) if ok(_num(r.get("kernel_id"))) else -1
+            kid = int(as_float(r.get("kernel_id"))) if ok(as_float(r.get("kernel_id"))) else -1
             cc = r.get("cc") if isinstance(r.get("cc"), str) and r.get("cc") else None
-            c.launches.append(Launch(str(r["kernel"]), kid, int(_num(r.get("launch")) or 0), r, mdicts.get(kid, {}),
+            c.launches.append(Launch(str(r["kernel"]), kid, int(as_float(r.get("launch")) or 0), r, mdicts.get(kid, {}),
                                      cc, stalls.get(kid, []), roof.get(kid, {})))
             if not ok(c.analytic_flops):
-                c.analytic_flops = _num(r.get("analytic_flops"))
+                c.analytic_flops = as_float(r.get("analytic_flops"))
     rules = tables.get("ncu_rules")
     if not rules.empty and {"variant", "shape_id"} <= set(rules.columns):
         for r in rules.to_dict("records"):

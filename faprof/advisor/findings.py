@@ -1,74 +1,13 @@
-"""What a finding is, the causes the rules can name, and the advice that goes with them."""
+"""What a finding is, the advice that goes with its causes (their records: `faprof.advisor.causes`), and the
+helpers that word its evidence."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
+from faprof.advisor.causes import record
 from faprof.nsight.ncu import catalogue
-
-#: Kinds of finding, in the order a ranked list shows them after the primary one.
-#:   correctness: wrong results (always first);
-#:   defect: a mechanism in the kernel or the call that costs time and can be removed, named from
-#:     its own evidence (spills, bank conflicts, fp64 math, divergence, ...);
-#:   limit: a limit of the chosen design (instruction, grid shape, host) with a measurable cost;
-#:   term: a term of the accounting no mechanism claims: a warp state (stall reason), a pipe's
-#:     instructions, lanes, warps resident or idle SMs, with its share of the time or of the gap;
-#:   position: where the kernel sits on the roofline (memory-, compute- or latency-bound): primary
-#:     only when no defect, limit or term explains PRIMARY_MIN_GAIN of the call;
-#:   ncu: a rule result of Nsight Compute's own with its estimated speedup (never primary);
-#:   note: a fact that prevents a wrong conclusion (no gain, never primary).
-KINDS = ("correctness", "defect", "limit", "term", "position", "ncu", "note")
-
-#: cause key -> (title, kind). Planted-fault tests and the report refer to causes by key; a finding
-#: naming a cause that is not here is an error (Finding.__post_init__).
-CAUSES: dict[str, tuple[str, str]] = {
-    "correctness": ("wrong results", "correctness"),
-    "register_spills": ("register spills", "defect"),
-    "uncoalesced_global": ("uncoalesced global access", "defect"),
-    "smem_bank_conflicts": ("shared-memory bank conflicts", "defect"),
-    "tensor_cores_unused": ("tensor cores unused", "defect"),
-    "fp64_arithmetic": ("fp64 arithmetic", "defect"),
-    "transcendentals": ("special functions beyond one exp2 per score", "defect"),
-    "wasted_work": ("wasted work", "defect"),
-    "slower_math_path": ("the same math on a slower path", "defect"),
-    "excess_dram_bytes": ("DRAM bytes beyond the comparator's", "defect"),
-    "global_rmw": ("global read-modify-write inside the loop", "defect"),
-    "excess_onchip_bytes": ("on-chip bytes per FLOP beyond the comparator's (smaller tiles)", "defect"),
-    "too_few_ctas": ("too few CTAs", "defect"),
-    "launch_split": ("one launch per slice", "defect"),
-    "kernels_per_call": ("kernels per call (fusion)", "defect"),
-    "kernels:input_copies": ("data-movement kernels before the math (copies, casts, preprocessing of the inputs)", "term"),
-    "kernels:data_movement": ("data-movement kernels between or after the math kernels", "term"),
-    "mma_sync_on_hopper": ("mma.sync on Hopper", "limit"),
-    "wave_tail": ("wave quantization / tail", "limit"),
-    "launch_overhead": ("launch overhead", "limit"),
-    "occupancy_limit": ("fewer warps resident (occupancy)", "limit"),
-    "memory_bound": ("memory-bound", "position"),
-    "compute_bound": ("compute-bound", "position"),
-    "latency_bound": ("latency-bound", "position"),
-    "ncu_rule": ("Nsight Compute rule", "ncu"),
-    "tf32_emulation": ("fp32 emulated with TF32", "note"),
-    "shape_note": ("the shape, not the kernel", "note"),
-    "missing_counters": ("accounting not possible", "note"),
-    "ahead": ("where it is ahead of the reference", "note"),
-    "level": ("level with the comparator (within noise)", "note"),
-    "at_bound": ("at its bound (the measured ceiling)", "note"),
-    # ---- accounting terms (faprof.advisor.differential / accounting), one per warp state and pipe
-    **{f"stall:{r}": (f"warps stalled: {r.replace('_', ' ')}", "term") for r in catalogue.STALL_ADVICE
-       if r != "selected"},
-    **{f"pipe:{p}": (f"{p.replace('_', ' ')} instructions", "term") for p in catalogue.PIPE_ADVICE},
-    "pipe:fma_int": ("integer multiply-adds on the FMA pipe (IMAD)", "term"),
-    "lanes:inactive": ("inactive lanes (warp divergence)", "term"),
-    "lanes:predicated_off": ("predicated-off lanes", "term"),
-    "occupancy": ("fewer warps resident", "term"),
-    "idle": ("idle SMs (active fraction)", "term"),
-    "smsps": ("fewer schedulers (another GPU)", "term"),
-    "clock": ("lower SM clock", "term"),
-}
-
-#: Causes that are defects (what the planted-fault kernels plant); the control must not get one.
-DEFECT_CAUSES = frozenset(k for k, (_, kind) in CAUSES.items() if kind == "defect")
 
 #: Advice per occupancy limiter (ncu_summary's `occupancy_limiter`; build_report.occupancy's spelling too).
 LIMITER_ADVICE = {
@@ -116,18 +55,16 @@ class Finding:
     """Where in the source it happens ('file.cu:48 (52% of barrier samples)'), when line info was collected."""
     claims: tuple[str, ...] = ()
     """Gap terms this finding's own evidence shows it produces, beyond those its cause claims everywhere
-    (`faprof.advisor.partition.CLAIMS`): e.g. the data-movement kernels' time, for the finding that says
+    (`faprof.advisor.causes.Cause.claims`): e.g. the data-movement kernels' time, for the finding that says
     what those kernels move."""
     net_ms: float = math.nan
     """Unit 'gap': the cause's time net of what it lets other terms give back, before `gap_ms` is clipped
     to the measured gap (above the gap where its terms interact with others that give time back)."""
 
     def __post_init__(self) -> None:
-        if self.cause not in CAUSES:
-            raise KeyError(f"advisor cause {self.cause!r} is not in faprof.advisor.findings.CAUSES")
-        title, kind = CAUSES[self.cause]
-        self.kind = self.kind or kind
-        self.title = self.title or title
+        c = record(self.cause)  # KeyError for a cause with no record
+        self.kind = self.kind or c.kind
+        self.title = self.title or c.title
         if isinstance(self.gain, float) and not math.isnan(self.gain):
             self.gain = min(max(self.gain, 0.0), 1.0)
 

@@ -7,7 +7,7 @@ math paths against the reference's: `rules_pair`) and that the reference does no
 terms it produces; `faprof.advisor.partition` puts every term under one parent, so the parents' time
 adds up to the measured gap, and a parent's share is of the slowdown (never above 100%). A mechanism
 whose terms a root cause took is listed under it as a symptom. A term no mechanism claims is a cause of
-its own, with the catalogue's meaning and fix: this is how a defect nobody wrote a rule for still comes
+its own, with its record's meaning and fix (`faprof.advisor.causes`): this is how a defect nobody wrote a rule for still comes
 out by name ("warps stalled: membar, 41% of the slowdown, 0.64 vs 0.01 cycles per instruction").
 """
 
@@ -15,19 +15,14 @@ from __future__ import annotations
 
 import math
 
-from faprof.advisor.differential import INPUTS_TERM, KERNEL_TERMS, Gap, Term
+from faprof.advisor.causes import CAUSES, record
+from faprof.advisor.differential import KERNEL_TERMS, Gap, Term
 from faprof.advisor.evidence import Call, ok
-from faprof.advisor.findings import CAUSES, Finding, num, pct, split_kv_fix
+from faprof.advisor.findings import Finding, num, pct, split_kv_fix
 from faprof.advisor.partition import AHEAD, Part, Partition, partition
-from faprof.advisor.partition import CLAIMS as PARTITION_CLAIMS
-from faprof.advisor.partition import MECHANISMS as PARTITION_MECHANISMS
 from faprof.advisor.roles import products_on_tensor_cores
 from faprof.advisor.thresholds import value as T
 from faprof.nsight.ncu import catalogue
-
-#: Re-exported from faprof.advisor.partition (the claims live with the partition that applies them).
-CLAIMS = PARTITION_CLAIMS
-MECHANISMS = PARTITION_MECHANISMS
 
 
 def _term_values(t: Term) -> str:
@@ -66,43 +61,25 @@ def _count(x: float) -> str:
 
 
 def _term_title(t: Term) -> str:
-    return CAUSES[t.key][0] if t.key in CAUSES else t.key
+    return CAUSES[t.key].title if t.key in CAUSES else t.key
 
 
 def _term_fix(t: Term, call: Call) -> str:
+    """The fix of a term cause (its record's `fix`), said for this call where the call changes it: a pipe's
+    advice when the kernel's matrix products already run on tensor cores, idle SMs on a decode-like problem."""
     kind, _, name = t.key.partition(":")
-    if kind == "stall" and name in catalogue.STALL_ADVICE:
-        a = catalogue.STALL_ADVICE[name]
+    if kind == "pipe" and name in catalogue.PIPE_ADVICE_PRODUCTS_ON_TENSOR_CORES and products_on_tensor_cores(call):
+        a = catalogue.PIPE_ADVICE_PRODUCTS_ON_TENSOR_CORES[name]
         return f"{a.fix} (points to: {a.points_to})"
-    if kind == "pipe" and name in catalogue.PIPE_ADVICE:
-        a = catalogue.PIPE_ADVICE[name]
-        if name in catalogue.PIPE_ADVICE_PRODUCTS_ON_TENSOR_CORES and products_on_tensor_cores(call):
-            a = catalogue.PIPE_ADVICE_PRODUCTS_ON_TENSOR_CORES[name]
-        return f"{a.fix} (points to: {a.points_to})"
-    if t.key == "occupancy":
-        return "fewer registers or less shared memory per block, or more warps per block, so more warps are resident"
     if t.key == "idle":
         return _idle_fix(call)
-    if t.key == "lanes:inactive":
-        return "keep a warp's lanes on one path: move lane-dependent branches out of the inner loop, give each warp whole rows"
-    if t.key == "lanes:predicated_off":
-        return "fewer masked lanes: skip fully masked tiles, peel the tail tile out of the main loop"
-    if t.key == "clock":
-        return "the GPU ran slower during this row (power or thermal state): compare at equal clocks"
-    if t.key == INPUTS_TERM:
-        return ("read the inputs in place: index the original tensors inside the attention kernel (their strides, a "
-                "dtype conversion on load, KV head = query head // group) instead of copying, casting or transposing "
-                "them first, and compute per-row preprocessing where the math kernel loads the rows")
-    if t.key in KERNEL_TERMS:
-        return ("fewer kernels that only move data: keep intermediates on chip instead of handing them to another "
-                "kernel, and write the output once, in its final layout and dtype")
-    return "see the term's meaning"
+    return record(t.key).fix
 
 
 def _idle_fix(call: Call) -> str:
     """Idle SMs: on a memory-bound problem (decode) with fewer blocks than SMs, the KV sequence is not
     split over blocks, said with the grid against the SMs and the bandwidth the call achieved."""
-    generic = "more blocks than SMs, a whole number of waves, or a persistent grid with a tile scheduler"
+    generic = record("idle").fix
     if call.problem("bound") != "memory" or not call.launches:
         return generic
     lz = max(call.launches, key=lambda x: x.duration_ms if ok(x.duration_ms) else 0.0)
@@ -111,15 +88,6 @@ def _idle_fix(call: Call) -> str:
         return generic
     return split_kv_fix(call.problem("Sq"), call.problem("Sk"), grid, sms, call.problem("gbps"),
                         call.problem("copy_gbs"))
-
-
-def _meaning(t: Term) -> str:
-    kind, _, name = t.key.partition(":")
-    if kind == "stall" and name in catalogue.STALL_ADVICE:
-        return catalogue.STALL_ADVICE[name].meaning
-    if kind == "pipe" and name in catalogue.PIPE_ADVICE:
-        return catalogue.PIPE_ADVICE[name].meaning
-    return ""
 
 
 def _occupancy_evidence(call: Call, ref: Call) -> str:
@@ -189,7 +157,7 @@ def _term_finding(p: Part, part: Partition, call: Call, ref: Call, base: str) ->
     t = next((x for x in p.terms if x.key == p.key), p.terms[0])
     if t.key not in CAUSES or t.key == "clock" and p.share < T("MIN_GAP_SHARE"):
         return None
-    meaning = _meaning(t)
+    meaning = record(t.key).meaning
     ev = f"{base}; {_share_words(p, part)} ({_term_values(t)})" + (f": {meaning}" if meaning else "")
     rest = [x for x in p.terms if x is not t]
     if rest:  # a group's other pipes, and the stalls its instructions produce

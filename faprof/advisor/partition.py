@@ -6,10 +6,10 @@ T_A - T_B exactly (the residual included). Here the terms are grouped under pare
 
 - a mechanism found on the slower call (a rule fired from its own counters, or a comparison of its
   bytes or its math paths with the reference's) and not shared by the reference owns the positive
-  terms it produces (CLAIMS), in MECHANISMS order: root causes (a slower math path, bytes that should
-  not move) claim before the symptoms they produce; a mechanism left with no term, because a parent
-  before it took them all, is a *child* of that parent (a symptom, with its own figures, never a
-  competing cause);
+  terms it produces (its record's `claims`, `faprof.advisor.causes`), in MECHANISMS order: root causes
+  (a slower math path, bytes that should not move) claim before the symptoms they produce; a mechanism
+  left with no term, because a parent before it took them all, is a *child* of that parent (a symptom,
+  with its own figures, never a competing cause);
 - a positive term no mechanism claims is a parent of its own (a stall reason, a pipe, lanes, ...); one
   kind of work issued on several pipes (integer arithmetic: ALU and IMAD) is one parent (TERM_GROUPS);
 - a stall the rising instructions produce is split over the parents that own them, in proportion
@@ -35,63 +35,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from faprof.advisor.causes import MECHANISMS, record
 from faprof.advisor.differential import Gap, Term
 from faprof.advisor.evidence import ok
 from faprof.advisor.findings import Finding
 from faprof.advisor.thresholds import value as T
-
-#: Mechanism cause -> the gap terms it explains when it holds for the slower call (and not as much for
-#: the reference). Where two claim one term, the first in MECHANISMS wins.
-CLAIMS: dict[str, tuple[str, ...]] = {
-    # the same FLOPs on a slower path: that path's instructions and the waits its latency adds
-    "slower_math_path": ("pipe:tensor_hmma", "pipe:tensor_gmma", "pipe:tensor_dmma", "pipe:fma", "pipe:fp16",
-                         "pipe:fp64", "pipe:alu", "stall:math_pipe_throttle", "stall:wait", "stall:mio_throttle",
-                         "stall:short_scoreboard"),
-    # local loads and stores, and the address products (IMAD) a register cap makes the compiler recompute
-    "register_spills": ("stall:long_scoreboard", "stall:lg_throttle", "pipe:lsu", "pipe:fma_int"),
-    # one load per narrow element: the load instructions, their per-lane address products (IMAD; address
-    # divergence on the ADU) and the waits on the sectors they fetch
-    "uncoalesced_global": ("stall:long_scoreboard", "stall:lg_throttle", "stall:tex_throttle", "pipe:lsu",
-                           "pipe:fma_int", "pipe:adu"),
-    "smem_bank_conflicts": ("stall:mio_throttle", "stall:short_scoreboard"),
-    # matrix products on CUDA cores: every multiply-add an FFMA/HFMA2, its operands loaded from shared memory
-    # one by one, their addresses computed, the loops around them: more instructions of every pipe
-    "tensor_cores_unused": ("pipe:*", "stall:math_pipe_throttle"),
-    # DFMA/DADD chains wait their fixed latency; conversions to and from double (F2F) run on the ALU
-    "fp64_arithmetic": ("pipe:fp64", "stall:math_pipe_throttle", "stall:wait", "pipe:alu"),
-    # accurate expf/powf and IEEE division: MUFU work plus FMA-pipe range reduction and Newton steps
-    # (range reduction on the ALU, the IEEE division's FCHK and its slow-path branch on the CBU)
-    "transcendentals": ("pipe:xu", "pipe:fma", "pipe:alu", "pipe:cbu", "stall:math_pipe_throttle",
-                        "stall:branch_resolving", "stall:no_instructions"),
-    # bytes that should not move: the waits on the memory that moves them and the instructions moving them
-    "global_rmw": ("stall:long_scoreboard", "stall:lg_throttle", "stall:drain", "stall:membar", "pipe:lsu"),
-    "excess_dram_bytes": ("stall:long_scoreboard", "stall:lg_throttle", "stall:drain", "stall:barrier", "pipe:lsu"),
-    "excess_onchip_bytes": ("stall:long_scoreboard", "stall:lg_throttle", "stall:mio_throttle",
-                            "stall:short_scoreboard", "stall:barrier", "pipe:lsu", "pipe:alu", "pipe:uniform"),
-    "mma_sync_on_hopper": ("pipe:tensor_hmma", "pipe:lsu"),
-    # kernels that hand bytes to each other: the data-movement kernels' time (`faprof.advisor.roles`)
-    "kernels_per_call": ("kernels:input_copies", "kernels:data_movement"),
-    # work that cannot contribute (tiles above the causal diagonal, padding) is more of every instruction
-    "wasted_work": ("pipe:*", "lanes:predicated_off"),
-    "launch_split": ("idle", "occupancy"),
-    # a grid too small to fill the SMs leaves schedulers idle and also caps the warps the busy ones hold
-    "too_few_ctas": ("idle", "occupancy"),
-    "wave_tail": ("idle", "occupancy"),
-}
-
-#: The order in which mechanisms claim terms: a path or a byte count that differs from the reference's
-#: is a root; mechanisms with their own precise counters next; shapes of the launch last.
-MECHANISMS = ("slower_math_path", "register_spills", "smem_bank_conflicts", "uncoalesced_global", "wasted_work",
-              "fp64_arithmetic", "transcendentals", "tensor_cores_unused", "global_rmw", "excess_dram_bytes",
-              "kernels_per_call", "excess_onchip_bytes", "mma_sync_on_hopper", "launch_split", "too_few_ctas",
-              "wave_tail")
-
-#: Mechanisms that say *why* bytes moved -> the byte counts they make grow: where both hold, the
-#: byte count is the mechanism's symptom, and its terms are the mechanism's.
-ABSORBS: dict[str, tuple[str, ...]] = {
-    "register_spills": ("excess_dram_bytes", "excess_onchip_bytes", "global_rmw"),
-    "uncoalesced_global": ("excess_dram_bytes", "excess_onchip_bytes"),
-}
 
 #: Parent keys that are not causes.
 AHEAD, RESIDUAL = "ahead", "residual"
@@ -145,9 +93,9 @@ class Partition:
 
 def claims(cause: str, term: str, absorbed: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> bool:
     """Whether a mechanism claims a term ('pipe:*' claims every pipe), itself or through the byte counts
-    it absorbs (`absorbed`: those of ABSORBS[cause] that hold for the call), or as its finding's own
-    evidence says (`extra`: `Finding.claims`)."""
-    held = (*extra, *(c for k in (cause, *absorbed) for c in CLAIMS.get(k, ())))
+    it absorbs (`absorbed`: those of its record's `absorbs` that hold for the call), or as its finding's own
+    evidence says (`extra`: `Finding.claims`). KeyError for a cause with no record."""
+    held = (*extra, *(c for k in (cause, *absorbed) for c in record(k).claims))
     return any(term == c or (c.endswith(":*") and term.startswith(c[:-1])) for c in held)
 
 
@@ -413,7 +361,7 @@ def partition(gap: Gap, own: list[Finding], ref_own: list[Finding]) -> Partition
     held = {f.cause: f for f in own if not shared_by(f, ref_own)}
     taken: dict[str, str] = {}  # absorbed byte count -> the mechanism that absorbs it
     for cause in MECHANISMS:
-        for sub in ABSORBS.get(cause, ()):
+        for sub in record(cause).absorbs:
             if cause in held and sub in held and sub not in taken:
                 taken[sub] = cause
     for cause in MECHANISMS:

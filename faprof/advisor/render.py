@@ -11,6 +11,7 @@ from faprof.advisor.diagnose import summarize
 from faprof.advisor.findings import over_gap
 from faprof.model import schema
 from faprof.model.plan import also_label
+from faprof.model.values import as_float
 
 
 def who(r: Any, variant: Any = None) -> str:
@@ -36,11 +37,7 @@ def share_text(r: Any, prefix: str = "") -> str:
         return ""
     unit = r.get("unit") if hasattr(r, "get") else None
     if unit == "gap":
-        ms = r.get("gap_ms")
-        try:
-            term = float(ms) if ms is not None else math.nan
-        except (TypeError, ValueError):
-            term = math.nan
+        term = as_float(r.get("gap_ms"))
         share = float(r.get("estimated_gain_pct"))
         if share > 100 and not math.isnan(term):
             # a table from elsewhere (an older faprof's shares of the net gap): say the time, never a share above 100%

@@ -11,20 +11,21 @@ import math
 import re
 from collections.abc import Callable
 
-from faprof.advisor.evidence import Call, Launch, _num, nansum, ok
+from faprof.advisor.evidence import Call, Launch, nansum, ok
 from faprof.advisor.findings import Finding, big, num, pct
 from faprof.advisor.pairs import row_pairs
 from faprof.advisor.roles import describe_movers, input_movers, later_movers, math_launches, movers
 from faprof.advisor.rules_kernel import Context
 from faprof.advisor.thresholds import value as T
+from faprof.model.values import as_float
 
 
 def correctness(call: Call, ctx: Context) -> list[Finding]:
     r = call.measurement
     if r.get("status") != "wrong":
         return []
-    ev = (f"output differs from the {r.get('reference')} reference: max abs error {num(_num(r.get('max_abs_err')))}, "
-          f"relative {num(_num(r.get('rel_err')))}")
+    ev = (f"output differs from the {r.get('reference')} reference: max abs error {num(as_float(r.get('max_abs_err')))}, "
+          f"relative {num(as_float(r.get('rel_err')))}")
     return [Finding(call.variant, call.shape_id, "correctness", math.nan, ev,
                     "fix correctness before reading any timing", "correctness")]
 
@@ -153,10 +154,10 @@ def kernels_per_call(call: Call, ctx: Context) -> list[Finding]:
         names = list(dict.fromkeys(map(str, nsys_names)))
     if len(names) < 2:
         return []
-    kpc = _num(call.nsys.get("kernels_per_call"))
+    kpc = as_float(call.nsys.get("kernels_per_call"))
     dram = nansum(*(lz.col("dram_bytes") for lz in call.launches))
-    min_bytes = _num(call.problem("min_bytes"))
-    bw = _num(call.problem("mem_bw_gbs")) * 1e9
+    min_bytes = as_float(call.problem("min_bytes"))
+    bw = as_float(call.problem("mem_bw_gbs")) * 1e9
     t = call.profiled_ms * 1e-3
     gain = math.nan
     extra = ""
@@ -195,15 +196,15 @@ def launch_overhead(call: Call, ctx: Context) -> list[Finding]:
 
     Only gaps inside a call count (faprof's own Python between calls is not the kernel's cost);
     tracing lengthens each launch by a few µs, so an untraced run idles somewhat less."""
-    idle, gpu = _num(call.nsys.get("idle_us")), _num(call.nsys.get("gpu_us"))
-    kpc = _num(call.nsys.get("kernels_per_call"))
+    idle, gpu = as_float(call.nsys.get("idle_us")), as_float(call.nsys.get("gpu_us"))
+    kpc = as_float(call.nsys.get("kernels_per_call"))
     if not (ok(idle) and ok(gpu) and ok(kpc)) or kpc < 2 or gpu + idle <= 0:
         return []
     share = idle / (gpu + idle)
     if share < T("LAUNCH_IDLE_MIN_SHARE"):
         return []
     ev = (f"the GPU sits idle {idle:.1f} µs between the {kpc:.0f} kernels of a call (median over "
-          f"{num(_num(call.nsys.get('iterations')), '.0f')} calls) for {gpu:.1f} µs of kernels: {pct(share)} of the call's "
+          f"{num(as_float(call.nsys.get('iterations')), '.0f')} calls) for {gpu:.1f} µs of kernels: {pct(share)} of the call's "
           f"GPU span waiting for the host (nsys tracing adds a few µs per launch)")
     fix = "capture the call in a CUDA graph, or fuse its kernels"
     return [Finding(call.variant, call.shape_id, "launch_overhead", share, ev, fix, "launch_overhead")]
@@ -262,7 +263,7 @@ def merge_ncu_rules(call: Call, findings: list[Finding]) -> list[Finding]:
     out: list[Finding] = []
     stood_in: dict[tuple[str, str], Finding] = {}
     for r in call.rules:
-        est = _num(r.get("est_speedup_pct"))
+        est = as_float(r.get("est_speedup_pct"))
         name = str(r.get("rule") or r.get("rule_id") or "")
         kernel = str(r.get("kernel") or "")
         msg = re.sub(r"\s+", " ", str(r.get("message") or "")).strip()

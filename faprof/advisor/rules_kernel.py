@@ -15,12 +15,12 @@ from typing import Any
 
 from faprof.advisor.accounting import WARP_SIZE, launch_account
 from faprof.advisor.evidence import Call, Launch, nansum, ok
-from faprof.advisor.evidence import _num as _numf
 from faprof.advisor.findings import LIMITER_ADVICE, STALL_ADVICE, Finding, big, num, pct, split_kv_fix
 from faprof.advisor.pairs import row_pairs
 from faprof.advisor.roles import exact_flops, executed_flops, math_share
 from faprof.advisor.thresholds import value as T
 from faprof.model import gpus
+from faprof.model.values import as_float
 from faprof.nsight.ncu import catalogue
 
 
@@ -275,7 +275,7 @@ def _computed_scores(call: Call, lz: Launch) -> float:
     where FLOPs were not counted: the problem's pairs with whole WASTED_WORK_TILE tiles (its mask, every sequence),
     times the launch's share of the problem's FLOPs (`faprof.advisor.roles.math_share`) for a kernel doing
     products, whole for one beside them (a softmax kernel processes every score without their FLOPs)."""
-    d = _numf(call.problem("D"))
+    d = as_float(call.problem("D"))
     done = executed_flops(lz)
     share = math_share(call, lz)
     products = share >= T("MATH_KERNEL_MIN_SHARE")
@@ -377,7 +377,7 @@ def too_few_ctas(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     fix = ("put more blocks in the grid: a block per query tile per head (FA2's grid), smaller query tiles, or "
            "split the key loop over blocks (split-KV, as flash-decoding) when B·H·Sq is small")
     if call.problem("bound") == "memory":
-        gbps, copy = _numf(call.problem("gbps")), _numf(call.problem("copy_gbs"))
+        gbps, copy = as_float(call.problem("gbps")), as_float(call.problem("copy_gbs"))
         sk, sq = call.problem("Sk"), call.problem("Sq")
         got = (f"; the call moves {gbps:.0f} GB/s of the minimum traffic, {pct(gbps / copy)} of the measured copy "
                f"bandwidth ({copy:.0f} GB/s)" if ok(gbps) and ok(copy) and copy > 0 else "")
@@ -410,9 +410,9 @@ def roofline_position(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     if not (ok(sm) and ok(mem)):
         return None
     roof = lz.roofline
-    roof_pct = _numf(roof.get("pct_of_roof"))
+    roof_pct = as_float(roof.get("pct_of_roof"))
     roof_text = (f"; {roof_pct:.0f}% of its {roof.get('bound')}-side roof ({roof.get('precision')}, "
-                 f"{num(_numf(roof.get('arithmetic_intensity')))} FLOP/byte)" if ok(roof_pct) else "")
+                 f"{num(as_float(roof.get('arithmetic_intensity')))} FLOP/byte)" if ok(roof_pct) else "")
     busiest = max(sm, mem)
     headroom = 1 - (roof_pct if ok(roof_pct) else busiest) / 100
     occ, theo, lim = lz.col("achieved_occupancy_pct"), lz.col("theoretical_occupancy_pct"), lz.row.get("occupancy_limiter")

@@ -4,9 +4,9 @@ A dependency stall (long or short scoreboard, wait) points at the instruction th
 stalled ones wait for (`faprof.advisor.producers`) when the source pass kept per-instruction rows; at the
 line the warps wait on otherwise (bundles recorded before those rows).
 
-Each cause points at the lines that carry its samples or instructions: a stall reason at the lines
-whose warps were sampled stalled for it, a pipe at the lines issuing that pipe's instructions, a
-mechanism at the lines of the stalls or pipe it produces. Causes with no line of their own (warps
+Each cause points at the lines that carry its samples or instructions (its record's `metrics`,
+`faprof.advisor.causes`): a stall reason at the lines whose warps were sampled stalled for it, a pipe at
+the lines issuing that pipe's instructions, a mechanism at the lines of the stalls or pipe it produces. Causes with no line of their own (warps
 resident, idle SMs) point at the line where the kernel's warps spend most samples. Lines come from the
 call's own shape when the source pass profiled it, else from the variant's profiled shape (the same
 code), else from another variant's profile of the same kernel code at the shape (`borrow`), and the
@@ -17,32 +17,15 @@ from __future__ import annotations
 
 import pandas as pd
 
+from faprof.advisor.causes import record
 from faprof.advisor.evidence import Call, Launch
 from faprof.advisor.findings import Finding
 from faprof.advisor.producers import PRODUCER_REASONS, top_producer
 from faprof.nsight.ncu.source import describe_line, top_lines
 
-#: Mechanism causes -> the source metrics that locate them, in order of preference.
-CAUSE_METRICS: dict[str, tuple[str, ...]] = {
-    "register_spills": ("stall:lg_throttle", "stall:long_scoreboard"),
-    "uncoalesced_global": ("stall:long_scoreboard", "stall:lg_throttle"),
-    "smem_bank_conflicts": ("stall:mio_throttle", "stall:short_scoreboard"),
-    "tensor_cores_unused": ("pipe:fma", "pipe:fp16"),
-    "fp64_arithmetic": ("pipe:fp64",),
-    "transcendentals": ("pipe:xu", "pipe:fma"),
-    "mma_sync_on_hopper": ("pipe:tensor_hmma",),
-    "slower_math_path": ("pipe:tensor_hmma", "pipe:tensor_gmma", "pipe:fma", "pipe:fp64", "pipe:fp16"),
-    "excess_dram_bytes": ("stall:long_scoreboard", "stall:lg_throttle", "pipe:lsu"),
-    "global_rmw": ("stall:long_scoreboard", "stall:lg_throttle", "stall:drain", "pipe:lsu"),
-    "excess_onchip_bytes": ("stall:mio_throttle", "stall:short_scoreboard", "stall:long_scoreboard", "pipe:lsu"),
-    # IMAD lines: `pipe:fma_int` in source passes that count it apart, inside `pipe:fma` in older ones
-    "pipe:fma_int": ("pipe:fma_int", "pipe:fma"),
-    "lanes:inactive": ("stall:branch_resolving", "samples"),
-    "lanes:predicated_off": ("samples",),
-}
 
-#: What a metric's samples or instructions are called in the text.
 def _what(metric: str) -> str:
+    """What a metric's samples or instructions are called in the text."""
     kind, _, name = metric.partition(":")
     if kind == "stall":
         return f"{name.replace('_', ' ')} stall samples"
@@ -52,9 +35,8 @@ def _what(metric: str) -> str:
 
 
 def _metrics_for(cause: str) -> tuple[str, ...]:
-    if cause.startswith(("stall:", "pipe:")) and cause not in CAUSE_METRICS:
-        return (cause, "samples")
-    return (*CAUSE_METRICS.get(cause, ()), "samples")
+    """The cause's source metrics (its record's `metrics`), then the lines with the most warp samples."""
+    return (*record(cause).metrics, "samples")
 
 
 #: Column of borrowed source rows (`borrow`): the variant whose run of the same kernel code they come from.

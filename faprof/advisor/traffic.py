@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from faprof.advisor.evidence import Call, Launch, _num, nansum, ok
+from faprof.advisor.evidence import Call, Launch, nansum, ok
 from faprof.model.problem import AttentionProblem
+from faprof.model.values import as_float
 
 #: Bytes of one L1/L2 sector.
 SECTOR_BYTES = 32
@@ -130,7 +131,7 @@ def _peak(lz: Launch, per_cycle: str, clock: str) -> float:
 def _bandwidths(call: Call, levels: dict[str, Level], launches: list[Launch]) -> None:
     """Bytes per second per level: DRAM measured on the timed row when present, else ncu's peaks."""
     lz = max(launches, key=lambda x: x.duration_ms if ok(x.duration_ms) else 0.0)
-    measured = _num(call.measurement.get("mem_bw_gbs"))
+    measured = as_float(call.measurement.get("mem_bw_gbs"))
     dram = levels["dram"]
     if ok(measured) and measured > 0:
         dram.bandwidth, dram.bandwidth_source = measured * 1e9, "mem_bw_gbs of the timed row"
@@ -151,7 +152,7 @@ def traffic(call: Call, launches: list[Launch] | None = None) -> Traffic | None:
     if not lzs:
         return None
     prob = AttentionProblem.from_row(call.measurement)
-    compulsory = float(prob.min_bytes()) if prob is not None else _num(call.measurement.get("min_bytes"))
+    compulsory = float(prob.min_bytes()) if prob is not None else as_float(call.measurement.get("min_bytes"))
     flops = float(prob.flops()) if prob is not None else call.analytic_flops
     levels = {
         "dram": Level("dram", _sum(lzs, "dram_bytes_read"), _sum(lzs, "dram_bytes_write"),

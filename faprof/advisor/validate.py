@@ -20,7 +20,8 @@ from typing import Any
 
 import pandas as pd
 
-from faprof.advisor.evidence import _num, ok
+from faprof.advisor.evidence import ok
+from faprof.model.values import as_float
 
 #: Columns of estimate_table().
 ESTIMATE_COLUMNS = ("variant", "twin", "shape_id", "dtype", "gpu", "ms", "twin_ms", "measured_gap_us", "primary",
@@ -50,12 +51,12 @@ def estimate_table(bundle: Any, twins: Mapping[str, str], expected: Mapping[str,
         for (v, sid), r in timed.iterrows():
             if v != variant or (twin, sid) not in timed.index:
                 continue
-            ms, twin_ms = _num(r["median_ms"]), _num(timed.loc[(twin, sid), "median_ms"])
+            ms, twin_ms = as_float(r["median_ms"]), as_float(timed.loc[(twin, sid), "median_ms"])
             mine = d[(d["variant"] == variant) & (d["shape_id"] == sid)]
             prim = mine[mine["primary"]]
             p = prim.iloc[0] if not prim.empty else None
-            est = _num(p["gap_ms"]) if p is not None and p["unit"] == "gap" else math.nan
-            net = _num(p.get("net_ms")) if p is not None and p["unit"] == "gap" else math.nan
+            est = as_float(p["gap_ms"]) if p is not None and p["unit"] == "gap" else math.nan
+            net = as_float(p.get("net_ms")) if p is not None and p["unit"] == "gap" else math.nan
             net = net if ok(net) else est  # a table from before the gain was clipped to the gap
             gap = ms - twin_ms
             rows.append({"variant": variant, "twin": twin, "shape_id": sid, "dtype": r.get("dtype"), "gpu": gpu,

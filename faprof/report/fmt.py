@@ -14,31 +14,20 @@ from typing import Any
 
 import pandas as pd
 
+from faprof.model.values import as_float
+
 #: What a table cell shows when there is no value.
 MISSING = "–"
 
 
-def num(x: Any) -> float:
-    """x as a float; NaN for None, NA, text and anything else that is not a number."""
-    if x is None or x is pd.NA:
-        return math.nan
-    if isinstance(x, bool):
-        return float(x)
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return math.nan
-    return v
-
-
 def missing(x: Any) -> bool:
-    v = num(x)
+    v = as_float(x)
     return v != v or math.isinf(v)
 
 
 def sig(x: Any, digits: int = 3, sep: bool = True) -> str:
     """`digits` significant digits in plain notation: 0.00822, 0.582, 12.4, 13,300 (never 1.33e+04)."""
-    v = num(x)
+    v = as_float(x)
     if v != v or math.isinf(v):
         return MISSING
     if v == 0:
@@ -55,7 +44,7 @@ def sig(x: Any, digits: int = 3, sep: bool = True) -> str:
 
 def ms(x: Any) -> str:
     """A time in milliseconds (the unit goes in the header): 3 significant digits, at least 2 decimals."""
-    v = num(x)
+    v = as_float(x)
     if v != v:
         return MISSING
     return sig(v, 3) if abs(v) < 100 else f"{v:,.1f}"
@@ -63,7 +52,7 @@ def ms(x: Any) -> str:
 
 def pct(x: Any, decimals: int = 1) -> str:
     """A percentage (header says %): 16.2, 0.03 for tiny shares."""
-    v = num(x)
+    v = as_float(x)
     if v != v:
         return MISSING
     if 0 < abs(v) < 0.1:
@@ -73,7 +62,7 @@ def pct(x: Any, decimals: int = 1) -> str:
 
 def ratio(x: Any) -> str:
     """A speed ratio with its 'x': 1.31x, 0.58x, 12x, 0.0047x, 335x."""
-    v = num(x)
+    v = as_float(x)
     if v != v or math.isinf(v) or v <= 0:
         return MISSING
     if v >= 100:
@@ -87,7 +76,7 @@ def ratio(x: Any) -> str:
 
 def err(x: Any) -> str:
     """An error magnitude: 0.00195 down to 1e-3, then 4.7e-07 (never a positive exponent)."""
-    v = num(x)
+    v = as_float(x)
     if v != v:
         return MISSING
     if v == 0:
@@ -99,7 +88,7 @@ def err(x: Any) -> str:
 
 def as_written(x: Any) -> str:
     """A quoted figure as its source wrote it (0.579, 26312.6, 0.001953), without exponents."""
-    v = num(x)
+    v = as_float(x)
     if v != v:
         return text(x)
     return f"{v:g}" if 1e-4 <= abs(v) < 1e6 or v == 0 else (f"{v:,.0f}" if abs(v) >= 1e6 else f"{v:.2e}")
@@ -107,20 +96,20 @@ def as_written(x: Any) -> str:
 
 def integer(x: Any) -> str:
     """A count or seed as a whole number: 2723400785, never 2723400785.0 or 2.7e+09."""
-    v = num(x)
+    v = as_float(x)
     if v != v or math.isinf(v):
         return MISSING
     return f"{int(round(v))}"
 
 
 def count(x: Any) -> str:
-    v = num(x)
+    v = as_float(x)
     return MISSING if v != v else f"{int(round(v)):,}"
 
 
 def mib(x: Any) -> str:
     """Bytes as MiB (header says MiB)."""
-    v = num(x)
+    v = as_float(x)
     return MISSING if v != v else sig(v / 2**20, 3)
 
 

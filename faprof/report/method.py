@@ -17,6 +17,7 @@ import pandas as pd
 from faprof.analysis import aliases
 from faprof.model.plan import alias_names
 from faprof.model.problem import AttentionProblem
+from faprof.model.values import as_float
 from faprof.report import fmt as f
 
 #: A row's FLOPs count as following a convention when within this relative distance of it (rounding).
@@ -118,7 +119,7 @@ _FLOP_WORDS = {
 
 def _g(x: Any) -> str:
     """A setting as written: 50, 0.1, 2 (not 50.0, 0.100, 2.00)."""
-    v = f.num(x)
+    v = as_float(x)
     return f.text(x) if v != v else f"{v:g}"
 
 

@@ -16,6 +16,7 @@ import pandas as pd
 
 from faprof.analysis import aliases
 from faprof.model import schema
+from faprof.model.values import as_float
 from faprof.report import fmt as f
 from faprof.report import table_text as rt
 from faprof.report.method import cite
@@ -55,25 +56,25 @@ def _measured(p: dict[str, Any], r: pd.Series) -> tuple[str, float]:
     """This run's counterpart of a published figure, as text and as a number in the figure's unit."""
     what, unit, note = p.get("what"), p.get("unit", ""), str(p.get("note", ""))
     if what == "latency" and unit == "ms":
-        return f"{f.ms(r['median_ms'])} ms (median)", f.num(r["median_ms"])
+        return f"{f.ms(r['median_ms'])} ms (median)", as_float(r["median_ms"])
     if what == "throughput" and unit in ("TFLOP/s", "GFLOP/s"):
         scale = 1e3 if unit == "GFLOP/s" else 1.0
-        v = f.num(r.get("tflops")) * scale
+        v = as_float(r.get("tflops")) * scale
         if "not halved" in note and bool(r["causal"]):
             return f"{f.sig(2 * v)} {unit} (report's FLOP count)", 2 * v
         return f"{f.sig(v)} {unit}", v
     if what == "throughput" and unit == "tokens/s":
-        return f"{f.count(r.get('tokens_per_s'))} tokens/s", f.num(r.get("tokens_per_s"))
+        return f"{f.count(r.get('tokens_per_s'))} tokens/s", as_float(r.get("tokens_per_s"))
     if what == "max_abs_error":
-        return f.err(r.get("max_abs_err")), f.num(r.get("max_abs_err"))
+        return f.err(r.get("max_abs_err")), as_float(r.get("max_abs_err"))
     if what in ("memory", "peak_memory") and unit == "MB":
         col = "peak_mem_bytes" if what == "peak_memory" else "extra_mem_bytes"
-        v = f.num(r.get(col)) / 2**20
+        v = as_float(r.get(col)) / 2**20
         return f"{f.sig(v)} MiB ({'peak' if what == 'peak_memory' else 'extra'})", v
     if what == "bandwidth" and unit == "GB/s":
-        return f"{f.sig(r.get('gbps'))} GB/s (minimum bytes / time)", f.num(r.get("gbps"))
+        return f"{f.sig(r.get('gbps'))} GB/s (minimum bytes / time)", as_float(r.get("gbps"))
     if what == "speedup" and unit == "x" and not f.missing(r.get("speedup")):
-        return f"{f.ratio(r.get('speedup'))} over {r.get('baseline')}", f.num(r.get("speedup"))
+        return f"{f.ratio(r.get('speedup'))} over {r.get('baseline')}", as_float(r.get("speedup"))
     return "", math.nan
 
 
@@ -85,7 +86,7 @@ def _bwd_over_fwd(p: dict[str, Any], df: pd.DataFrame, variant: str) -> tuple[st
     if any(len(t) != 1 for t in rows.values()):
         n = {d: len(t) for d, t in rows.items()}
         return (f"{n['fwd']} forward and {n['bwd']} backward rows match; see the tables" if any(n.values()) else ""), math.nan
-    fwd, bwd = (f.num(rows[d].iloc[0]["median_ms"]) for d in ("fwd", "bwd"))
+    fwd, bwd = (as_float(rows[d].iloc[0]["median_ms"]) for d in ("fwd", "bwd"))
     v = bwd / fwd if fwd > 0 else math.nan
     return f"{f.ratio(v)} ({f.ms(bwd)} / {f.ms(fwd)} ms)", v
 
@@ -105,7 +106,7 @@ def published_rows(df: pd.DataFrame, manifest: dict[str, Any]) -> list[dict[str,
                 text = text or "not measured by faprof's timing (a profiler figure)"
             elif len(t) > 1:
                 text = f"{len(t)} shapes match; see the tables"
-        pv = f.num(p.get("value"))
+        pv = as_float(p.get("value"))
         if value == value and pv == pv and value > 0 and pv > 0:
             if p.get("what") == "latency":
                 ratio_words = f"{f.ratio(pv / value)} less time" if value < pv else f"{f.ratio(value / pv)} more time"
@@ -138,7 +139,7 @@ def section(df: pd.DataFrame, m: dict[str, Any], gpu: str) -> list[str]:
     for subject, (v, _) in subjects.items():
         lat = [p for p in pubs if p["subject"] == subject and p["what"] == "latency" and p["measured_value"] == p["measured_value"]]
         if len(lat) >= 2:
-            r = sorted(f.num(p["value"]) / p["measured_value"] for p in lat)
+            r = sorted(as_float(p["value"]) / p["measured_value"] for p in lat)
             lines.append(f"- {subject} vs {v}: {v} takes {f.ratio(r[0])}–{f.ratio(r[-1])} less time here "
                          f"over the {len(lat)} published latencies." if r[0] > 1 else
                          f"- {subject} vs {v}: time ratio (published / here) {f.ratio(r[0])}–{f.ratio(r[-1])} over {len(lat)} shapes.")

@@ -17,6 +17,7 @@ from faprof.analysis import aliases, labels
 from faprof.analysis import speedups as analysis
 from faprof.model import schema
 from faprof.model.plan import also_label
+from faprof.model.values import as_float
 from faprof.report import fmt as f
 
 
@@ -45,7 +46,7 @@ def _get(r: Any, col: str) -> Any:
 
 
 def _ci_half(r: Any) -> str:
-    lo, hi = f.num(_get(r, "ci95_low_ms")), f.num(_get(r, "ci95_high_ms"))
+    lo, hi = as_float(_get(r, "ci95_low_ms")), as_float(_get(r, "ci95_high_ms"))
     return f"±{f.ms((hi - lo) / 2)}" if lo == lo and hi == hi else f.MISSING
 
 
@@ -236,8 +237,8 @@ def advisor_frame(adv: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
 
 def _duration_us(r: Any) -> float:
     """A launch's duration in µs: faprof's ncu_summary has `duration_ms`; tables of other versions `duration_ns`."""
-    ms = f.num(r.get("duration_ms"))
-    return ms * 1e3 if ms == ms else f.num(r.get("duration_ns")) / 1e3
+    ms = as_float(r.get("duration_ms"))
+    return ms * 1e3 if ms == ms else as_float(r.get("duration_ns")) / 1e3
 
 
 #: The mark of a row whose timing integrity check flagged it (faprof.timing.integrity).

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from faprof.model.problem import AttentionProblem
+from faprof.model.values import as_float
 from faprof.nsight.ncu.catalogue import (
     CATALOGUE,
     FLOPS_PER_INST,
@@ -37,14 +38,7 @@ class _Launch:
         self.cc = cc
 
     def raw(self, metric: str) -> float:
-        v = self.values.get(metric)
-        if v is None:
-            return math.nan
-        try:
-            f = float(v)
-        except (TypeError, ValueError):
-            return math.nan
-        return f
+        return as_float(self.values.get(metric))
 
     def base(self, metric: str) -> float:
         """A metric in base units (seconds, bytes, bytes/second, cycles/second)."""

@@ -230,7 +230,8 @@ def _unit(rows: Sequence[RowShift], floor: NoiseFloor, units: int, threshold: fl
     return u
 
 
-def _pct(t: float) -> str:
+def pct_text(t: float) -> str:
+    """A threshold as people write it: 0.02 -> '2%', 0.025 -> '2.5%'."""
     return f"{t:.0%}" if round(t * 100, 6).is_integer() else f"{t:.1%}"
 
 
@@ -238,7 +239,7 @@ def _unit_text(u: UnitDecision, threshold: float, units: int) -> str:
     rows = f"{u.variant}'s {u.rows} row{'s' if u.rows != 1 else ''} together"
     ci = f"{u.ratio:.3f}x (interval {u.ci_low:.3f}-{u.ci_high:.3f} with run-to-run noise {u.noise_sd:.1%} a row"
     adj = f"; {u.adj_low:.3f}-{u.adj_high:.3f} adjusted for {units} kernels" if units > 1 else ""
-    pct, res = _pct(threshold), _pct(math.expm1(RESOLUTION * math.log1p(threshold)))
+    pct, res = pct_text(threshold), pct_text(math.expm1(RESOLUTION * math.log1p(threshold)))
     return f"{rows}: {ci}{adj}): " + {
         SLOWER: f"slower by more than {pct}, and significantly",
         FASTER: f"faster by more than {pct}, and significantly",
@@ -306,7 +307,7 @@ def _row(r: RowShift, others: list[RowShift], unit: UnitDecision, n_rows: int, a
     if move <= q * se_diff:
         return RowDecision(unit.verdict, f"{unit.reason}; {alone}", "kernel", lo, hi, r.gated and unit.undecided, unit)
     own = verdict_of(d, se, q, q_own, threshold)
-    pct = _pct(threshold)
+    pct = pct_text(threshold)
     if own in (SLOWER, FASTER):
         sign = 1.0 if own == SLOWER else -1.0
         word = "slower" if own == SLOWER else "faster"

@@ -14,7 +14,8 @@ from typing import Any
 import pandas as pd
 
 from faprof.model.schema import TIMED
-from faprof.report.gate.verdicts import CLOCK_NOTE_REL, as_float
+from faprof.model.values import as_float
+from faprof.report.gate.verdicts import CLOCK_NOTE_REL
 from faprof.store import Bundle
 
 

@@ -16,8 +16,10 @@ import numpy as np
 import pandas as pd
 
 from faprof.model.schema import TIMED
+from faprof.model.values import as_float
 from faprof.report.gate import pool as gate_pool
 from faprof.report.gate.noise import NoiseFloor
+from faprof.report.gate.pool import pct_text
 from faprof.report.gate.stats import AMBIGUOUS, FASTER, SAME, SLOWER, Shift, log_shift, verdict
 from faprof.rows import stats
 
@@ -79,24 +81,10 @@ def cell(r: Any, col: str) -> Any:
     return v
 
 
-def as_float(x: Any) -> float:
-    """x as a float, NaN where it is not a number (None, text)."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return float("nan")
-    return v
-
-
 def _is_host(timer: Any, device: Any) -> bool:
     if timer is not None:
         return timer not in GATED_TIMERS
     return device == "cpu"  # bundles written before rows recorded their timer
-
-
-def pct_text(t: float) -> str:
-    """A threshold as people write it: 0.02 -> '2%', 0.025 -> '2.5%'."""
-    return f"{t:.0%}" if round(t * 100, 6).is_integer() else f"{t:.1%}"
 
 
 def _timing_reason(v: str, s: Shift, threshold: float, confidence: float) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from faprof import advisor
+from faprof.model.values import as_float
 from faprof.store import Bundle
 
 #: ncu_summary columns compared for a regressed row, with the label and unit they are shown with.
@@ -78,13 +79,6 @@ ADVISOR_GAIN_CHANGE_PP = 5.0
 SUMMARY_COUNTERS = 4
 SUMMARY_STALLS = 2
 
-def _num(x: Any) -> float:
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        return float("nan")
-
-
 def fmt_value(v: float, unit: str) -> str:
     """A counter's value for people: '25%', '0.569 ms', '48 KiB', '168', '81.9k', '5.45G'."""
     if unit == "%":
@@ -119,7 +113,7 @@ def _calls(summary: pd.DataFrame, variant: str, shape_id: str) -> dict[tuple[str
 
 
 def _shares(call: dict[tuple[str, int], pd.Series]) -> dict[tuple[str, int], float]:
-    d = {k: _num(v.get("duration_ms")) for k, v in call.items()}
+    d = {k: as_float(v.get("duration_ms")) for k, v in call.items()}
     total = sum(x for x in d.values() if math.isfinite(x))
     return {k: (x / total if total > 0 and math.isfinite(x) else math.nan) for k, x in d.items()}
 
@@ -168,7 +162,7 @@ def counter_changes(call_a: dict[tuple[str, int], pd.Series], call_b: dict[tuple
     for key in [k for k in call_a if k in big]:
         ka, kb = call_a[key], call_b[key]
         for col, label, unit in COUNTERS:
-            va, vb = _num(ka.get(col)), _num(kb.get(col))
+            va, vb = as_float(ka.get(col)), as_float(kb.get(col))
             if not (math.isfinite(va) and math.isfinite(vb)) or va == vb or va < 0 or vb < 0:
                 continue
             if va == 0:
