@@ -102,7 +102,7 @@ class Comparison:
     rows: pd.DataFrame
     """variant, shape_id, status_a/_b, median_ms_a/_b, n_a/_b, ratio_of_medians, ratio (the Hodges-Lehmann
     estimate; its interval ci_low/ci_high with the between-run noise), verdict (faster / slower / same /
-    ambiguous, or missing / untimed), reason."""
+    ambiguous, or missing / untimed), reason, unstable ('A', 'B', 'A, B' or '': whose timings are unstable)."""
     kernels: list[UnitDecision] = field(default_factory=list)
     """Each variant judged on all its timed rows (`pool.decide`)."""
     notes: list[str] = field(default_factory=list)
@@ -161,7 +161,8 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, threshold: float, confidence: floa
                "status_b": r.get("status_b"), "median_ms_a": r.get("median_ms_a"), "median_ms_b": r.get("median_ms_b"),
                "n_a": len(stats.as_samples(r.get("samples_ms_a"))), "n_b": len(stats.as_samples(r.get("samples_ms_b"))),
                "ratio_of_medians": median_ratio(r.get("median_ms_a"), r.get("median_ms_b")),
-               "ratio": s.ratio if s else math.nan, "ci_low": math.nan, "ci_high": math.nan}
+               "ratio": s.ratio if s else math.nan, "ci_low": math.nan, "ci_high": math.nan,
+               "unstable": ", ".join(x for x in ("A", "B") if is_unstable(r.get(f"unstable_{x.lower()}")))}
         d = decisions.get(i)
         if d is not None:
             rec.update(ci_low=d.row_ci_low, ci_high=d.row_ci_high, verdict=d.verdict, reason=d.reason)
