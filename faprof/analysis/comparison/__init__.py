@@ -29,7 +29,7 @@ from typing import Any
 import pandas as pd
 
 from faprof.analysis.comparison.pool import RowShift, UnitDecision, decide
-from faprof.analysis.comparison.shift import AMBIGUOUS, FASTER, SAME, SLOWER, log_and_se, log_shift
+from faprof.analysis.comparison.shift import AMBIGUOUS, FASTER, SAME, SLOWER, Shift, log_and_se, log_shift
 from faprof.measure import stats
 from faprof.measure.noise_floor import NoiseFloor
 from faprof.model.schema import TIMED
@@ -141,7 +141,8 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, threshold: float, confidence: floa
     cols = ["status", "median_ms", "samples_ms", "timer", "gpu_name", "unstable"]
     m = pair(a, b, cols).reset_index(drop=True)
     records = m.to_dict("records")
-    shifts, own = [], {}
+    shifts: list[RowShift] = []
+    own: dict[int, Shift] = {}
     for i, r in enumerate(records):
         if r["_merge"] != "both" or r.get("status_a") not in TIMED or r.get("status_b") not in TIMED:
             continue
@@ -156,19 +157,19 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, threshold: float, confidence: floa
     decisions, units, notes = decide(shifts, floors, threshold, confidence, use_floor=bool(floors))
     out = []
     for i, r in enumerate(records):
-        s = own.get(i)
+        sh = own.get(i)
         rec = {"variant": r["variant"], "shape_id": r["shape_id"], "status_a": r.get("status_a"),
                "status_b": r.get("status_b"), "median_ms_a": r.get("median_ms_a"), "median_ms_b": r.get("median_ms_b"),
                "n_a": len(stats.as_samples(r.get("samples_ms_a"))), "n_b": len(stats.as_samples(r.get("samples_ms_b"))),
                "ratio_of_medians": median_ratio(r.get("median_ms_a"), r.get("median_ms_b")),
-               "ratio": s.ratio if s else math.nan, "ci_low": math.nan, "ci_high": math.nan,
+               "ratio": sh.ratio if sh else math.nan, "ci_low": math.nan, "ci_high": math.nan,
                "unstable": ", ".join(x for x in ("A", "B") if is_unstable(r.get(f"unstable_{x.lower()}")))}
         d = decisions.get(i)
         if d is not None:
             rec.update(ci_low=d.row_ci_low, ci_high=d.row_ci_high, verdict=d.verdict, reason=d.reason)
-        elif s is not None:
-            why = ("timed by different clocks on the two sides" if s.has_interval
-                   else f"{s.n_baseline} and {s.n_candidate} samples: too few for a {confidence:.0%} interval")
+        elif sh is not None:
+            why = ("timed by different clocks on the two sides" if sh.has_interval
+                   else f"{sh.n_baseline} and {sh.n_candidate} samples: too few for a {confidence:.0%} interval")
             rec.update(verdict=AMBIGUOUS, reason=why)
         else:
             rec["verdict"], rec["reason"] = _status_reason(r)
