@@ -23,6 +23,19 @@ import pytest
 from click.testing import CliRunner
 
 from faprof import advisor
+from faprof.analysis.comparison.shift import (
+    AMBIGUOUS,
+    EXACT_MAX_PAIRS,
+    FASTER,
+    SAME,
+    SLOWER,
+    Shift,
+    _u_pmf,
+    log_shift,
+    lower_rank,
+    normal_rank,
+    verdict,
+)
 from faprof.cli import main
 from faprof.errors import FaprofError
 from faprof.model.scenarios import gate_threshold, load_scenario
@@ -37,19 +50,6 @@ from faprof.report.gate import (
     run_gate,
 )
 from faprof.report.gate.render import render_json, render_junit, render_markdown, result_dict
-from faprof.report.gate.stats import (
-    AMBIGUOUS,
-    EXACT_MAX_PAIRS,
-    FASTER,
-    SAME,
-    SLOWER,
-    Shift,
-    _u_pmf,
-    log_shift,
-    lower_rank,
-    normal_rank,
-    verdict,
-)
 from faprof.report.gate.why import MIN_COUNTER_CHANGE, Nsight, _calls, advisor_changes, counter_changes
 from faprof.store import Bundle
 

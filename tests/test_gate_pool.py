@@ -22,11 +22,19 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from faprof.analysis.comparison.pool import RowShift, decide, verdict_of
+from faprof.analysis.comparison.shift import (
+    AMBIGUOUS,
+    FASTER,
+    SAME,
+    SLOWER,
+    hl_one_sample,
+    log_shift,
+    verdict,
+)
 from faprof.cli import main
 from faprof.report.gate import EXIT_AMBIGUOUS, EXIT_OK, EXIT_REGRESSION, GateOptions, run_gate
 from faprof.report.gate.noise import RunSet, estimate, to_toml
-from faprof.report.gate.pool import RowShift, decide, verdict_of
-from faprof.report.gate.stats import AMBIGUOUS, FASTER, SAME, SLOWER, hl_one_sample, log_shift, verdict
 from faprof.store import Bundle
 
 H100 = Path(__file__).parent / "data" / "gate" / "h100"

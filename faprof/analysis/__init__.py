@@ -11,7 +11,8 @@ every public name of its modules, one per topic:
 - `published`: the seed reports' published figures beside measurements;
 - `ncu_views`: occupancy, throughput, stall shares and rooflines from the Nsight Compute tables;
 - `timeline`: the Nsight Systems timeline of one problem;
-- `diff`: two runs row by row with faprof's one significance test;
+- `comparison`: the one two-run comparison (pairing, ratio, tests, verdicts with noise floors);
+- `diff`: two runs row by row with faprof's one significance test (the Diff page's words);
 - `files`: CSV, bundle archives, sanitize runs;
 - `wrong`: wrong rows' error maps as heatmap grids;
 - `leaderboard`: every kernel of a scenario on a GPU as % of the measured ceiling (import the module itself:
@@ -20,6 +21,7 @@ every public name of its modules, one per topic:
 Modules inside the package import each other directly, never this facade (no import circles).
 """
 
+from faprof.analysis import comparison as comparison
 from faprof.analysis import speedups as speedups
 from faprof.analysis.colors import (  # noqa: F401
     KNOWN_ORDER,

@@ -1,7 +1,8 @@
-"""Two runs compared row by row: ratio of medians and faprof's one significance test.
+"""Two runs compared row by row for the dashboard's Diff page: ratio of medians and faprof's one significance test.
 
-The test is `faprof.rows.stats.significance` (two-sided Mann-Whitney U on the kept samples, as
-`faprof compare`), which assumes nothing about the distribution (timings are skewed: a long right
+The pairing, the ratio and the test are the one two-run comparison's (`faprof.analysis.comparison`);
+this module words a verdict per row. The test is `faprof.rows.stats.significance` (two-sided
+Mann-Whitney U on the kept samples, as `faprof compare`), which assumes nothing about the distribution (timings are skewed: a long right
 tail of slow repeats). A pair where either row's timings are unstable (bimodal, drifting, or a CPU
 row that missed its stop rule: faprof.rows.stability) is never called significant.
 """
@@ -13,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from faprof.analysis import comparison
 from faprof.model import schema
 from faprof.rows import stats
 
@@ -27,27 +29,18 @@ UNSTABLE_VERDICT = "not tested: unstable timings"
 """Verdict of a pair where either row's timings are unstable (faprof.rows.stability)."""
 
 
-def _is_unstable(x: object) -> bool:
-    """A row's `unstable` cell as a bool (missing: not judged, so not unstable)."""
-    return not pd.isna(x) and bool(x)
-
-
 def _verdict(r: dict[str, Any], alpha: float) -> tuple[float, float, str]:
     """(ratio B/A, p-value, verdict in words) of one merged row."""
     ta, tb = r.get("status_a") in schema.TIMED, r.get("status_b") in schema.TIMED
-    ma, mb = r.get("median_ms_a"), r.get("median_ms_b")
-    ratio = mb / ma if ta and tb and ma and mb and ma > 0 else math.nan
+    ratio = comparison.median_ratio(r.get("median_ms_a"), r.get("median_ms_b")) if ta and tb else math.nan
     if r["_merge"] == "left_only":
         return ratio, math.nan, "only in A"
     if r["_merge"] == "right_only":
         return ratio, math.nan, "only in B"
     if not (ta and tb):
         return ratio, math.nan, f"not comparable ({r.get('status_a')} / {r.get('status_b')})"
-    sa, sb = stats.as_samples(r.get("samples_ms_a")), stats.as_samples(r.get("samples_ms_b"))
-    p = math.nan
-    if len(sa) >= MIN_SAMPLES_FOR_TEST and len(sb) >= MIN_SAMPLES_FOR_TEST:
-        p = stats.significance(sa, sb, alpha)["p_value"]
-    sides = [s for s in ("A", "B") if _is_unstable(r.get(f"unstable_{s.lower()}"))]
+    p, _ = comparison.mann_whitney(r.get("samples_ms_a"), r.get("samples_ms_b"), alpha, MIN_SAMPLES_FOR_TEST)
+    sides = [s for s in ("A", "B") if comparison.is_unstable(r.get(f"unstable_{s.lower()}"))]
     if sides:
         return ratio, p, f"{UNSTABLE_VERDICT} ({' and '.join(sides)})"
     if math.isnan(p):
@@ -70,11 +63,7 @@ def diff_runs(a: pd.DataFrame, b: pd.DataFrame, alpha: float = SIGNIFICANCE_LEVE
         (p < alpha, never for a pair with unstable timings), `unstable_a`/`unstable_b`, and a
         `verdict` in words.
     """
-    keys = ["variant", "shape_id"]
-    cols = ["problem", "status", "median_ms", "n", "unstable", "samples_ms"]
-    left = a[[*keys, *[c for c in cols if c in a]]]
-    right = b[[*keys, *[c for c in cols if c in b]]]
-    m = left.merge(right, on=keys, how="outer", suffixes=("_a", "_b"), indicator=True)
+    m = comparison.pair(a, b, ["problem", "status", "median_ms", "n", "unstable", "samples_ms"])
     if m.empty:
         return pd.DataFrame()
     m["problem"] = m["problem_a"].fillna(m["problem_b"]) if "problem_a" in m else m["shape_id"]

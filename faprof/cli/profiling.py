@@ -60,12 +60,16 @@ from faprof.errors import FaprofError
 @click.option("--gpus", "gpus", help="Run on several GPUs of this machine, one worker each: 'all' or indices, e.g. 0,1.")
 @click.option("--cluster", "cluster", help="Run the tasks on a Dask cluster: the scheduler's address, e.g. tcp://host:8786 "
               "(needs pip install 'faprof[cluster]').")
+@click.option("--quick", is_flag=True, help="The edit-run-read loop: check and time only the one --kernel (scenario "
+              "default: smoke), a short budget, no baselines, ceilings or Nsight, then print the delta against the "
+              "previous --quick run of that kernel on the same scenario and device under --out.")
 def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resume: Path | None, ncu: str | None,
             ncu_variants: str | None, ncu_shapes: str | None, ncu_kernel: str | None, ncu_launches: int | None,
             ncu_source: str | None,
             ncu_cache_control: str | None, ncu_clock_control: str | None, nsys: bool | None, budget: float | None,
             user_variants: tuple[str, ...], kernels: tuple[str, ...], kernel_name: str | None, no_isolate: bool,
-            task_timeout: float, timer: str | None, allow_failures: bool, gpus: str | None, cluster: str | None) -> None:
+            task_timeout: float, timer: str | None, allow_failures: bool, gpus: str | None, cluster: str | None,
+            quick: bool) -> None:
     """Measure a scenario's variants on its problems and write a run bundle.
 
     Each variant is checked against a reference before it is timed. Rows are written as they
@@ -77,8 +81,13 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
     2 bad input (one line says what); 3 some rows are `failed`, `wrong` or `untrusted` (--allow-failures
     exits 0 for those), or the Nsight Compute stage asked for produced no tables (the reason is
     printed; the timing rows are complete in the bundle); 130 interrupted (finished rows kept).
+
+    \b
+    --quick: `faprof profile --kernel FILE --quick [--scenario S]` checks and times your kernel alone and
+    prints faster / slower / same against its previous quick run (the gate's statistics); every run is a
+    normal bundle (`faprof explain`, `faprof report` read it).
     """
-    from faprof.run.request import ProfileRequest, resolve
+    from faprof.run.request import QUICK_SCENARIO, ProfileRequest, resolve
 
     req = ProfileRequest(
         scenario=scenario, resume=resume, variants=variant_list, out_dir=out_dir, ncu=ncu, ncu_variants=ncu_variants,
@@ -86,12 +95,25 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
         ncu_cache_control=ncu_cache_control,
         ncu_clock_control=ncu_clock_control, nsys=nsys, budget=budget, timer=timer, user_variants=user_variants,
         kernels=kernels, kernel_name=kernel_name, isolate=not no_isolate, task_timeout_s=task_timeout, gpus=gpus,
-        cluster=cluster)
+        cluster=cluster, quick=quick)
     options = resolve(req)
-    bundle, notices = _run_with_progress(scenario or "", options, resume)
+    bundle, notices = _run_with_progress(scenario or (QUICK_SCENARIO if quick else ""), options, resume)
     code = _print_profile_outcome(bundle, notices, allow_failures)
+    if options.quick:
+        _print_quick_delta(bundle, options.quick, out_dir)
     if code:
         sys.exit(code)
+
+
+def _print_quick_delta(bundle: Any, kernel: str, out_dir: Path) -> None:
+    """--quick: the kernel's delta against its previous quick run (same scenario and device) under out_dir."""
+    from faprof.report.quick import delta_lines
+    from faprof.run.quick import device_of, previous_run
+
+    m = bundle.manifest()
+    prev = previous_run(out_dir, kernel, m["scenario"]["name"], device_of(m), before=bundle)
+    for i, line in enumerate(delta_lines(prev, bundle, kernel, out_dir)):
+        say(line, style="bold" if i == 0 else None)
 
 
 def _run_with_progress(scenario: str, options: Any, resume: Path | None) -> tuple[Any, list[str]]:

@@ -1,8 +1,9 @@
 """`faprof compare`: two runs row by row, which is faster overall, and the table that shows it.
 
-Rows are matched on (variant, shape_id). Each side keeps its own % of its GPU's peak and of its
-measured ceiling. Every difference is tested with faprof's one method (`stats.significance`:
-two-sided Mann-Whitney U on the kept samples, as the dashboard's Diff page), except where either
+The comparison is faprof's one two-run comparison (`faprof.analysis.comparison`): rows matched on
+(variant, shape_id), B's median over A's, and faprof's one test (two-sided Mann-Whitney U on the kept
+samples, as the dashboard's Diff page); this module formats it. Each side keeps its own % of its GPU's
+peak and of its measured ceiling. Every difference is tested, except where either
 row's timings are unstable (bimodal, drifting, or a CPU row past its stop rule:
 faprof.rows.stability): such a pair is never called significant, and the headline's geometric
 mean leaves it out when stable rows remain.
@@ -18,11 +19,10 @@ from typing import Any
 import pandas as pd
 from rich.table import Table
 
-from faprof.analysis import aliases
+from faprof.analysis import aliases, comparison
 from faprof.errors import FaprofError
 from faprof.model import schema
 from faprof.report import fmt as f
-from faprof.rows import stats
 from faprof.store import Bundle
 
 PCT_NOTE = ("% peak: of each row's own GPU's dense peak at its dtype (faprof's GPU database); % ceiling: of the "
@@ -72,7 +72,7 @@ def rows_on(bundle: Bundle, gpu: str | None) -> pd.DataFrame:
 
 
 def _unstable_sides(ua: Any, ub: Any) -> str:
-    return ", ".join(side for side, u in (("A", ua), ("B", ub)) if u is True or (not pd.isna(u) and bool(u)))
+    return ", ".join(side for side, u in (("A", ua), ("B", ub)) if comparison.is_unstable(u))
 
 
 def compare_runs(a: Bundle, b: Bundle, gpu_a: str | None = None, gpu_b: str | None = None) -> pd.DataFrame:
@@ -89,19 +89,18 @@ def compare_runs(a: Bundle, b: Bundle, gpu_a: str | None = None, gpu_b: str | No
         not tested: too few samples, or unstable timings).
     """
     da, db = rows_on(a, gpu_a), rows_on(b, gpu_b)
-    keys = ["variant", "shape_id"]
-    cols = [*keys, "status", "median_ms", "ci95_low_ms", "ci95_high_ms", "tflops", "pct_peak", "pct_measured_ceiling",
+    cols = ["status", "median_ms", "ci95_low_ms", "ci95_high_ms", "tflops", "pct_peak", "pct_measured_ceiling",
             "device", "dtype", "unstable", "unstable_reason", "samples_ms"]
-    m = da[[c for c in cols if c in da]].merge(db[[c for c in cols if c in db]], on=keys, suffixes=("_a", "_b"))
+    m = comparison.pair(da, db, cols, how="inner").drop(columns="_merge")
     m["ratio_b_over_a"] = m["median_ms_b"] / m["median_ms_a"]
     none = [None] * len(m)
     m["unstable"] = [_unstable_sides(x, y) for x, y in zip(m.get("unstable_a", none), m.get("unstable_b", none), strict=True)]
-    tests = [stats.significance(stats.as_samples(x), stats.as_samples(y)) if {sa, sb} <= set(schema.TIMED) else {}
+    tests = [comparison.mann_whitney(x, y) if {sa, sb} <= set(schema.TIMED) else (float("nan"), None)
              for x, y, sa, sb in zip(m.get("samples_ms_a", none), m.get("samples_ms_b", none),
                                      m["status_a"], m["status_b"], strict=True)]
-    m["p_value"] = [t.get("p_value", float("nan")) for t in tests]
+    m["p_value"] = [p for p, _ in tests]
     # Unstable timings: the test's assumption (each side one distribution) does not hold, so no verdict.
-    m["significant"] = pd.array([None if u else t.get("significant") for t, u in zip(tests, m["unstable"], strict=True)],
+    m["significant"] = pd.array([None if u else sig for (_, sig), u in zip(tests, m["unstable"], strict=True)],
                                 dtype="boolean")
     return m.drop(columns=[c for c in ("samples_ms_a", "samples_ms_b", "unstable_a", "unstable_b") if c in m])
 

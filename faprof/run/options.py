@@ -56,6 +56,9 @@ class ProfileOptions:
     """Physical GPU indices to run on, one worker process each (`--gpus`); None: the one worker."""
     cluster: str | None = None
     """A Dask scheduler address (`--cluster`): tasks run on its workers."""
+    quick: str | None = None
+    """`--quick`: the one kernel variant this run measures, recorded in the manifest so the next quick run
+    of it finds this one (`faprof.run.quick.previous_run`)."""
 
 
 Progress = Callable[[str, dict[str, Any]], None]

@@ -7,6 +7,7 @@ run stage, made here so that a library caller gets the same answers (and the sam
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,17 @@ class ProfileRequest:
     gpus: str | None = None
     """`--gpus` text: 'all' or comma-separated indices."""
     cluster: str | None = None
+    quick: bool = False
+    """`--quick`: only the one `--kernel`, a short budget, no ceilings and no Nsight (QUICK_SCENARIO by default)."""
+
+
+#: `--quick` without --scenario: shipped with faprof, runs on a CPU or a GPU, three forward shapes (and one
+#: backward, unsupported by a forward-only kernel: no time spent on it).
+QUICK_SCENARIO = "smoke"
+
+#: `--quick` times each shape for at most this long (seconds; the scenario's budget when it is shorter,
+#: --budget when given): the harness stops earlier once its interval is tight.
+QUICK_BUDGET_S = 0.25
 
 
 def resolve(req: ProfileRequest) -> ProfileOptions:
@@ -71,6 +83,9 @@ def resolve(req: ProfileRequest) -> ProfileOptions:
         FaprofError: flags that do not go together, an unknown scenario, a kernel that does not build,
             `--ncu-*` selectors that name nothing.
     """
+    if req.quick:
+        _check_quick_flags(req)
+        req = dataclasses.replace(req, scenario=req.scenario or QUICK_SCENARIO)
     names = _variant_names(req)
     _check_kernel_flags(req)
     kernel_specs = [make_spec(k, req.kernel_name) for k in req.kernels]
@@ -81,7 +96,11 @@ def resolve(req: ProfileRequest) -> ProfileOptions:
     kernel_names = [n for spec in kernel_specs for n in variants.load_user_variants(spec)]  # builds: errors stop here
     if req.scenario and not req.resume:
         scn = load_scenario(req.scenario)  # validate before any work starts
-        options.variants = merged_variants(scn, names, kernel_names)
+        options.variants = kernel_names if req.quick else merged_variants(scn, names, kernel_names)
+        if req.quick:
+            options.quick = kernel_names[0]
+            if req.budget is None:
+                options.settings_overrides["budget_s"] = min(scn.timing.budget_s, QUICK_BUDGET_S)
         plan(scn, options.variants)  # an unknown variant is one line before any work starts
         check_ncu_selectors(scn, options, req.ncu if req.ncu is not None else scn.collect["ncu"],
                             explicit=req.ncu is not None)
@@ -109,6 +128,18 @@ def _check_kernel_flags(req: ProfileRequest) -> None:
         raise FaprofError("--name names the one --kernel; with several, write --kernel NAME=FILE.cu[:LAUNCHER]")
 
 
+def _check_quick_flags(req: ProfileRequest) -> None:
+    if len(req.kernels) != 1:
+        raise FaprofError("--quick times one kernel: give it with one --kernel FILE.cu[:LAUNCHER] or FILE.py:FUNCTION")
+    given = [flag for flag, v in (("--resume", req.resume), ("--variants", req.variants), ("--ncu", req.ncu),
+                                  ("--ncu-variants", req.ncu_variants), ("--ncu-shapes", req.ncu_shapes),
+                                  ("--ncu-kernel", req.ncu_kernel), ("--nsys", req.nsys), ("--gpus", req.gpus),
+                                  ("--cluster", req.cluster)) if v]
+    if given:
+        raise FaprofError(f"--quick times one kernel, alone, with no Nsight stage: drop {', '.join(given)} "
+                          "(or drop --quick for a full run)")
+
+
 def _check_backend_flags(req: ProfileRequest) -> None:
     if req.gpus is not None and req.cluster:
         raise FaprofError("--gpus runs on this machine's GPUs, --cluster on a Dask cluster's workers: give one of them")
@@ -122,7 +153,7 @@ def _options(req: ProfileRequest, names: list[str] | None, kernel_specs: list[st
         overrides["budget_s"] = req.budget
     if req.timer:
         overrides["timer"] = req.timer
-    return ProfileOptions(
+    options = ProfileOptions(
         gpus=parse_gpus(req.gpus), cluster=req.cluster, variants=names,
         out_dir=req.out_dir, ncu=req.ncu, nsys=req.nsys, isolate=req.isolate, task_timeout_s=req.task_timeout_s,
         ncu_cache_control=req.ncu_cache_control, ncu_clock_control=req.ncu_clock_control,
@@ -131,6 +162,9 @@ def _options(req: ProfileRequest, names: list[str] | None, kernel_specs: list[st
         user_variants=[*req.user_variants, *kernel_specs],
         settings_overrides=overrides,
     )
+    # --quick: no Nsight stage, and no matmul/copy ceilings (seconds of the worker's start; "% of ceiling" is
+    # left empty, "% of peak" still comes from the GPU database)
+    return dataclasses.replace(options, ncu="none", nsys=False, ceilings=False) if req.quick else options
 
 
 def merged_variants(scn: Scenario, names: list[str] | None, kernel_names: list[str]) -> list[str] | None:

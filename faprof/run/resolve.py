@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,8 @@ def new_manifest(scenario: Scenario, options: ProfileOptions, env: dict[str, Any
     }
     if workers is not None:
         m["workers"] = workers
+    if options.quick:  # written only by --quick: the next quick run of this kernel looks for it
+        m["quick"] = {"kernel": options.quick, "started_s": round(time.time(), 6)}
     return m
 
 

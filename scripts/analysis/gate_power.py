@@ -21,9 +21,9 @@ import sys
 
 import numpy as np
 
+from faprof.analysis.comparison.pool import RowShift, decide
+from faprof.analysis.comparison.shift import SLOWER
 from faprof.report.gate.noise import floor_for, load_floors
-from faprof.report.gate.pool import RowShift, decide
-from faprof.report.gate.stats import SLOWER
 
 
 def _code(rows: dict) -> int:

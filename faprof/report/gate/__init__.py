@@ -1,9 +1,11 @@
 """The CI gate: is a candidate run slower than a baseline run, kernel by kernel (see core.py).
 
-Modules: core (run_gate, options, exit codes), stats (one-sample shift and verdicts), noise
-(between-run noise floors), pool (pooling rows into a kernel's decision), verdicts (per-row
-verdicts), provenance (are the two runs comparable), why (the counters that moved), render
-(terminal, Markdown, JSON, JUnit).
+The statistics are the one two-run comparison's (`faprof.analysis.comparison`: the rows' pairing,
+the Hodges-Lehmann shift and its verdict, each kernel pooled with the between-run noise floor); the
+gate adds its policy on top. Modules: core (run_gate, options, exit codes), noise (estimating the
+between-run noise floors), verdicts (per-row verdicts: which rows gate, wrong and failed rows,
+undecided ones, re-timed rows), provenance (are the two runs comparable), why (the counters that
+moved), render (terminal, Markdown, JSON, JUnit).
 """
 
 from faprof.report.gate.core import (

@@ -3,8 +3,8 @@
 For every (variant, shape_id[, gpu_name]) row of the two bundles the gate gives one verdict:
 
 - `faster` / `slower` / `same` / `ambiguous`: both sides timed; each row's Hodges-Lehmann shift
-  (`faprof.report.gate.stats`), judged with the other rows of its kernel and the GPU model's
-  between-run noise floor (`faprof.report.gate.pool`, `faprof.report.gate.noise`: two runs of one
+  (`faprof.analysis.comparison.shift`), judged with the other rows of its kernel and the GPU model's
+  between-run noise floor (`faprof.analysis.comparison.pool`, `faprof.report.gate.noise`: two runs of one
   commit differ by more than either run's samples say) against the practical threshold
   (`--threshold`, a scenario's `[gate] threshold`, else `DEFAULT_THRESHOLD`);
 - `wrong` / `failed`: the candidate's row is wrong or failed: a regression, whatever the baseline;
@@ -40,13 +40,13 @@ from typing import Any
 
 import pandas as pd
 
-from faprof.analysis import aliases
+from faprof.analysis import aliases, comparison
+from faprof.analysis.comparison import pool as gate_pool
+from faprof.analysis.comparison.shift import AMBIGUOUS, FASTER, SAME, SLOWER
 from faprof.errors import FaprofError
 from faprof.model.scenarios import gate_threshold
-from faprof.report.gate import pool as gate_pool
 from faprof.report.gate.noise import NoiseFloor, load_floors
 from faprof.report.gate.provenance import Check, cudnn_version, provenance
-from faprof.report.gate.stats import AMBIGUOUS, FASTER, SAME, SLOWER
 from faprof.report.gate.verdicts import (
     CLOCK_NOTE_REL,
     FAILED,
@@ -86,7 +86,7 @@ EXIT_OK = 0
 #: Exit code: at least one gated row is slower, or a candidate row is wrong or failed.
 EXIT_REGRESSION = 1
 #: Exit code: no regression, but gated rows that may be one: their kernel looks slower past the
-#: threshold, not significantly (faprof.report.gate.pool), or the row's own interval reaches past it
+#: threshold, not significantly (faprof.analysis.comparison.pool), or the row's own interval reaches past it
 #: where it could not be judged with its kernel (2 is a usage error, 3 is `faprof profile`'s failed rows).
 EXIT_AMBIGUOUS = 4
 
@@ -208,8 +208,7 @@ def _models(df: pd.DataFrame) -> list[str]:
 
 
 def _pair_rows(da: pd.DataFrame, db: pd.DataFrame, join_on_gpu: bool) -> pd.DataFrame:
-    keys = ["variant", "shape_id", *(["gpu_name"] if join_on_gpu else [])]
-    m = da.merge(db, on=keys, how="outer", suffixes=("_a", "_b"), indicator=True)
+    m = comparison.pair(da, db, on_gpu=join_on_gpu)
     if not join_on_gpu:
         m["gpu_name"] = m["gpu_name_b"].where(m["gpu_name_b"].notna(), m["gpu_name_a"])
     return m

@@ -16,7 +16,7 @@ variant that ran unchanged in two or more runs (`estimate`); `prior_df` says how
 `row_sd` can be trusted for a variant it has not seen: the kernels' own run-to-run spreads differ
 (0.6% for sdpa_flash, 2.4% for fa3_wgmma_e on the H100), and how much more they scatter than
 sampling alone would make them sets it (`prior_df`, the method of moments of Smyth's
-moderated-variance model). The gate (`faprof.report.gate.pool`) uses the floor as a prior that a
+moderated-variance model). The gate's pooling (`faprof.analysis.comparison.pool`) uses the floor as a prior that a
 variant's own rows update.
 
 The recorded floors are data (`faprof/data/gate_noise.toml`, written by
@@ -34,9 +34,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from faprof.analysis import comparison
+from faprof.analysis.comparison.shift import hl_one_sample
 from faprof.errors import FaprofError
 from faprof.model.schema import TIMED
-from faprof.report.gate.stats import hl_one_sample
 from faprof.rows import stats
 from faprof.rows.noise_floor import (  # noqa: F401  (the recorded floors: one home, re-exported for the gate)
     FLOORS_FILE,
@@ -50,7 +51,7 @@ from faprof.rows.noise_floor import (  # noqa: F401  (the recorded floors: one h
 from faprof.store import Bundle
 
 #: Rows timed by these clocks are what the floors describe (host-clock rows have no floor).
-GPU_TIMERS = ("cupti", "cuda_event")
+GPU_TIMERS = comparison.GPU_TIMERS
 
 # ----------------------------------------------------------------------------- estimation
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import pandas as pd
 from rich.markup import escape
 from rich.table import Table
 
+from faprof.analysis.comparison.shift import AMBIGUOUS, FASTER, SAME, SLOWER
 from faprof.report.gate.core import (
     EXIT_AMBIGUOUS,
     EXIT_OK,
@@ -23,7 +24,6 @@ from faprof.report.gate.core import (
     GateResult,
     pct_text,
 )
-from faprof.report.gate.stats import AMBIGUOUS, FASTER, SAME, SLOWER
 from faprof.report.gate.why import fmt_value
 
 #: Version of the JSON document `--json` writes (bumped when a key changes meaning).
@@ -348,7 +348,7 @@ def result_dict(result: GateResult) -> dict[str, Any]:
         "threshold": result.threshold, "threshold_source": result.threshold_source, "confidence": result.confidence,
         "method": ("per row, the Hodges-Lehmann shift of candidate/baseline time on log samples; per kernel, the "
                    "one-sample Hodges-Lehmann shift of its rows with a between-run noise model (a GPU model's "
-                   "recorded floor updated by the rows' own spread; faprof/report/gate/pool.py)"),
+                   "recorded floor updated by the rows' own spread; faprof/analysis/comparison/pool.py)"),
         "baseline": result.baseline, "candidate": result.candidate,
         "counts": {v: result.count(v) for v in (WRONG, FAILED, SLOWER, AMBIGUOUS, FASTER, SAME, UNTIMED, MISSING)},
         "provenance": [dataclasses.asdict(c) for c in result.checks], "warnings": result.warnings, "notes": result.notes,

@@ -2,7 +2,7 @@
 
 A row timed on both sides gets a Hodges-Lehmann shift and a timing verdict (`judge_row`); rows not
 timed on both sides get theirs from their status (`status_verdict`). `pool_verdicts` then judges the
-timed rows of each kernel together (`faprof.report.gate.pool`), and re-timed rows come in as further
+timed rows of each kernel together (`faprof.analysis.comparison.pool`), and re-timed rows come in as further
 candidate runs (`apply_reruns`). Only merged rows are read here (`faprof.report.gate` pairs them).
 """
 
@@ -15,15 +15,25 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from faprof.analysis import comparison
+from faprof.analysis.comparison import pool as gate_pool
+from faprof.analysis.comparison.pool import pct_text
+from faprof.analysis.comparison.shift import (
+    AMBIGUOUS,
+    FASTER,
+    SAME,
+    SLOWER,
+    Shift,
+    log_and_se,
+    log_shift,
+    verdict,
+)
 from faprof.model.schema import TIMED
 from faprof.model.values import as_float
-from faprof.report.gate import pool as gate_pool
 from faprof.report.gate.noise import NoiseFloor
-from faprof.report.gate.pool import pct_text
-from faprof.report.gate.stats import AMBIGUOUS, FASTER, SAME, SLOWER, Shift, log_shift, verdict
 from faprof.rows import stats
 
-#: Verdicts besides the four timing ones (faprof.report.gate.stats).
+#: Verdicts besides the four timing ones (faprof.analysis.comparison.shift).
 WRONG, FAILED, UNTIMED, MISSING = "wrong", "failed", "untimed", "missing"
 #: Table order: regressions first, then what needs a look, then the rest.
 VERDICT_ORDER = (WRONG, FAILED, SLOWER, AMBIGUOUS, FASTER, SAME, UNTIMED, MISSING)
@@ -34,7 +44,7 @@ CLOCK_NOTE_REL = 0.01
 
 #: Rows timed by these clocks gate; host-clock (CPU) rows only with include_host (faprof.report.gate's
 #: docstring says why).
-GATED_TIMERS = ("cupti", "cuda_event")
+GATED_TIMERS = comparison.GPU_TIMERS
 
 #: Columns of GateResult.rows, in order.
 GATE_COLUMNS = (
@@ -44,7 +54,7 @@ GATE_COLUMNS = (
     "status_baseline", "status_candidate", "timer_baseline", "timer_candidate",
     "clock_mhz_baseline", "clock_mhz_candidate", "throttled_baseline", "throttled_candidate",
     "rerun_samples", "notes", "why",
-    # between-run noise (faprof.report.gate.pool): the row's own interval with it, and its kernel's verdict
+    # between-run noise (faprof.analysis.comparison.pool): the row's own interval with it, and its kernel's verdict
     "decided_by", "row_ci_low", "row_ci_high", "kernel_ratio", "kernel_ci_low", "kernel_ci_high", "kernel_rows",
     "candidate_runs",
 )
@@ -157,7 +167,7 @@ def judge_row(r: Any, samples_b: Any, threshold: float, options: GateOptions) ->
     else:
         v = verdict(s, threshold)
         reason = _timing_reason(v, s, threshold, options.confidence)
-        out["shift"] = _shift(s, options.confidence)  # pooled with its kernel's rows (gate_pool)
+        out["shift"] = log_and_se(s, options.confidence)  # pooled with its kernel's rows (gate_pool)
     if options.equal_clocks and clocks:
         out["ratio_equal_clock"] = s.ratio
         notes.append(f"judged at equal SM clocks ({ca:.0f} vs {cb:.0f} MHz): {s.ratio * ca / cb:.3f}x in time")
@@ -180,13 +190,6 @@ def judge_row(r: Any, samples_b: Any, threshold: float, options: GateOptions) ->
             "host": _is_host(tb, cell(r, "device_b"))}
 
 
-def _shift(s: Shift, confidence: float) -> tuple[float, float]:
-    """(log ratio, its within-run standard error) of a row's interval (half its width over the normal quantile)."""
-    from scipy.stats import norm
-
-    return math.log(s.ratio), (math.log(s.high) - math.log(s.low)) / (2.0 * float(norm.ppf(0.5 + confidence / 2.0)))
-
-
 def row_record(r: Any, judged: dict[str, Any]) -> dict[str, Any]:
     """One row of GateResult.rows (GATE_COLUMNS): the merged row's figures, its verdict's fields over them."""
     ma, mb = as_float(cell(r, "median_ms_a")), as_float(cell(r, "median_ms_b"))
@@ -194,7 +197,7 @@ def row_record(r: Any, judged: dict[str, Any]) -> dict[str, Any]:
     rec = {
         "variant": r["variant"], "shape_id": r["shape_id"], "gpu_name": r["gpu_name"],
         "dtype": cell(r, "dtype_b") or cell(r, "dtype_a"),
-        "ratio_of_medians": mb / ma if ma > 0 and math.isfinite(mb) else math.nan,
+        "ratio_of_medians": comparison.median_ratio(ma, mb),
         "ratio_equal_clock": math.nan,
         "median_ms_baseline": ma, "median_ms_candidate": mb, "n_baseline": na, "n_candidate": nb,
         "status_baseline": cell(r, "status_a"), "status_candidate": cell(r, "status_b"),

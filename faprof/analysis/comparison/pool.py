@@ -1,4 +1,7 @@
-"""The regression gate's verdicts with between-run noise: each kernel judged on all its rows, each row against its kernel.
+"""Verdicts with between-run noise: each kernel judged on all its rows, each row against its kernel.
+
+Part of the one two-run comparison (`faprof.analysis.comparison`); the regression gate
+(`faprof.report.gate`) and `faprof profile --quick` judge rows with it.
 
 Why: two runs of one commit on the H100 differ row by row by far more than either run's samples
 say (a row's interval from its samples is 0.1-1% wide; between the runs the rows moved by 0.925x
@@ -8,9 +11,9 @@ together when its code changes, and their run-to-run noise is largely independen
 
 Method, per unit (a variant on one GPU model), on log time ratios (candidate over baseline):
 
-1. Each row i has its shift d_i (the Hodges-Lehmann estimate of its samples, `gate_stats`), with
+1. Each row i has its shift d_i (the Hodges-Lehmann estimate of its samples, `comparison.shift`), with
    within-run standard error w_i; after re-timing (`--confirm`), d_i averages the candidate's runs.
-2. Run-to-run noise per row and run, sigma: the GPU model's recorded floor (`gate_noise`: row_sd,
+2. Run-to-run noise per row and run, sigma: the GPU model's recorded floor (`faprof.rows.noise_floor`: row_sd,
    worth prior_df rows) updated by this comparison's own evidence, the spread of the unit's d_i
    around each other and the spread between re-timed runs of a row (Smyth's moderated variance):
    sigma~^2 = (prior_df * row_sd^2 + df * s^2) / (prior_df + df).
@@ -60,8 +63,8 @@ from typing import Any
 
 import numpy as np
 
-from faprof.report.gate.noise import NO_FLOOR, NoiseFloor, floor_for
-from faprof.report.gate.stats import AMBIGUOUS, FASTER, SAME, SLOWER, hl_one_sample
+from faprof.analysis.comparison.shift import AMBIGUOUS, FASTER, SAME, SLOWER, hl_one_sample
+from faprof.rows.noise_floor import NO_FLOOR, NoiseFloor, floor_for
 
 #: `same` needs the interval inside +-2 x the threshold: a gate that could not have seen a change of
 #: twice its threshold does not call the rows the same (it calls them ambiguous).
@@ -257,7 +260,7 @@ def decide(shifts: Sequence[RowShift], floors: Sequence[NoiseFloor], threshold: 
 
     Args:
         shifts: every row timed on both sides with the same clock, with its shift per candidate run.
-        floors: the recorded noise floors (`gate_noise.load_floors`).
+        floors: the recorded noise floors (`faprof.rows.noise_floor.load_floors`).
         threshold: the relative change that counts (0.02).
         confidence: 1 - alpha, the gate's confidence level.
         use_floor: False judges on the rows' own samples and spread only (`--noise-floor none`).

@@ -1,4 +1,5 @@
-"""The regression gate's statistics: the shift between two runs' timing samples with its CI, and the verdict.
+"""The shift between two runs' timing samples with its CI, and the verdict (the statistics of the one
+two-run comparison, `faprof.analysis.comparison`, which the regression gate uses).
 
 Method: Hodges-Lehmann on log samples. For baseline samples a_1..a_m and candidate samples
 b_1..b_n, every pairwise difference d_ij = log b_j - log a_i is formed; the estimate of the
@@ -24,7 +25,7 @@ interval lies above 1 + t, `faster` when it lies below 1 / (1 + t), `same` when 
 [1 / (1 + t), 1 + t], and `ambiguous` when it crosses an edge. That interval covers the row's own
 samples only; two runs of one commit differ by more (tests/data/gate/h100/same), so `faprof gate` gives it
 only to rows it cannot judge with their kernel and the GPU's between-run noise
-(`faprof.report.gate.pool`, which also uses `hl_one_sample` below).
+(`faprof.analysis.comparison.pool`, which also uses `hl_one_sample` below).
 """
 
 from __future__ import annotations
@@ -175,6 +176,14 @@ def verdict(shift: Shift, threshold: float) -> str:
     if shift.low >= down and shift.high <= up:
         return SAME
     return AMBIGUOUS
+
+
+def log_and_se(shift: Shift, confidence: float) -> tuple[float, float]:
+    """(log ratio, its within-run standard error) of a row's interval (half its width over the normal
+    quantile): the row's run as the kernel pooling (`faprof.analysis.comparison.pool`) reads it."""
+    from scipy.stats import norm
+
+    return math.log(shift.ratio), (math.log(shift.high) - math.log(shift.low)) / (2.0 * float(norm.ppf(0.5 + confidence / 2.0)))
 
 
 def hl_one_sample(x: Sequence[float] | np.ndarray) -> float:
