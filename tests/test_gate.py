@@ -38,8 +38,7 @@ from faprof.analysis.comparison.shift import (
 )
 from faprof.cli import main
 from faprof.errors import FaprofError
-from faprof.model.scenarios import gate_threshold, load_scenario
-from faprof.report.gate import (
+from faprof.gate import (
     DEFAULT_THRESHOLD,
     EXIT_AMBIGUOUS,
     EXIT_OK,
@@ -49,8 +48,9 @@ from faprof.report.gate import (
     parse_threshold,
     run_gate,
 )
-from faprof.report.gate.render import render_json, render_junit, render_markdown, result_dict
-from faprof.report.gate.why import MIN_COUNTER_CHANGE, Nsight, _calls, advisor_changes, counter_changes
+from faprof.gate.outputs import render_json, render_junit, render_markdown, result_dict
+from faprof.gate.why_moved import MIN_COUNTER_CHANGE, Nsight, _calls, advisor_changes, counter_changes
+from faprof.model.scenarios import gate_threshold, load_scenario
 from faprof.store import Bundle
 
 EXAMPLES = Path(__file__).parent.parent / "examples" / "runs"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from faprof.report.gate import SLOWER, run_gate
+from faprof.gate import SLOWER, run_gate
 from faprof.store import find_bundles
 from faprof.variants import build, user_kernel
 

@@ -20,7 +20,7 @@ import pytest
 from scipy.special import polygamma
 
 from faprof.errors import FaprofError
-from faprof.report.gate.noise import (
+from faprof.gate.noise import (
     NO_FLOOR,
     NoiseFloor,
     RunSet,

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from faprof.cli import main
-from faprof.run import gate as gate_run
+from faprof.run import gate_runs as gate_run
 from faprof.store import Bundle, find_bundles
 
 DATA = Path(__file__).parent / "data" / "bundles"

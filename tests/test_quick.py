@@ -18,8 +18,7 @@ from click.testing import CliRunner
 
 from faprof.cli import main
 from faprof.errors import FaprofError
-from faprof.report.quick import delta, delta_lines
-from faprof.run.quick import device_of, previous_run
+from faprof.gate.quick_delta import delta, delta_lines, device_of, previous_run
 from faprof.run.request import ProfileRequest, resolve
 from faprof.store import Bundle
 

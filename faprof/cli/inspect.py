@@ -256,10 +256,10 @@ def gate(baseline: str, candidate: str, threshold: str | None, allow_mismatch: b
     that looks slower past the threshold, not significantly (--confirm re-times it);
     2 bad input, or GPU models that differ without --allow-mismatch.
     """
+    from faprof.gate import GateOptions, parse_threshold, run_gate
+    from faprof.gate.noise import load_floors
     from faprof.model.plan import split_list
-    from faprof.report.gate import GateOptions, parse_threshold, run_gate
-    from faprof.report.gate.noise import load_floors
-    from faprof.run import gate as gate_run
+    from faprof.run import gate_runs as gate_run
 
     options = GateOptions(threshold=parse_threshold(threshold) if threshold is not None else None,
                           allow_mismatch=allow_mismatch, include_host=include_host, equal_clocks=equal_clocks,
@@ -294,7 +294,7 @@ def gate(baseline: str, candidate: str, threshold: str | None, allow_mismatch: b
 def _show_gate(result: Any, show_all: bool, md_file: Path | None, junit_file: Path | None,
                json_file: Path | None) -> None:
     """Print a gate's tables, notes and summary; write its Markdown, JUnit and JSON files."""
-    from faprof.report.gate.render import (
+    from faprof.gate.outputs import (
         kernel_table,
         listed_rows,
         noise_line,
@@ -305,7 +305,7 @@ def _show_gate(result: Any, show_all: bool, md_file: Path | None, junit_file: Pa
         summary_line,
         unlisted_line,
     )
-    from faprof.report.gate.render import verdict_table as gate_table
+    from faprof.gate.outputs import verdict_table as gate_table
     from faprof.store import write_files
 
     say(f"baseline  = {result.baseline['run_id']} ({result.baseline['path']})")

@@ -2,7 +2,7 @@
 
 How much a kernel's time moves between two runs of the same code (`row_sd`, `offset_sd`; on log
 times, 0.01 is about 1%) is estimated by the regression gate from runs of one commit
-(faprof.report.gate.noise, `scripts/analysis/gate_noise_floor.py`) and recorded as package data
+(faprof.gate.noise, `scripts/analysis/gate_noise_floor.py`) and recorded as package data
 (`faprof/data/gate_noise.toml`). Two readers use it: the gate, as the prior of a row's noise, and
 the alias judgement (faprof.analysis.aliases), for whether two variants' medians can be told apart.
 This module is the data and its reader; the estimation stays with the gate.

@@ -58,7 +58,7 @@ class ProfileOptions:
     """A Dask scheduler address (`--cluster`): tasks run on its workers."""
     quick: str | None = None
     """`--quick`: the one kernel variant this run measures, recorded in the manifest so the next quick run
-    of it finds this one (`faprof.run.quick.previous_run`)."""
+    of it finds this one (`faprof.gate.quick_delta.previous_run`)."""
 
 
 Progress = Callable[[str, dict[str, Any]], None]

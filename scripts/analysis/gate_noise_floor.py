@@ -22,11 +22,11 @@ import sys
 from pathlib import Path
 
 from faprof.errors import FaprofError
-from faprof.report.gate.noise import FLOORS_FILE, RunSet, estimate, load_floors, run_sets, to_toml
+from faprof.gate.noise import FLOORS_FILE, RunSet, estimate, load_floors, run_sets, to_toml
 from faprof.store import Bundle
 
 HEADER = """Between-run noise floors of faprof gate, per GPU model: how much kernel times move between two
-runs of the same code (faprof/report/gate/noise.py says how they are estimated and used).
+runs of the same code (faprof/gate/noise.py says how they are estimated and used).
 Written by scripts/analysis/gate_noise_floor.py from the runs listed under each floor; do not edit the
 figures by hand: re-run `python3 scripts/analysis/gate_noise_floor.py --recompute faprof/data/gate_noise.toml`
 (tests/test_gate_noise.py checks that they match their runs)."""

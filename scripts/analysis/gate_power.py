@@ -1,6 +1,6 @@
 """How often `faprof gate` passes the same code and catches a planted slowdown, simulated from a noise floor.
 
-Rows are drawn as the between-run model says (faprof/report/gate/noise.py): each kernel's rows get
+Rows are drawn as the between-run model says (faprof/gate/noise.py): each kernel's rows get
 the kernel's own run-to-run SD as recorded in the floor's `variants` table (for the H100:
 fa2_mma 0.95%, fa3_wgmma_e 2.38%, sdpa_cudnn 2.23%, sdpa_flash 0.62% a row and run), a shared
 offset of the floor's `offset_sd` per kernel and run, one baseline run and one candidate run, and
@@ -23,7 +23,7 @@ import numpy as np
 
 from faprof.analysis.comparison.pool import RowShift, decide
 from faprof.analysis.comparison.shift import SLOWER
-from faprof.report.gate.noise import floor_for, load_floors
+from faprof.gate.noise import floor_for, load_floors
 
 
 def _code(rows: dict) -> int:

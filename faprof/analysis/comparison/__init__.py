@@ -14,7 +14,7 @@
 
 Readers: `faprof compare` (faprof.report.compare formats the pairs and their test), the dashboard's
 Diff page (faprof.analysis.diff), `faprof profile --quick` (`compare`: the delta against the
-previous run), and the regression gate (faprof.report.gate), which adds its policy on top: which
+previous run), and the regression gate (faprof.gate), which adds its policy on top: which
 rows gate (GPU clocks, not the host's), wrong and failed rows as regressions, undecided rows and
 exit codes, timer and clock mismatches, re-timing, provenance.
 """

@@ -1,7 +1,7 @@
 """Verdicts with between-run noise: each kernel judged on all its rows, each row against its kernel.
 
 Part of the one two-run comparison (`faprof.analysis.comparison`); the regression gate
-(`faprof.report.gate`) and `faprof profile --quick` judge rows with it.
+(`faprof.gate`) and `faprof profile --quick` judge rows with it.
 
 Why: two runs of one commit on the H100 differ row by row by far more than either run's samples
 say (a row's interval from its samples is 0.1-1% wide; between the runs the rows moved by 0.925x

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from faprof.analysis.comparison.shift import AMBIGUOUS, FASTER, SAME, SLOWER
-from faprof.report.gate.core import (
+from faprof.gate.judge import (
     EXIT_AMBIGUOUS,
     EXIT_OK,
     EXIT_REGRESSION,
@@ -24,7 +24,7 @@ from faprof.report.gate.core import (
     GateResult,
     pct_text,
 )
-from faprof.report.gate.why import fmt_value
+from faprof.gate.why_moved import fmt_value
 
 #: Version of the JSON document `--json` writes (bumped when a key changes meaning).
 JSON_SCHEMA = "faprof-gate/2"  # 2: verdicts with between-run noise, per-kernel `kernels`, row_ci_* and kernel_* columns

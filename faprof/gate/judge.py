@@ -4,7 +4,7 @@ For every (variant, shape_id[, gpu_name]) row of the two bundles the gate gives 
 
 - `faster` / `slower` / `same` / `ambiguous`: both sides timed; each row's Hodges-Lehmann shift
   (`faprof.analysis.comparison.shift`), judged with the other rows of its kernel and the GPU model's
-  between-run noise floor (`faprof.analysis.comparison.pool`, `faprof.report.gate.noise`: two runs of one
+  between-run noise floor (`faprof.analysis.comparison.pool`, `faprof.gate.noise`: two runs of one
   commit differ by more than either run's samples say) against the practical threshold
   (`--threshold`, a scenario's `[gate] threshold`, else `DEFAULT_THRESHOLD`);
 - `wrong` / `failed`: the candidate's row is wrong or failed: a regression, whatever the baseline;
@@ -25,10 +25,10 @@ host clock (CPU rows) get verdicts but gate nothing unless `include_host`: the s
 run2 of g1), which no threshold for GPU kernels would absorb.
 
 Only bundles are read here; re-timing ambiguous rows is a callback (`Retime`) the caller passes in
-(`faprof.run.gate.retime`), so this report stage never imports the run stage.
+(`faprof.run.gate_runs.retime`), so the gate itself only reads bundles.
 
-Modules: the rows' verdicts (`faprof.report.gate.verdicts`) and the provenance checks
-(`faprof.report.gate.provenance`); this one reads and pairs the two bundles, runs the gate
+Modules: the rows' verdicts (`faprof.gate.verdicts`) and the provenance checks
+(`faprof.gate.provenance`); this one reads and pairs the two bundles, runs the gate
 (`run_gate`) and keeps every public name importable from here.
 """
 
@@ -44,10 +44,9 @@ from faprof.analysis import aliases, comparison
 from faprof.analysis.comparison import pool as gate_pool
 from faprof.analysis.comparison.shift import AMBIGUOUS, FASTER, SAME, SLOWER
 from faprof.errors import FaprofError
-from faprof.model.scenarios import gate_threshold
-from faprof.report.gate.noise import NoiseFloor, load_floors
-from faprof.report.gate.provenance import Check, cudnn_version, provenance
-from faprof.report.gate.verdicts import (
+from faprof.gate.noise import NoiseFloor, load_floors
+from faprof.gate.provenance import Check, cudnn_version, provenance
+from faprof.gate.verdicts import (
     CLOCK_NOTE_REL,
     FAILED,
     GATE_COLUMNS,
@@ -64,7 +63,8 @@ from faprof.report.gate.verdicts import (
     row_record,
     rows_to_retime,
 )
-from faprof.report.gate.why import Nsight, why_moved
+from faprof.gate.why_moved import Nsight, why_moved
+from faprof.model.scenarios import gate_threshold
 from faprof.rows import stats
 from faprof.store import Bundle
 

@@ -3,7 +3,7 @@
 A row timed on both sides gets a Hodges-Lehmann shift and a timing verdict (`judge_row`); rows not
 timed on both sides get theirs from their status (`status_verdict`). `pool_verdicts` then judges the
 timed rows of each kernel together (`faprof.analysis.comparison.pool`), and re-timed rows come in as further
-candidate runs (`apply_reruns`). Only merged rows are read here (`faprof.report.gate` pairs them).
+candidate runs (`apply_reruns`). Only merged rows are read here (`faprof.gate` pairs them).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from faprof.analysis.comparison.shift import (
     log_shift,
     verdict,
 )
+from faprof.gate.noise import NoiseFloor
 from faprof.model.schema import TIMED
 from faprof.model.values import as_float
-from faprof.report.gate.noise import NoiseFloor
 from faprof.rows import stats
 
 #: Verdicts besides the four timing ones (faprof.analysis.comparison.shift).
@@ -42,7 +42,7 @@ VERDICT_ORDER = (WRONG, FAILED, SLOWER, AMBIGUOUS, FASTER, SAME, UNTIMED, MISSIN
 #: kernel's time follows the SM clock, and 1% is half the default threshold.
 CLOCK_NOTE_REL = 0.01
 
-#: Rows timed by these clocks gate; host-clock (CPU) rows only with include_host (faprof.report.gate's
+#: Rows timed by these clocks gate; host-clock (CPU) rows only with include_host (faprof.gate's
 #: docstring says why).
 GATED_TIMERS = comparison.GPU_TIMERS
 

@@ -1,6 +1,6 @@
 """Why a gated row moved: the ncu counters and stall shares that changed most, and the advisor's findings that changed.
 
-Used by `faprof.report.gate` for rows it finds slower, when both bundles have ncu tables. Kernels
+Used by `faprof.gate` for rows it finds slower, when both bundles have ncu tables. Kernels
 of a call are matched by name and occurrence (the second launch of a kernel in a call with the
 second); counters are a curated set of `ncu_summary` columns (`COUNTERS`), ranked by relative
 change; stall reasons by the change in their share of the kernel's stall cycles; advisor findings

@@ -13,9 +13,9 @@ from typing import Any
 
 import pandas as pd
 
+from faprof.gate.verdicts import CLOCK_NOTE_REL
 from faprof.model.schema import TIMED
 from faprof.model.values import as_float
-from faprof.report.gate.verdicts import CLOCK_NOTE_REL
 from faprof.store import Bundle
 
 

@@ -5,25 +5,73 @@ statistics: each shape's Hodges-Lehmann shift, the kernel judged on all its shap
 model's recorded between-run noise floor (none for rows timed by the host clock), against the gate's
 threshold (the scenario's `[gate] threshold`, else 2%). The verdict is the kernel's: faster, slower,
 same, or undecided (the data cannot tell at this threshold).
+
+The previous run of a kernel (`previous_run`) is the newest bundle under the run folder that is complete,
+was a quick run of the same kernel name (its manifest's `quick = {kernel, started_s}`, written by
+`faprof.run.resolve.new_manifest`), on the same scenario and the same device (GPU model, or the CPU); an
+interrupted, failed or still running bundle never counts, nor a full `faprof profile` run.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from faprof.analysis import comparison
 from faprof.analysis.labels import problem_label
+from faprof.errors import FaprofError
+from faprof.gate.judge import resolve_threshold
+from faprof.gate.verdicts import pct_text
 from faprof.report import fmt as f
-from faprof.report.gate.core import resolve_threshold
-from faprof.report.gate.verdicts import pct_text
 from faprof.rows.noise_floor import load_floors
-from faprof.store import Bundle
+from faprof.store import Bundle, find_bundles
 
 #: The kernel's verdict as the quick loop says it.
 WORDS = {comparison.FASTER: "faster", comparison.SLOWER: "slower", comparison.SAME: "same",
          comparison.AMBIGUOUS: "undecided"}
+
+
+def device_of(manifest: dict[str, Any]) -> str:
+    """The device a bundle ran on: its GPU model, or 'cpu'."""
+    return str((manifest.get("env") or {}).get("gpu_name") or "cpu")
+
+
+def previous_run(out_dir: str | Path, kernel: str, scenario: str, device: str,
+                 before: Bundle | None = None) -> Bundle | None:
+    """The newest complete quick run of `kernel` on `scenario` and `device` under `out_dir`.
+
+    Args:
+        out_dir: the folder quick runs are written to (searched recursively).
+        kernel: the kernel's variant name.
+        scenario: the scenario's name.
+        device: GPU model or 'cpu' (`device_of`).
+        before: the run just made: left out, and only runs started before it count.
+
+    Returns:
+        The bundle, or None when there is none.
+    """
+    limit = None
+    if before is not None:
+        limit = (before.manifest().get("quick") or {}).get("started_s")
+    best: tuple[float, Bundle] | None = None
+    for b in find_bundles(out_dir):
+        if before is not None and b.path.resolve() == before.path.resolve():
+            continue
+        try:
+            m = b.manifest()
+        except FaprofError:  # a damaged manifest is not a previous run
+            continue
+        q = m.get("quick") or {}
+        started = q.get("started_s")
+        if (m.get("status") != "complete" or q.get("kernel") != kernel or not isinstance(started, int | float)
+                or (m.get("scenario") or {}).get("name") != scenario or device_of(m) != device
+                or (limit is not None and started >= limit)):
+            continue
+        if best is None or started > best[0]:
+            best = (float(started), b)
+    return best[1] if best else None
 
 
 def _rows(b: Bundle, kernel: str) -> pd.DataFrame:

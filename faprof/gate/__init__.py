@@ -1,14 +1,17 @@
-"""The CI gate: is a candidate run slower than a baseline run, kernel by kernel (see core.py).
+"""The CI gate, a stage of its own: is a candidate run slower than a baseline run, kernel by kernel.
 
 The statistics are the one two-run comparison's (`faprof.analysis.comparison`: the rows' pairing,
 the Hodges-Lehmann shift and its verdict, each kernel pooled with the between-run noise floor); the
-gate adds its policy on top. Modules: core (run_gate, options, exit codes), noise (estimating the
+gate adds its policy on top. Modules: judge (run_gate, options, exit codes), noise (estimating the
 between-run noise floors), verdicts (per-row verdicts: which rows gate, wrong and failed rows,
-undecided ones, re-timed rows), provenance (are the two runs comparable), why (the counters that
-moved), render (terminal, Markdown, JSON, JUnit).
+undecided ones, re-timed rows), provenance (are the two runs comparable), why_moved (the counters that
+moved), outputs (terminal, Markdown, JSON, JUnit) and quick_delta (`faprof profile --quick`: a kernel's
+run against its previous quick run, with the same statistics). It reads bundles only: the runs it
+starts (a candidate scenario profiled now, ambiguous rows re-timed) are faprof.run.gate_runs, which
+the command line wires to it.
 """
 
-from faprof.report.gate.core import (
+from faprof.gate.judge import (
     DEFAULT_THRESHOLD,
     EXIT_AMBIGUOUS,
     EXIT_OK,

@@ -1,6 +1,6 @@
 """The runs `faprof gate` starts on this machine: a candidate scenario profiled now, and ambiguous rows re-timed.
 
-The gate itself (`faprof.report.gate`) only reads bundles; this module is the run stage it needs,
+The gate itself (`faprof.gate`) only reads bundles; this module is the run stage it needs,
 called by the CLI, which hands `retime` to the gate as a callback (nothing but the CLI imports the
 gate, and the gate imports no run code).
 """
