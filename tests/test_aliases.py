@@ -198,7 +198,7 @@ def test_the_dashboard_loads_one_row_per_kernel(cut):
 
 
 def test_a_new_manifest_records_the_declared_aliases():
-    from faprof.run.options import ProfileOptions
+    from faprof.model.options import ProfileOptions
     from faprof.run.resolve import new_manifest
 
     scn = load_scenario("l4_causal")

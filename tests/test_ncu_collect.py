@@ -25,6 +25,7 @@ from fakes import PY_HEADER
 from faprof import run as runner
 from faprof.cli import main as cli_main
 from faprof.errors import FaprofError
+from faprof.model.options import NcuSelection
 from faprof.model.scenarios import load_scenario
 from faprof.nsight import ncu
 from faprof.nsight.ncu import find as ncu_find
@@ -326,10 +327,10 @@ def test_collect_runs_ncu_and_writes_the_tables(fake_env):
 
 def test_faprof_set_selectors_reach_ncu_and_the_target(fake_env):
     _reader()
-    fake_env["opts"].ncu_variants = ["fa2"]
-    fake_env["opts"].ncu_shapes = ["smallest"]
-    fake_env["opts"].ncu_kernel = "fa2_.*"
-    fake_env["opts"].ncu_launches = 2
+    fake_env["opts"].ncu_select.variants = ["fa2"]
+    fake_env["opts"].ncu_select.shapes = ["smallest"]
+    fake_env["opts"].ncu_select.kernel = "fa2_.*"
+    fake_env["opts"].ncu_select.launches = 2
     m = _collect(fake_env, ncu_set="faprof")
     rec = m["ncu"]
     assert rec["status"] == "ok", rec
@@ -352,16 +353,16 @@ def test_faprof_set_selectors_reach_ncu_and_the_target(fake_env):
 @pytest.mark.parametrize(
     "attr, value, words",
     [
-        ("ncu_variants", ["fa9"], "unknown variant 'fa9'"),
-        ("ncu_variants", ["sdpa_flash"], "not part of this run"),
-        ("ncu_variants", ["cpu_ref"], "run(s) on the CPU"),
-        ("ncu_shapes", ["b9_h9"], "unknown shape 'b9_h9'"),
-        ("ncu_kernel", "fa2_(", "not a valid regular expression"),
-        ("ncu_launches", 0, "--ncu-launches"),
+        ("variants", ["fa9"], "unknown variant 'fa9'"),
+        ("variants", ["sdpa_flash"], "not part of this run"),
+        ("variants", ["cpu_ref"], "run(s) on the CPU"),
+        ("shapes", ["b9_h9"], "unknown shape 'b9_h9'"),
+        ("kernel", "fa2_(", "not a valid regular expression"),
+        ("launches", 0, "--ncu-launches"),
     ],
 )
 def test_bad_selectors_skip_ncu_with_one_line(fake_env, attr, value, words):
-    setattr(fake_env["opts"], attr, value)
+    setattr(fake_env["opts"].ncu_select, attr, value)
     m = _collect(fake_env)
     assert m["ncu"]["status"] == "bad_input" and words in m["ncu"]["reason"], m["ncu"]["reason"]
     assert "\n" not in m["ncu"]["reason"]
@@ -371,7 +372,7 @@ def test_bad_selectors_skip_ncu_with_one_line(fake_env, attr, value, words):
 
 def test_regex_matching_nothing_after_the_run(fake_env, monkeypatch):
     monkeypatch.setenv("FAKE_NCU_MODE", "nomatch")
-    fake_env["opts"].ncu_kernel = "no_such_kernel"
+    fake_env["opts"].ncu_select.kernel = "no_such_kernel"
     m = _collect(fake_env)
     assert m["ncu"]["status"] == "no_match"
     assert "'no_such_kernel' matched no kernel of naive, fa2" in m["ncu"]["reason"]
@@ -381,7 +382,7 @@ def test_regex_checked_against_kernels_seen_before(fake_env):
     _reader()
     assert _collect(fake_env)["ncu"]["status"] == "ok"  # learns the kernels of each pair
     fake_env["args"].unlink()
-    fake_env["opts"].ncu_kernel = "flash_fwd"
+    fake_env["opts"].ncu_select.kernel = "flash_fwd"
     m = _collect(fake_env)
     assert m["ncu"]["status"] == "bad_input" and "matches none of the" in m["ncu"]["reason"]
     assert "fa2_fwd_kernel" in m["ncu"]["reason"] and not fake_env["args"].exists()
@@ -433,7 +434,7 @@ def test_rerun_replaces_the_tables_and_keeps_the_rows(fake_env, on_gpu):
     _reader()
     b = fake_env["bundle"]
     assert _collect(fake_env)["ncu"]["status"] == "ok"
-    rec = ncu_run.rerun(b, "faprof", ncu_run.NcuOptions(ncu_variants=["fa2"]), fake_env["progress"])
+    rec = ncu_run.rerun(b, "faprof", runner.ProfileOptions(ncu_select=NcuSelection(variants=["fa2"])), fake_env["progress"])
     m = b.manifest()
     assert rec["status"] == "ok" and m["ncu"]["set"] == "faprof" and m["ncu_previous"][0]["set"] == "basic"
     assert m["ncu"]["plan"]["variants"] == ["fa2"] and len(b.measurements()) == 1
@@ -445,7 +446,7 @@ def test_failed_rerun_keeps_the_earlier_session(fake_env, on_gpu, monkeypatch):
     assert _collect(fake_env)["ncu"]["status"] == "ok"
     before = b.read("ncu_summary")
     monkeypatch.setenv("FAKE_NCU_MODE", "perm")
-    rec = ncu_run.rerun(b, "full", ncu_run.NcuOptions(), fake_env["progress"])
+    rec = ncu_run.rerun(b, "full", runner.ProfileOptions(), fake_env["progress"])
     m = b.manifest()
     assert rec["status"] == "no_permission" and m["ncu"]["status"] == "ok" and m["ncu"]["set"] == "basic"
     assert m["ncu_failed"][0]["status"] == "no_permission"
@@ -457,10 +458,10 @@ def test_rerun_refuses_another_gpu_and_bad_selectors_before_touching_the_bundle(
     before = b.manifest_path.read_text()
     monkeypatch.setattr(ncu_run, "this_gpu", lambda: (True, "NVIDIA L4"))
     with pytest.raises(FaprofError, match="measured on NVIDIA H100 80GB HBM3; this machine has NVIDIA L4"):
-        ncu_run.rerun(b, "faprof", ncu_run.NcuOptions(), fake_env["progress"])
+        ncu_run.rerun(b, "faprof", runner.ProfileOptions(), fake_env["progress"])
     monkeypatch.setattr(ncu_run, "this_gpu", lambda: (True, GPU))
     with pytest.raises(FaprofError, match="unknown shape 'nope'"):
-        ncu_run.rerun(b, "faprof", ncu_run.NcuOptions(ncu_shapes=["nope"]), fake_env["progress"])
+        ncu_run.rerun(b, "faprof", runner.ProfileOptions(ncu_select=NcuSelection(shapes=["nope"])), fake_env["progress"])
     assert b.manifest_path.read_text() == before and not fake_env["args"].exists()
 
 
@@ -507,7 +508,7 @@ def test_doctor_without_ncu(monkeypatch, no_installs):
 
 def test_environment_settings_are_used_and_recorded(monkeypatch):
     monkeypatch.setenv("FAPROF_NCU_CLOCK_CONTROL", "base")
-    s = ncu.NcuSettings.resolve(runner.ProfileOptions(), load_scenario("smoke"), "full")
+    s = ncu.NcuSettings.resolve(runner.ProfileOptions().ncu_select, load_scenario("smoke"), "full")
     assert s.clock_control == "base" and s.cache_control == "all" and s.ncu_set == "full"
     assert os.environ["FAPROF_NCU_CLOCK_CONTROL"] == "base"
 

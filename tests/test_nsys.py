@@ -289,8 +289,8 @@ def bundle(tmp_path):
 
 def _collect(bundle, monkeypatch, fake: Path | None, importer=(True, "QdstrmImporter"), cuda_ok=True,
              variants=SMOKE_VARIANTS):
+    from faprof.model.options import ProfileOptions
     from faprof.model.scenarios import load_scenario
-    from faprof.run.options import ProfileOptions
 
     monkeypatch.setattr(nsys_stage, "find_nsys", lambda: fake)
     monkeypatch.setattr(nsys_stage, "check_importer", lambda _n: importer)

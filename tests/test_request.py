@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from faprof.errors import FaprofError
+from faprof.model.options import NcuSelection
 from faprof.model.scenarios import load_scenario
 from faprof.run.request import ProfileRequest, merged_variants, resolve
 
@@ -39,7 +40,7 @@ def test_kernels_join_the_scenario_list_once_and_all_stays_all():
     (ProfileRequest(scenario="smoke", kernel_name="x"), "--name names the one --kernel"),
     (ProfileRequest(scenario="smoke", gpus="0", cluster="tcp://h:8786"), "give one of them"),
     (ProfileRequest(scenario="smoke", cluster="tcp://h:8786", isolate=False), "drop --no-isolate"),
-    (ProfileRequest(scenario="smoke", ncu="none", ncu_kernel="fa2"), "add --ncu [SET]"),
+    (ProfileRequest(scenario="smoke", ncu="none", ncu_select=NcuSelection(kernel="fa2")), "add --ncu [SET]"),
     (ProfileRequest(scenario="no_such_scenario"), "no_such_scenario"),
 ])
 def test_flags_that_do_not_go_together_are_one_error(req, needle):
@@ -54,5 +55,5 @@ def test_a_plain_request_resolves_to_its_options(tmp_path):
     assert opts.variants == ["cpu_ref", "torch_standard"]
     assert opts.out_dir == tmp_path and opts.isolate is False
     assert opts.settings_overrides == {"budget_s": 0.5, "timer": "events"}
-    assert opts.ncu is None and opts.nsys is False and opts.ncu_shapes is None and opts.ncu_variants is None
+    assert opts.ncu is None and opts.nsys is False and opts.ncu_select.shapes is None and opts.ncu_select.variants is None
     assert opts.gpus is None and opts.cluster is None and opts.user_variants == []

@@ -166,7 +166,7 @@ def build(meas: pd.DataFrame, manifests: dict[str, dict[str, Any]], scenarios: S
         except ValueError:
             return p
 
-    info = {}
+    info: dict[str, dict[str, Any]] = {}
     for run_id, m in manifests.items():
         env = m.get("env") or {}
         info[run_id] = {"bundle": rel(str(m.get("path", run_id))), "run_id": run_id,

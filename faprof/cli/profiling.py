@@ -30,6 +30,16 @@ from faprof.errors import FaprofError
 
 
 # ----------------------------------------------------------------------------- profile
+def _ncu_select(variants: str | None, shapes: str | None, kernel: str | None, launches: int | None,
+                source: str | None, cache_control: str | None, clock_control: str | None) -> Any:
+    """The `--ncu-*` flags as the run's NcuSelection (comma-separated lists split)."""
+    from faprof.model.options import NcuSelection
+    from faprof.model.plan import split_list
+
+    return NcuSelection(variants=split_list(variants) or None, shapes=split_list(shapes) or None, kernel=kernel,
+                        launches=launches, source=source, cache_control=cache_control, clock_control=clock_control)
+
+
 @main.command()
 @click.option("--scenario", "-s", "scenario", help="Scenario name (see `faprof list scenarios`) or path to a .toml file.")
 @click.option("--variants", "-v", "variant_list", help="Comma-separated variant names to run instead of the scenario's ('all' for every variant).")
@@ -90,10 +100,10 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
     from faprof.run.request import QUICK_SCENARIO, ProfileRequest, resolve
 
     req = ProfileRequest(
-        scenario=scenario, resume=resume, variants=variant_list, out_dir=out_dir, ncu=ncu, ncu_variants=ncu_variants,
-        ncu_shapes=ncu_shapes, ncu_kernel=ncu_kernel, ncu_launches=ncu_launches, ncu_source=ncu_source,
-        ncu_cache_control=ncu_cache_control,
-        ncu_clock_control=ncu_clock_control, nsys=nsys, budget=budget, timer=timer, user_variants=user_variants,
+        scenario=scenario, resume=resume, variants=variant_list, out_dir=out_dir, ncu=ncu,
+        ncu_select=_ncu_select(ncu_variants, ncu_shapes, ncu_kernel, ncu_launches, ncu_source, ncu_cache_control,
+                               ncu_clock_control),
+        nsys=nsys, budget=budget, timer=timer, user_variants=user_variants,
         kernels=kernels, kernel_name=kernel_name, isolate=not no_isolate, task_timeout_s=task_timeout, gpus=gpus,
         cluster=cluster, quick=quick)
     options = resolve(req)
@@ -285,9 +295,9 @@ def ncu_cmd(run: str, ncu_set: str, ncu_variants: str | None, ncu_shapes: str | 
     matching none of the kernels seen before, another GPU); 3 no tables (ncu missing, no counter
     permission, the regex matched nothing, ncu failed: one line says why); 130 interrupted.
     """
-    from faprof.model.plan import split_list
+    from faprof.model.options import ProfileOptions
     from faprof.model.scenarios import parse_scenario
-    from faprof.nsight.ncu.run import NcuOptions, rerun, this_gpu
+    from faprof.nsight.ncu.run import rerun, this_gpu
     from faprof.nsight.ncu.source_run import collect_source
     from faprof.run import fanout
     from faprof.run.gpu_pool import parse_gpus
@@ -299,9 +309,8 @@ def ncu_cmd(run: str, ncu_set: str, ncu_variants: str | None, ncu_shapes: str | 
         raise FaprofError("no CUDA GPU visible here: Nsight Compute needs the GPU the bundle was measured on "
                           f"({(bundle.manifest().get('env') or {}).get('gpu_name') or 'none recorded'}); "
                           "run `faprof ncu` on that machine")
-    opts = NcuOptions(ncu_variants=split_list(ncu_variants) or None, ncu_shapes=split_list(ncu_shapes) or None,
-                      ncu_kernel=ncu_kernel, ncu_launches=ncu_launches, ncu_cache_control=ncu_cache_control,
-                      ncu_clock_control=ncu_clock_control, ncu_source=ncu_source)
+    opts = ProfileOptions(ncu_select=_ncu_select(ncu_variants, ncu_shapes, ncu_kernel, ncu_launches, ncu_source,
+                                                 ncu_cache_control, ncu_clock_control))
     console.print(f"bundle: {bundle.path}", markup=False, soft_wrap=True)
 
     def on(event: str, info: dict[str, Any]) -> None:

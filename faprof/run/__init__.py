@@ -4,7 +4,7 @@
 do what `faprof profile` does.
 """
 
-from faprof.run.options import ProfileOptions
+from faprof.model.options import ProfileOptions
 from faprof.run.profile import profile
 
 __all__ = ["ProfileOptions", "profile"]

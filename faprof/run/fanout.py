@@ -25,6 +25,7 @@ the parts did together (`faprof.run.ncu_split.concurrency`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -42,6 +43,7 @@ import pandas as pd
 from faprof import variants
 from faprof.errors import FaprofError
 from faprof.model import plan as run_plan
+from faprof.model.options import NcuSelection, ProfileOptions
 from faprof.model.scenarios import parse_scenario
 from faprof.nsight import nsys
 from faprof.nsight.ncu import run as ncu_run
@@ -49,17 +51,14 @@ from faprof.nsight.ncu import session_plan as ncu_plan
 from faprof.nsight.ncu.command import NcuSettings
 from faprof.nsight.ncu.run import TABLES
 from faprof.run import ncu_split
-from faprof.run.options import ProfileOptions
 from faprof.store import Bundle
 
 
 def _part_options(options: Any, variants: list[str], shapes: list[str]) -> dict[str, Any]:
     return {
         "variants": options.variants, "user_variants": list(options.user_variants or []),
-        "task_timeout_s": options.task_timeout_s, "ncu_cache_control": options.ncu_cache_control,
-        "ncu_clock_control": options.ncu_clock_control, "ncu_metrics": list(options.ncu_metrics or ()),
-        "ncu_variants": variants, "ncu_shapes": shapes, "ncu_kernel": options.ncu_kernel,
-        "ncu_launches": options.ncu_launches,
+        "task_timeout_s": options.task_timeout_s,
+        "ncu_select": {**dataclasses.asdict(options.ncu_select), "variants": variants, "shapes": shapes},
     }
 
 
@@ -98,7 +97,7 @@ def collect_ncu(bundle: Any, scenario: Any, options: Any, ncu_set: str, progress
         progress("warning", {"message": f"{e}; using {ncu_split.DEFAULT_LOCK_MODE}"})
         mode = ncu_split.DEFAULT_LOCK_MODE
     try:
-        settings = NcuSettings.resolve(options, scenario, ncu_set)
+        settings = NcuSettings.resolve(options.ncu_select, scenario, ncu_set)
         gpu_name = (bundle.manifest().get("env") or {}).get("gpu_name")
         nplan = ncu_plan.plan_for(scenario, options, ncu_set, settings, gpu=gpu_name)
     except FaprofError:
@@ -358,7 +357,8 @@ def _part_main(spec_path: str) -> int:
 
         nsys.collect(sub, scenario, ProfileOptions(**spec["options"]), progress, True)
         return 0
-    opts = ncu_run.NcuOptions(**{**spec["options"], "ncu_metrics": tuple(spec["options"]["ncu_metrics"])})
+    sel = spec["options"]["ncu_select"]
+    opts = ProfileOptions(**{**spec["options"], "ncu_select": NcuSelection(**{**sel, "metrics": tuple(sel["metrics"])})})
     ncu_run.collect(sub, scenario, opts, spec["ncu_set"], progress, True)
     return 0
 

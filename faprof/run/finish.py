@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from faprof.model import plan, schema
+from faprof.model.options import ProfileOptions
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import Scenario
 from faprof.model.settings import TimingSettings
@@ -19,7 +20,7 @@ from faprof.model.variant import Variant
 from faprof.rows import limits
 from faprof.rows.derive import derive
 from faprof.run import gpu_pool
-from faprof.run.options import ProfileOptions, Progress
+from faprof.run.options import Progress
 from faprof.run.worker import TaskError, WorkerDied
 from faprof.store import Bundle, utc_stamp
 

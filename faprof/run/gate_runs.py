@@ -14,9 +14,9 @@ from typing import Any
 
 from faprof import variants
 from faprof.errors import FaprofError
+from faprof.model.options import NcuSelection, ProfileOptions
 from faprof.model.scenarios import ProblemGroup, Scenario, list_scenarios, load_scenario, parse_scenario
 from faprof.model.settings import TimingSettings, upgrade_timing
-from faprof.run.options import ProfileOptions
 from faprof.run.profile import profile
 from faprof.store import Bundle, find_bundles, resolve_run
 from faprof.variants.user_kernel import make_spec
@@ -80,7 +80,7 @@ def profile_candidate(scenario: str, variant_names: Sequence[str] | None, kernel
         elif names is not None and names != ["all"]:
             names = list(dict.fromkeys([*names, *kernel_names]))
     options = ProfileOptions(variants=names, out_dir=out_dir, ncu=ncu, user_variants=specs,
-                                    ncu_variants=list(ncu_variants) if ncu_variants else None)
+                             ncu_select=NcuSelection(variants=list(ncu_variants) if ncu_variants else None))
     return profile(scn, options, progress=progress)
 
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from faprof.model.options import ProfileOptions
 from faprof.model.plan import alias_lines
 from faprof.model.scenarios import Scenario
 from faprof.nsight import ncu, nsys
 from faprof.nsight.ncu.source_run import collect_source, source_mode
 from faprof.run import cluster, fanout, local
 from faprof.run.finish import now
-from faprof.run.options import ProfileOptions, Progress, noop
+from faprof.run.options import Progress, noop
 from faprof.run.resolve import RunSetup, setup
 from faprof.run.state import RunState
 from faprof.store import Bundle

@@ -14,12 +14,12 @@ from typing import Any
 
 from faprof import variants
 from faprof.errors import FaprofError
-from faprof.model.plan import plan, split_list
+from faprof.model.options import DEFAULT_TASK_TIMEOUT_S, NcuSelection, ProfileOptions
+from faprof.model.plan import plan
 from faprof.model.scenarios import Scenario, load_scenario
 from faprof.nsight.ncu import command as ncu_command
 from faprof.nsight.ncu import session_plan as ncu_plan
 from faprof.run.gpu_pool import parse_gpus
-from faprof.run.options import DEFAULT_TASK_TIMEOUT_S, ProfileOptions
 from faprof.variants.user_kernel import make_spec
 
 
@@ -35,14 +35,9 @@ class ProfileRequest:
     """`--variants`: comma-separated names, 'all', or None for the scenario's own."""
     out_dir: Path = Path("runs")
     ncu: str | None = None
-    ncu_variants: str | None = None
-    ncu_shapes: str | None = None
-    ncu_kernel: str | None = None
-    ncu_launches: int | None = None
-    ncu_source: str | None = None
-    """`--ncu-source`: 'auto', 'all' or 'off' (None: the default)."""
-    ncu_cache_control: str | None = None
-    ncu_clock_control: str | None = None
+    ncu_select: NcuSelection = dataclasses.field(default_factory=NcuSelection)
+    """`--ncu-variants`, `--ncu-shapes`, `--ncu-kernel`, `--ncu-launches`, `--ncu-source`,
+    `--ncu-cache-control`, `--ncu-clock-control` (lists already split at commas)."""
     nsys: bool | None = None
     budget: float | None = None
     """Timing budget per (variant, shape) in seconds, over the scenario's."""
@@ -132,8 +127,7 @@ def _check_quick_flags(req: ProfileRequest) -> None:
     if len(req.kernels) != 1:
         raise FaprofError("--quick times one kernel: give it with one --kernel FILE.cu[:LAUNCHER] or FILE.py:FUNCTION")
     given = [flag for flag, v in (("--resume", req.resume), ("--variants", req.variants), ("--ncu", req.ncu),
-                                  ("--ncu-variants", req.ncu_variants), ("--ncu-shapes", req.ncu_shapes),
-                                  ("--ncu-kernel", req.ncu_kernel), ("--nsys", req.nsys), ("--gpus", req.gpus),
+                                  *req.ncu_select.given(), ("--nsys", req.nsys), ("--gpus", req.gpus),
                                   ("--cluster", req.cluster)) if v]
     if given:
         raise FaprofError(f"--quick times one kernel, alone, with no Nsight stage: drop {', '.join(given)} "
@@ -156,9 +150,7 @@ def _options(req: ProfileRequest, names: list[str] | None, kernel_specs: list[st
     options = ProfileOptions(
         gpus=parse_gpus(req.gpus), cluster=req.cluster, variants=names,
         out_dir=req.out_dir, ncu=req.ncu, nsys=req.nsys, isolate=req.isolate, task_timeout_s=req.task_timeout_s,
-        ncu_cache_control=req.ncu_cache_control, ncu_clock_control=req.ncu_clock_control,
-        ncu_variants=split_list(req.ncu_variants) or None, ncu_shapes=split_list(req.ncu_shapes) or None,
-        ncu_kernel=req.ncu_kernel, ncu_launches=req.ncu_launches, ncu_source=req.ncu_source,
+        ncu_select=req.ncu_select,
         user_variants=[*req.user_variants, *kernel_specs],
         settings_overrides=overrides,
     )
@@ -199,15 +191,14 @@ def check_ncu_selectors(scn: Scenario, options: ProfileOptions, ncu_set: str | N
     Raises:
         FaprofError: selectors without an ncu stage, or selectors that plan nothing.
     """
-    given = [n for n, v in (("--ncu-variants", options.ncu_variants), ("--ncu-shapes", options.ncu_shapes),
-                            ("--ncu-kernel", options.ncu_kernel), ("--ncu-launches", options.ncu_launches)) if v]
+    given = [flag for flag, _ in options.ncu_select.given()]
     if not ncu_set or ncu_set == "none":
         if given:
             raise FaprofError(f"{', '.join(given)} select(s) what Nsight Compute profiles: add --ncu [SET]")
         return
     if not (explicit or given):
         return
-    if not options.ncu_variants:  # torch baselines are left out by default: say so, not "nothing supported"
+    if not options.ncu_select.variants:  # torch baselines are left out by default: say so, not "nothing supported"
         by_name = {v.name: v for _, v in plan(scn, options.variants)}
         chosen, left = ncu_plan.default_targets(list(by_name.values()))
         if not chosen and left:
@@ -215,5 +206,5 @@ def check_ncu_selectors(scn: Scenario, options: ProfileOptions, ncu_set: str | N
             raise FaprofError(f"--ncu has no kernel to profile by default among {', '.join(left)} ({why}); name the "
                               f"ones to profile kernel by kernel with --ncu-variants (e.g. --ncu-variants {next(iter(left))})"
                               " or drop --ncu")
-    settings = ncu_command.NcuSettings.resolve(options, scn, ncu_set)
+    settings = ncu_command.NcuSettings.resolve(options.ncu_select, scn, ncu_set)
     ncu_plan.plan_for(scn, options, ncu_set, settings, costs={})

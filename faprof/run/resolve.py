@@ -10,10 +10,10 @@ from typing import Any
 
 from faprof import variants
 from faprof.errors import FaprofError
+from faprof.model.options import ProfileOptions
 from faprof.model.plan import declared_aliases, plan
 from faprof.model.scenarios import Scenario, load_scenario, parse_scenario
 from faprof.model.settings import TimingSettings, upgrade_timing
-from faprof.run.options import ProfileOptions
 from faprof.store import Bundle
 from faprof.variants.user_kernel import parse_spec, resolve_spec
 
@@ -68,9 +68,10 @@ def new_manifest(scenario: Scenario, options: ProfileOptions, env: dict[str, Any
         "settings": {"timing": dataclasses.asdict(timing), "variants": list(dict.fromkeys(v.name for _, v in pairs)),
                      "aliases": declared_aliases(scenario, options.variants),
                      "ncu": ncu_set, "nsys": nsys_on, "isolate": options.isolate,
-                     "ncu_cache_control": options.ncu_cache_control, "ncu_clock_control": options.ncu_clock_control,
-                     "ncu_selectors": {"variants": options.ncu_variants, "shapes": options.ncu_shapes,
-                                       "kernel": options.ncu_kernel, "launches": options.ncu_launches},
+                     "ncu_cache_control": options.ncu_select.cache_control,
+                     "ncu_clock_control": options.ncu_select.clock_control,
+                     "ncu_selectors": {"variants": options.ncu_select.variants, "shapes": options.ncu_select.shapes,
+                                       "kernel": options.ncu_select.kernel, "launches": options.ncu_select.launches},
                      "task_timeout_s": options.task_timeout_s, "user_variants": options.user_variants,
                      "check": options.check, "gpus": options.gpus, "cluster": options.cluster,
                      "tolerance": {k: dataclasses.asdict(t) for k, t in scenario.tolerance.items()}},
@@ -125,6 +126,7 @@ def _resolved(spec: str) -> str:
 
 def options_from_manifest(manifest: dict[str, Any], given: ProfileOptions) -> ProfileOptions:
     s = manifest.get("settings", {})
+    g, sel = given.ncu_select, s.get("ncu_selectors") or {}
 
     return dataclasses.replace(
         given,
@@ -132,12 +134,15 @@ def options_from_manifest(manifest: dict[str, Any], given: ProfileOptions) -> Pr
         timing=TimingSettings(**upgrade_timing(s["timing"])) if "timing" in s else given.timing,
         ncu=s.get("ncu", given.ncu) if given.ncu is None else given.ncu,
         nsys=s.get("nsys", given.nsys) if given.nsys is None else given.nsys,
-        ncu_cache_control=given.ncu_cache_control or s.get("ncu_cache_control"),
-        ncu_clock_control=given.ncu_clock_control or s.get("ncu_clock_control"),
-        ncu_variants=given.ncu_variants or (s.get("ncu_selectors") or {}).get("variants"),
-        ncu_shapes=given.ncu_shapes or (s.get("ncu_selectors") or {}).get("shapes"),
-        ncu_kernel=given.ncu_kernel or (s.get("ncu_selectors") or {}).get("kernel"),
-        ncu_launches=given.ncu_launches or (s.get("ncu_selectors") or {}).get("launches"),
+        ncu_select=dataclasses.replace(
+            g,
+            cache_control=g.cache_control or s.get("ncu_cache_control"),
+            clock_control=g.clock_control or s.get("ncu_clock_control"),
+            variants=g.variants or sel.get("variants"),
+            shapes=g.shapes or sel.get("shapes"),
+            kernel=g.kernel or sel.get("kernel"),
+            launches=g.launches or sel.get("launches"),
+        ),
         user_variants=s.get("user_variants", given.user_variants),
         isolate=s.get("isolate", given.isolate),
         check=s.get("check", given.check),

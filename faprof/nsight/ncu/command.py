@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from faprof.errors import FaprofError
+from faprof.model.options import NcuSelection
 from faprof.model.plan import split_list
 
 #: Section sets faprof accepts ('none' means no ncu run). 'faprof' is faprof's own, the default.
@@ -265,40 +266,26 @@ class NcuSettings:
     """Profile only kernels whose function name matches (`--ncu-kernel`)."""
 
     @classmethod
-    def resolve(cls, options: Any, scenario: Any, ncu_set: str) -> NcuSettings:
-        """Settings from ProfileOptions (attributes ncu_cache_control, ncu_clock_control, ncu_metrics,
-        ncu_import_source, ncu_extra_metrics, ncu_variants, ncu_shapes, ncu_kernel, ncu_launches when
-        it has them), the scenario's [collect] ncu_metrics, and the environment
-        (FAPROF_NCU_CACHE_CONTROL, FAPROF_NCU_CLOCK_CONTROL), in that order."""
+    def resolve(cls, select: NcuSelection, scenario: Any, ncu_set: str) -> NcuSettings:
+        """Settings from the run's NcuSelection (`ProfileOptions.ncu_select`), the scenario's [collect]
+        ncu_metrics, and the environment (FAPROF_NCU_CACHE_CONTROL, FAPROF_NCU_CLOCK_CONTROL), in that order."""
 
         collect = getattr(scenario, "collect", {}) or {}
-        extra = tuple(getattr(options, "ncu_metrics", None) or ()) + tuple(collect.get("ncu_metrics") or ())
-        cache = (
-            getattr(options, "ncu_cache_control", None)
-            or os.environ.get("FAPROF_NCU_CACHE_CONTROL")
-            or DEFAULT_CACHE_CONTROL
-        )
-        clock = (
-            getattr(options, "ncu_clock_control", None)
-            or os.environ.get("FAPROF_NCU_CLOCK_CONTROL")
-            or DEFAULT_CLOCK_CONTROL
-        )
-        extra_on = getattr(options, "ncu_extra_metrics", None)
-        launches = getattr(options, "ncu_launches", None)
+        extra = tuple(select.metrics or ()) + tuple(collect.get("ncu_metrics") or ())
+        cache = select.cache_control or os.environ.get("FAPROF_NCU_CACHE_CONTROL") or DEFAULT_CACHE_CONTROL
+        clock = select.clock_control or os.environ.get("FAPROF_NCU_CLOCK_CONTROL") or DEFAULT_CLOCK_CONTROL
+        launches = select.launches
         if launches is not None and not 1 <= int(launches) <= MAX_LAUNCHES:
             raise FaprofError(f"--ncu-launches must be between 1 and {MAX_LAUNCHES}, got {launches}")
-        chosen = getattr(options, "ncu_variants", None)
         return cls(
             ncu_set=ncu_set,
             metrics=tuple(dict.fromkeys(extra)),
             cache_control=cache,
             clock_control=clock,
-            import_source=getattr(options, "ncu_import_source", None),
-            extra_metrics=True if extra_on is None else bool(extra_on),
             iters=int(launches or 1),
-            variants=tuple(split_list(chosen)) if chosen else None,
-            shapes=tuple(split_list(getattr(options, "ncu_shapes", None))),
-            kernel_regex=check_regex(getattr(options, "ncu_kernel", None)),
+            variants=tuple(split_list(select.variants)) if select.variants else None,
+            shapes=tuple(split_list(select.shapes)),
+            kernel_regex=check_regex(select.kernel),
         )
 
     def options_record(self) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ import pandas as pd
 
 from faprof import variants
 from faprof.errors import FaprofError
+from faprof.model.options import ProfileOptions
 from faprof.model.scenarios import parse_scenario
 from faprof.nsight.ncu import session_plan as ncu_plan
 from faprof.nsight.ncu import tables as cat
@@ -62,23 +63,6 @@ MIN_SECONDS_PER_PAIR = 120.0
 
 #: The bundle tables an ncu session writes.
 TABLES = ("ncu_metrics", "ncu_summary", "stalls", "roofline", "ncu_rules")
-
-
-@dataclass
-class NcuOptions:
-    """What `collect` reads from the run's options (runner.ProfileOptions has the same attributes)."""
-
-    variants: list[str] | None = None
-    user_variants: list[str] = field(default_factory=list)
-    task_timeout_s: float = 600.0
-    ncu_cache_control: str | None = None
-    ncu_clock_control: str | None = None
-    ncu_metrics: tuple[str, ...] = ()
-    ncu_variants: list[str] | None = None
-    ncu_shapes: list[str] | None = None
-    ncu_kernel: str | None = None
-    ncu_launches: int | None = None
-    ncu_source: str | None = None
 
 
 # ------------------------------------------------------------------------------- the scenario file
@@ -238,7 +222,7 @@ def _resolve(
     """Settings, ncu and its version, the GPU, the plan (printed), the extra metrics, the scenario
     file; None after giving up (bad selectors, no ncu, no GPU)."""
     try:
-        settings = NcuSettings.resolve(options, scenario, ncu_set)
+        settings = NcuSettings.resolve(options.ncu_select, scenario, ncu_set)
     except FaprofError as e:
         _give_up(bundle, progress, record, str(e), status="bad_input")
         return None
@@ -471,7 +455,7 @@ def _learn_costs(s: _Session, result: NcuRun, counts: dict[str, int]) -> None:
 
 
 def collect(
-    bundle: Any, scenario: Any, options: Any, ncu_set: str, progress: Progress, cuda_ok: bool
+    bundle: Any, scenario: Any, options: ProfileOptions, ncu_set: str, progress: Progress, cuda_ok: bool
 ) -> None:
     """Profile a scenario under ncu and write the Nsight Compute tables into the bundle.
 
@@ -485,8 +469,8 @@ def collect(
     Args:
         bundle: the run's Bundle.
         scenario: the Scenario being run.
-        options: the run's ProfileOptions (or NcuOptions): variants, user variants, task timeout,
-            ncu settings and selectors.
+        options: the run's ProfileOptions: variants, user variants, task timeout, and the ncu stage's
+            selectors and settings (`ncu_select`).
         ncu_set: 'faprof', 'basic', 'detailed' or 'full'.
         progress: the runner's progress callback.
         cuda_ok: whether the run saw a CUDA GPU.
@@ -524,7 +508,7 @@ def this_gpu() -> tuple[bool, str | None]:
     return True, torch.cuda.get_device_name(0)
 
 
-def rerun(bundle: Any, ncu_set: str, options: NcuOptions, progress: Progress,
+def rerun(bundle: Any, ncu_set: str, options: ProfileOptions, progress: Progress,
           stage: Callable[..., None] | None = None) -> dict[str, Any]:
     """`faprof ncu RUN`: the Nsight Compute stage alone on an existing bundle.
 
@@ -566,7 +550,7 @@ def rerun(bundle: Any, ncu_set: str, options: NcuOptions, progress: Progress,
     options.variants = options.variants or s.get("variants")
     options.user_variants = options.user_variants or list(s.get("user_variants") or [])
     # bad selectors are refused before anything in the bundle changes
-    settings = NcuSettings.resolve(options, scenario, ncu_set)
+    settings = NcuSettings.resolve(options.ncu_select, scenario, ncu_set)
     ncu_plan.plan_for(scenario, options, ncu_set, settings, gpu=gpu, known_kernels=bundle_kernels(bundle))
     prev = m.get("ncu")
     bundle.log(f"ncu: re-running Nsight Compute alone (set {ncu_set})")

@@ -214,7 +214,7 @@ def collect_source(bundle: Any, scenario: Any, options: Any, mode: str, progress
 
 def source_mode(options: Any, ncu_set: str | None) -> str:
     """The source-pass mode a run asked for (`--ncu-source`), 'auto' by default with an ncu set."""
-    mode = getattr(options, "ncu_source", None)
+    mode = options.ncu_select.source
     if mode:
         return str(mode)
     return source.DEFAULT_SOURCE_MODE if ncu_set and ncu_set != "none" else "off"
