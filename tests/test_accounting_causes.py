@@ -84,6 +84,9 @@ def test_the_barrier_imbalance_rule_compares_the_call_with_its_reference(monkeyp
     assert f.cause == "barrier_imbalance" and "3.0x" in f.evidence and "25% of a block's warps" in f.evidence
     assert f.claims == ("lanes:inactive",)
     assert rules_code.barrier_imbalance(call["even"], call["fast"]) == []
+    # the same barrier growth on full warps: exposed latency as much as imbalance, the barrier's own term says it
+    accounts["latency"] = _account(barrier=1e8 + 3e9, other=2e9)
+    assert rules_code.barrier_imbalance(evidence.Call("latency", "s"), call["fast"]) == []
     assert rules_code.barrier_imbalance(call["more"], call["fast"]) == []  # more barriers: the barriers' own term
 
 

@@ -14,8 +14,8 @@ SASS the source pass kept and the counters that class the memory operations.
   samples per instruction: one exp2 per score and no division (one reciprocal per row at the end) is the
   minimum.
 - `barrier_imbalance` (a call against its reference): at equal barrier counts, barrier waits that grew
-  by more than the warp-cycles every other state added: the added work runs on a few warps while the others
-  wait at the barrier (`faprof.advisor.accounting.barrier_imbalance`).
+  by more than the warp-cycles every other state added, with fewer active lanes per instruction: the added
+  work runs on a few threads while the others wait at the barrier (`faprof.advisor.accounting.barrier_imbalance`).
 
 Rules take a context with `lines` (the bundle's source rows, `faprof.advisor.sources.borrow`'s) and `code`
 (parsed kernels kept across rules); they read counters and SASS, never a kernel's or a variant's name.
@@ -174,8 +174,10 @@ def per_score_text(mix: dict[str, float]) -> str:
 def barrier_imbalance(call: Call, ref: Call) -> list[Finding]:
     """At equal barrier counts (CBU instructions within SAME_COUNT_RATIO), barrier warp-cycles that grew by at
     least BARRIER_IMBALANCE_RATIO x the warp-cycles every other state added: the added work runs on a few warps
-    of each block while the others wait at the barrier. Claims the barrier term, and the inactive lanes where
-    the slower call's active lanes fell (the same work on fewer lanes: one thread doing the block's loading)."""
+    of each block while the others wait at the barrier, and the active lanes per instruction fell by more than
+    one (the work runs on fewer threads: one thread doing the block's loading). Claims the barrier term and the
+    inactive lanes. Without the lanes' sign no finding: the barrier wait stays its own term (it can be exposed
+    memory latency, every warp waiting for the slowest one's copy), never folded into a pipe's."""
     a, b = call_account(call, math_launches(call)), call_account(ref, math_launches(ref))
     if a is None or b is None:
         return []
@@ -187,16 +189,20 @@ def barrier_imbalance(call: Call, ref: Call) -> list[Finding]:
     added = a.warp_cycles.get("barrier", 0.0) - b.warp_cycles.get("barrier", 0.0)
     q = 1 / (1 + ratio) if math.isfinite(ratio) else 0.0
     lanes = ok(a.active_lanes) and ok(b.active_lanes) and a.active_lanes < b.active_lanes - 1
+    if not lanes:
+        # no sign of work on fewer threads: a barrier wait grown beyond the other states can also be exposed
+        # memory latency (warps waiting at the barrier for the slowest sibling's copy: Triton without software
+        # pipelining, tests/data/triton_variants), which the barrier's own term says
+        return []
     ev = (f"at equal barrier counts ({big(a.pipes.get('cbu', 0.0))} vs {big(b.pipes.get('cbu', 0.0))} CBU warp "
           f"instructions), warps waited {big(added)} warp-cycles more at barriers, "
           + (f"{num(ratio, '.1f')}x" if math.isfinite(ratio) else "while no other state added any of")
           + " the warp-cycles every other state added: the added work runs on at most "
-          f"{pct(q)} of a block's warps while the others wait at the barrier"
-          + (f"; {num(a.active_lanes)} vs {num(b.active_lanes)} active lanes per instruction (the work on fewer lanes)"
-             if lanes else ""))
+          f"{pct(q)} of a block's warps while the others wait at the barrier; {num(a.active_lanes)} vs "
+          f"{num(b.active_lanes)} active lanes per instruction (the work on fewer threads)")
     fix = ("share the work before the barrier over every thread of the block (each thread loads its part of the "
            "tile, coalesced), or let producer warps run ahead (cp.async/TMA with mbarriers) so consumers do not wait "
            "for one thread at __syncthreads")
     gain = min(1.0, added / a.total_warp_cycles) if a.total_warp_cycles > 0 else math.nan
     return [Finding(call.variant, call.shape_id, "barrier_imbalance", gain, ev, fix, "barrier_imbalance",
-                    claims=("lanes:inactive",) if lanes else ())]
+                    claims=("lanes:inactive",))]
