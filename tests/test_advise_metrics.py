@@ -26,7 +26,12 @@ FIXTURE = Path(__file__).parent / "data" / "ncu" / "faprof_set.ncu-rep.gz"
 #: checked against ncu's --query-metrics lists by tests/test_ncu.py; the lead's next H100 recording of
 #: the fixture (scripts/record/record_ncu_faprof_fixture.sh) holds them, and then this set empties.
 NOT_IN_FIXTURE_YET = {"l2_sectors_read", "l2_sectors_write", "l2_sectors_atom", "l2_sectors_red",
-                      "peak_l2_bytes_per_cycle", "l2_clock", "peak_smem_wavefronts_per_cycle"}
+                      "peak_l2_bytes_per_cycle", "l2_clock", "peak_smem_wavefronts_per_cycle", "global_atom_inst",
+                      "global_red_inst"}
+#: Concepts requested since every committed recording (issue 44: global atomics' L1 requests, read by
+#: `faprof.advisor.rules_code.global_atomics`, which words its evidence without them); the next H100 recording
+#: (scripts/record/record_planted.sh) holds them, and then this set empties.
+NOT_RECORDED_YET = {"global_atom_requests", "global_red_requests"}
 CCS = ("8.0", "8.9", "9.0")
 
 
@@ -72,7 +77,7 @@ def test_the_recorded_faprof_set_report_holds_every_requested_sm90_metric(tmp_pa
     action = ctx.range_by_idx(0).action_by_idx(0)
     names = set(action.metric_names())
     missing = []
-    for key in sorted(metric_keys() - NOT_IN_FIXTURE_YET):
+    for key in sorted(metric_keys() - NOT_IN_FIXTURE_YET - NOT_RECORDED_YET):
         c = catalogue.CATALOGUE[key]
         if c.request and c.for_cc("9.0") and not any(n in names for n in c.for_cc("9.0")):
             missing.append(f"{key}: {c.for_cc('9.0')}")
@@ -87,6 +92,6 @@ def test_the_metrics_the_rules_read_are_in_a_recording_made_after_they_were_adde
 
     bundle = next((Path(__file__).parent / "data" / "decode_bundle").glob("*decode-small"))
     names = set(pd.read_parquet(bundle / "ncu_metrics.parquet")["metric"])
-    missing = [key for key in sorted(metric_keys()) if (c := catalogue.CATALOGUE[key]).request and c.for_cc("9.0")
+    missing = [key for key in sorted(metric_keys() - NOT_RECORDED_YET) if (c := catalogue.CATALOGUE[key]).request and c.for_cc("9.0")
                and not any(n in names for n in c.for_cc("9.0"))]
     assert not missing, "requested but absent from the 2026-11-27 H100 recording: " + ", ".join(missing)

@@ -227,6 +227,19 @@ def call_account(call: Call, launches: list[Launch] | None = None) -> Account | 
     )
 
 
+def barrier_imbalance(a: Account, b: Account) -> float:
+    """The warp-cycles `a`'s warps waited at barriers beyond `b`'s, over the warp-cycles every other state
+    added (0 when the barrier wait did not grow, infinite when only it grew). Work C added to a share q of a block's warps makes
+    the other warps wait (1 - q) / q x C at the next barrier, so the ratio reads where the added work ran:
+    near 0 when every warp does it (the barrier wait is then the delay of the slowest sibling), 1 or more
+    when at most half of the warps do it while the others wait (one thread loading the block's tile)."""
+    added = a.warp_cycles.get("barrier", 0.0) - b.warp_cycles.get("barrier", 0.0)
+    other = (a.total_warp_cycles - a.warp_cycles.get("barrier", 0.0)) - (b.total_warp_cycles - b.warp_cycles.get("barrier", 0.0))
+    if added <= 0:
+        return 0.0
+    return added / other if other > 0 else math.inf
+
+
 def missing_counters(call: Call) -> list[str]:
     """Catalogue keys the accounting needs that this call's launches lack (empty when complete)."""
     out: list[str] = []

@@ -82,6 +82,24 @@ _RECORDS: tuple[Cause, ...] = (
                "pipe:adu"),
        absorbs=("excess_dram_bytes", "excess_onchip_bytes"),
        metrics=("stall:long_scoreboard", "stall:lg_throttle")),
+    # read-modify-writes done at L2 (ATOMG/RED): their waits (a returning atomic), the LG queue and the drain
+    # at exit they fill, their instructions and per-key addresses; the excess sectors and read-backs they show
+    _C("global_atomics", "global atomics", "defect",
+       claims=("stall:long_scoreboard", "stall:lg_throttle", "stall:drain", "stall:membar", "pipe:lsu", "pipe:fma_int",
+               "pipe:adu"),
+       absorbs=("uncoalesced_global", "global_rmw", "excess_dram_bytes", "excess_onchip_bytes"),
+       metrics=("stall:long_scoreboard", "stall:lg_throttle", "stall:drain", "pipe:lsu")),
+    # an index table read, then the data it addresses: two latencies in series per element, their LSU
+    # instructions and the address products between them
+    _C("dependent_global_loads", "dependent global loads (addresses read from an index table)", "defect",
+       claims=("stall:long_scoreboard", "stall:lg_throttle", "stall:tex_throttle", "pipe:lsu", "pipe:fma_int",
+               "pipe:adu"),
+       absorbs=("uncoalesced_global", "excess_dram_bytes", "excess_onchip_bytes"),
+       metrics=("stall:long_scoreboard", "stall:lg_throttle")),
+    # warps waiting at a barrier for work a few of them do (one thread loading the tile): the barrier's wait
+    # is the imbalance's, never the pipe issuing that work (inactive lanes too, where the finding says so)
+    _C("barrier_imbalance", "warps wait at barriers for work few of them do (imbalance)", "defect",
+       claims=("stall:barrier",), metrics=("stall:barrier",)),
     _C("smem_bank_conflicts", "shared-memory bank conflicts", "defect",
        claims=("stall:mio_throttle", "stall:short_scoreboard"),
        metrics=("stall:mio_throttle", "stall:short_scoreboard")),
@@ -170,7 +188,8 @@ CAUSES: dict[str, Cause] = {c.key: c for c in _RECORDS}
 #: The order in which mechanisms claim terms (`faprof.advisor.partition`): a path or a byte count that
 #: differs from the reference's is a root; mechanisms with their own precise counters next; shapes of the
 #: launch last. Exactly the causes with claims.
-MECHANISMS = ("slower_math_path", "register_spills", "smem_bank_conflicts", "uncoalesced_global", "wasted_work",
+MECHANISMS = ("slower_math_path", "register_spills", "global_atomics", "dependent_global_loads", "smem_bank_conflicts",
+              "uncoalesced_global", "barrier_imbalance", "wasted_work",
               "fp64_arithmetic", "transcendentals", "tensor_cores_unused", "global_rmw", "excess_dram_bytes",
               "kernels_per_call", "excess_onchip_bytes", "mma_sync_on_hopper", "launch_split", "too_few_ctas",
               "wave_tail")

@@ -272,8 +272,9 @@ def diagnose(source: Any, against: str | None = None) -> pd.DataFrame:
     # one kernel, one call: aliases (declared, or the same kernels recorded) fold into their canonical
     # variant, so no variant is explained twice or compared with its own kernel
     calls, also, canon = fold_aliases(calls, tables)
-    absolute = {id(c): _absolute(c, ctx) for c in calls}
     lines = borrow(tables.get("source_lines"), calls)
+    ctx.lines = lines
+    absolute = {id(c): _absolute(c, ctx) for c in calls}
     notes = _shape_notes(calls, absolute)
     parsed: dict = {}  # each profiled kernel's SASS parsed once, however many causes and shapes point at it
     rows: list[dict[str, Any]] = []

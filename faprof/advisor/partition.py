@@ -15,7 +15,8 @@ T_A - T_B exactly (the residual included). Here the terms are grouped under pare
 - a stall the rising instructions produce is split over the parents that own them, in proportion
   (`_produced`): contention for the pipe, queue or issue slot they need (CONTENTION), fixed-latency
   waits they can account for (at most FIXED_LATENCY_CYCLES per added instruction), barrier waits where
-  the barriers did not multiply (the siblings' delay);
+  the barriers did not multiply and every warp does the added work (the siblings' delay; where a few
+  warps do it while the others wait, the wait is the barrier's: an imbalance, never a pipe's);
 - terms where the slower call does better are one parent, 'ahead' (they give time back);
 - the residual (what Nsight Compute's replay saw differently from the timed runs) is one parent.
 
@@ -35,6 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from faprof.advisor.accounting import barrier_imbalance
 from faprof.advisor.causes import MECHANISMS, record
 from faprof.advisor.differential import Gap, Term
 from faprof.advisor.evidence import ok
@@ -288,6 +290,17 @@ def _more_barriers(gap: Gap) -> bool:
     return a.pipes.get("cbu", 0.0) > T("SAME_COUNT_RATIO") * b.pipes.get("cbu", 0.0)
 
 
+def _siblings_delayed(gap: Gap) -> bool:
+    """Whether a barrier wait at unchanged barrier counts is the delay of siblings doing the same added work
+    (every warp of a block does it, the wait is the slowest one's lead), rather than work done by a few warps
+    while the others wait (`accounting.barrier_imbalance` at least BARRIER_IMBALANCE_RATIO: the wait is the
+    barrier's own, the imbalance of the work before it, never the pipe that issues that work)."""
+    a, b = gap.account_a, gap.account_b
+    if a is None or b is None or _more_barriers(gap):
+        return False
+    return barrier_imbalance(a, b) < T("BARRIER_IMBALANCE_RATIO")
+
+
 def _producible(gap: Gap, stall: str, keys: list[str], per_inst: float) -> bool:
     """Whether the warp-cycles `stall` ('stall:x') rose by are at most `per_inst` per instruction added on the
     pipes of `keys`: what those instructions can produce."""
@@ -303,9 +316,11 @@ def _produced(gap: Gap, positive: dict[str, Term], owner: dict[str, str], parts:
 
     - contention (CONTENTION): over the parents owning rising instructions of the pipes that contend;
     - fixed-latency waits ('wait'): over the parents owning rising instructions;
-    - barrier waits, when the slower call runs no more CBU instructions (barriers) than the reference: a
-      warp waits longer at the same barriers for siblings delayed elsewhere, so the wait is what delays
-      them: split over every other rising parent of the instruction and cycles-per-instruction factors.
+    - barrier waits, when the slower call runs no more CBU instructions (barriers) than the reference and
+      the added work runs on every warp (`_siblings_delayed`): a warp waits longer at the same barriers for
+      siblings delayed elsewhere, so the wait is what delays them: split over every other rising parent of
+      the instruction and cycles-per-instruction factors. Where a few warps do the added work while the
+      others wait, the wait stays the barrier's (a `barrier_imbalance` finding claims it, else its own term).
     """
     placed: set[str] = set()
     lat = T("FIXED_LATENCY_CYCLES")
@@ -322,7 +337,7 @@ def _produced(gap: Gap, positive: dict[str, Term], owner: dict[str, str], parts:
             and _split_over(wait, _pipe_weight(positive, owner, ("*",)), parts)):
         placed.add("stall:wait")
     barrier = positive.get("stall:barrier")
-    if barrier is not None and "stall:barrier" not in owner and not _more_barriers(gap):
+    if barrier is not None and "stall:barrier" not in owner and _siblings_delayed(gap):
         delays: dict[str, float] = {}
         for k, o in owner.items():
             t = positive.get(k)

@@ -185,6 +185,57 @@ def kernel_code(rows: pd.DataFrame) -> list[Instr]:
     return code
 
 
+#: Global loads whose address can come from another global load (cp.async included: a gather into shared memory).
+GLOBAL_LOADS = frozenset({"LDG", "LD", "LDGSTS"})
+#: Integer arithmetic that carries an address from a loaded index to a load (index x stride + base).
+ADDRESS_OPS = frozenset({"IMAD", "IMUL", "IADD3", "IADD", "LEA", "SHF", "LOP3", "MOV", "SEL", "PRMT", "SGXT",
+                         "IABS", "IMNMX", "VIMNMX", "ISCADD", "R2UR", "UIADD3", "UIMAD", "ULEA", "USHF", "UMOV"})
+#: How many address instructions a chain may pass between the index load and the load it addresses.
+ADDRESS_DEPTH = 8
+
+
+def _last_writer(code: list[Instr], i: int, reg: str) -> Instr | None:
+    n = len(code)
+    for k in range(1, n):
+        p = code[(i - k) % n]
+        if reg in p.dests:
+            return p
+    return None
+
+
+def _index_loads(code: list[Instr], i: int, regs: set[str], depth: int, seen: set[tuple[str, int]]) -> set[int]:
+    """Global loads whose results reach `regs` (read by instruction i) through address arithmetic."""
+    out: set[int] = set()
+    for reg in regs:
+        if not reg.startswith(("R", "UR")) or (reg, i) in seen:
+            continue
+        seen.add((reg, i))
+        w = _last_writer(code, i, reg)
+        if w is None:
+            continue
+        if w.op in GLOBAL_LOADS:
+            out.add(w.index)
+        elif w.op in ADDRESS_OPS and depth > 0:
+            out |= _index_loads(code, w.index, w.srcs, depth - 1, seen)
+    return out
+
+
+def dependent_loads(code: list[Instr]) -> dict[int, set[int]]:
+    """Global loads whose address is computed from another global load's result: load index -> the indices of
+    the loads that produced its address (through at most ADDRESS_DEPTH integer instructions, walking back in
+    program order and once around the loop, as `producers` does). An index table read and then used to
+    address the data is two memory latencies in series per element."""
+    out: dict[int, set[int]] = {}
+    for i, ins in enumerate(code):
+        if ins.op not in GLOBAL_LOADS:
+            continue
+        regs = {r for r in ins.srcs if not r.startswith(("P", "UP"))}
+        found = _index_loads(code, i, regs, ADDRESS_DEPTH, set()) - {i}
+        if found:
+            out[i] = found
+    return out
+
+
 #: Columns of blame().
 BLAME_COLUMNS = ("reason", "producer_index", "producer_sass", "file", "line", "samples", "consumers")
 

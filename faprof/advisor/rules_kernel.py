@@ -17,6 +17,7 @@ from faprof.advisor.accounting import WARP_SIZE, launch_account
 from faprof.advisor.evidence import Call, Launch, nansum, ok
 from faprof.advisor.findings import LIMITER_ADVICE, STALL_ADVICE, Finding, big, num, pct, split_kv_fix
 from faprof.advisor.pairs import row_pairs
+from faprof.advisor.rules_code import dependent_global_loads, global_atomics, per_score_text, sass_per_score
 from faprof.advisor.roles import exact_flops, executed_flops, math_share
 from faprof.advisor.thresholds import value as T
 from faprof.model import gpus
@@ -30,6 +31,11 @@ class Context:
 
     env: dict[str, Any] = field(default_factory=dict)
     split_launches: set[int] = field(default_factory=set)  # kernel_ids covered by a launch_split finding
+    lines: Any = None
+    """The bundle's source rows (`faprof.advisor.sources.borrow`'s), for rules that read the SASS
+    (`faprof.advisor.rules_code`); None without a source pass."""
+    code: dict = field(default_factory=dict)
+    """Kernels parsed from `lines`, by (variant, shape, kernel), kept across rules."""
 
 
 def _busy_memory(lz: Launch) -> float:
@@ -253,15 +259,25 @@ def transcendentals(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     if not (ok(xu) and ok(scores) and scores > 0):
         return None
     per = xu / scores
-    if per < T("XU_PER_SCORE_MAX"):
+    mix = sass_per_score(lz, call, ctx, per)  # by MUFU function and divisions, where the SASS was sampled
+    divides = mix is not None and mix["division"] >= T("DIV_PER_SCORE_MAX")
+    if per < T("XU_PER_SCORE_MAX") and not divides:
         return None
     acc = launch_account(call, lz)
     xu_share = acc.pipe_share("xu") if acc else math.nan
-    # the excess XU instructions' issue time (MUFU runs at 1/XU_ISSUE_COST the FMA pipe's rate)
-    gain = lz.share * min(1.0, (1 - 1 / per) * (xu_share if ok(xu_share) else 0.1) * T("XU_ISSUE_COST"))
-    ev = (f"{num(per, '.2f')} XU (MUFU) thread instructions per computed score, where one exp2 per score is the "
-          f"minimum: accurate expf/powf, a division per score, or the same score's exp2 computed by several "
-          f"threads; XU {pct(xu_share)} of the warp instructions; {_share_text(lz)}")
+    # the excess XU instructions' issue time (MUFU runs at 1/XU_ISSUE_COST the FMA pipe's rate); a division
+    # per score costs its MUFU.RCP and about as many FMA-pipe fixups again
+    excess = max(1 - 1 / per, mix["division"] / per if divides and per > 0 else 0.0)
+    gain = lz.share * min(1.0, excess * (xu_share if ok(xu_share) else 0.1) * T("XU_ISSUE_COST"))
+    pairs = row_pairs(call.measurement, 1)
+    h = as_float(call.problem("H"))
+    need = (f" ({big(h * pairs[0])} scores unmasked in the problem, {big(scores)} computed)"
+            if pairs is not None and ok(h) else "")
+    ev = (f"{num(per, '.2f')} XU (MUFU) thread instructions per computed score{need}, where one exp2 per score "
+          f"is the minimum and a division none (one reciprocal per row, at the end)"
+          + (f": {per_score_text(mix)}" if mix is not None else
+             ": accurate expf/powf, a division per score, or the same score's exp2 computed by several threads")
+          + f"; XU {pct(xu_share)} of the warp instructions; {_share_text(lz)}")
     fix = ("one exp2 per score, computed once (not by every thread that needs it), with log2(e) folded into the "
            "softmax scale (exp2f / ex2.approx); no per-score division (multiply by the row sum's reciprocal once "
            "per row, at the end)")
@@ -454,16 +470,17 @@ KernelRule = Callable[[Launch, Call, Context], "Finding | None"]
 
 #: The per-launch rules, in the order they run (the order does not rank them).
 KERNEL_RULES: tuple[KernelRule, ...] = (
-    register_spills, uncoalesced_global, smem_bank_conflicts, tensor_cores_unused, fp64_arithmetic,
-    transcendentals, thread_divergence, mma_sync_on_hopper, tf32_emulation, too_few_ctas, wave_tail, roofline_position,
+    register_spills, uncoalesced_global, smem_bank_conflicts, global_atomics, dependent_global_loads,
+    tensor_cores_unused, fp64_arithmetic, transcendentals, thread_divergence, mma_sync_on_hopper, tf32_emulation,
+    too_few_ctas, wave_tail, roofline_position,
 )
 
 #: The rules that hold for a data-movement kernel (`faprof.advisor.roles.movers`): how it accesses memory
 #: and how its grid fills the GPU. It does none of the problem's math, so no math rule speaks of it, and its
 #: time is what its bytes cost (the call's and the comparison's rules say which bytes and why), not a stall
 #: or a roofline position to tune.
-MOVER_RULES: tuple[KernelRule, ...] = (register_spills, uncoalesced_global, smem_bank_conflicts, thread_divergence,
-                                       too_few_ctas, wave_tail)
+MOVER_RULES: tuple[KernelRule, ...] = (register_spills, uncoalesced_global, smem_bank_conflicts, global_atomics,
+                                       dependent_global_loads, thread_divergence, too_few_ctas, wave_tail)
 
 #: Per-launch rules that return several findings (the accounting's terms).
 KERNEL_TERM_RULES = (stall_terms,)

@@ -26,6 +26,7 @@ import math
 from faprof.advisor.differential import INPUTS_TERM
 from faprof.advisor.evidence import Call, nansum, ok
 from faprof.advisor.findings import Finding, big, num
+from faprof.advisor.rules_code import barrier_imbalance
 from faprof.advisor.roles import describe_movers, input_movers, math_launches, moved_ms
 from faprof.advisor.thresholds import value as T
 from faprof.advisor.traffic import Traffic, excess_seconds, traffic
@@ -308,6 +309,7 @@ def pair_findings(call: Call, ref: Call, own: list[Finding] | None = None) -> li
     if a is not None and b is not None:
         for rule in (excess_dram_bytes, global_rmw, excess_onchip_bytes):
             out += rule(call, ref, a, b)
+    out += barrier_imbalance(call, ref)
     for f in out:
         f.evidence += f"; against {ref.variant}"
     return out

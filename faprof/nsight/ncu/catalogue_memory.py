@@ -237,6 +237,9 @@ CONCEPTS: list[Concept] = [
              "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.peak_sustained"),
             ("global_red_inst", "global reduction instructions (RED, warp level)", "smsp__sass_inst_executed_op_global_red.sum"),
             ("global_atom_inst", "global atomic instructions (ATOM, warp level)", "smsp__sass_inst_executed_op_global_atom.sum"),
+            ("global_atom_requests", "L1 requests of global atomics (one per warp instruction and address group)",
+             "l1tex__t_requests_pipe_lsu_mem_global_op_atom.sum"),
+            ("global_red_requests", "L1 requests of global reductions", "l1tex__t_requests_pipe_lsu_mem_global_op_red.sum"),
         )
     ),
 ]
