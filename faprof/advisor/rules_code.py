@@ -24,7 +24,7 @@ Rules take a context with `lines` (the bundle's source rows, `faprof.advisor.sou
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import defaultdict
 from typing import Any
 
 from faprof.advisor.accounting import barrier_imbalance as imbalance_ratio
@@ -127,13 +127,14 @@ def dependent_global_loads(lz: Launch, call: Call, ctx: Any) -> Finding | None:
 
 
 # ------------------------------------------------------------------------------------ per score
-def mufu_mix(code: list[Instr]) -> tuple[Counter, float]:
+def mufu_mix(code: list[Instr]) -> tuple[dict[str, float], float]:
     """(issue samples by MUFU function ('EX2', 'RCP', ...), divisions' issue samples) of a kernel: the sampled
     instructions issuing ('selected'), in proportion to how often each was executed. A division counts once
     per MUFU.RCP, or per FCHK (IEEE division's range check) where that is more, or per call of a division
     routine."""
-    mufu: Counter = Counter()
-    fchk = calls = 0.0
+    mufu: dict[str, float] = defaultdict(float)
+    fchk: float = 0.0
+    calls: float = 0.0
     for ins in code:
         issued = ins.samples.get("selected", 0.0)
         if issued <= 0:
@@ -144,7 +145,7 @@ def mufu_mix(code: list[Instr]) -> tuple[Counter, float]:
             fchk += issued
         elif ins.op == "CALL" and "div" in ins.sass.lower():
             calls += issued
-    return mufu, max(sum(mufu[r] for r in RECIPROCALS), fchk) + calls
+    return dict(mufu), max(sum(mufu.get(r, 0.0) for r in RECIPROCALS), fchk) + calls
 
 
 def sass_per_score(lz: Launch, call: Call, ctx: Any, xu_per_score: float) -> dict[str, float] | None:

@@ -17,8 +17,8 @@ from faprof.advisor.accounting import WARP_SIZE, launch_account
 from faprof.advisor.evidence import Call, Launch, nansum, ok
 from faprof.advisor.findings import LIMITER_ADVICE, STALL_ADVICE, Finding, big, num, pct, split_kv_fix
 from faprof.advisor.pairs import row_pairs
-from faprof.advisor.rules_code import dependent_global_loads, global_atomics, per_score_text, sass_per_score
 from faprof.advisor.roles import exact_flops, executed_flops, math_share
+from faprof.advisor.rules_code import dependent_global_loads, global_atomics, per_score_text, sass_per_score
 from faprof.advisor.thresholds import value as T
 from faprof.model import gpus
 from faprof.model.values import as_float
@@ -267,7 +267,7 @@ def transcendentals(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     xu_share = acc.pipe_share("xu") if acc else math.nan
     # the excess XU instructions' issue time (MUFU runs at 1/XU_ISSUE_COST the FMA pipe's rate); a division
     # per score costs its MUFU.RCP and about as many FMA-pipe fixups again
-    excess = max(1 - 1 / per, mix["division"] / per if divides and per > 0 else 0.0)
+    excess = max(1 - 1 / per, mix["division"] / per if mix is not None and divides and per > 0 else 0.0)
     gain = lz.share * min(1.0, excess * (xu_share if ok(xu_share) else 0.1) * T("XU_ISSUE_COST"))
     pairs = row_pairs(call.measurement, 1)
     h = as_float(call.problem("H"))

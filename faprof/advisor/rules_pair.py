@@ -26,8 +26,8 @@ import math
 from faprof.advisor.differential import INPUTS_TERM
 from faprof.advisor.evidence import Call, nansum, ok
 from faprof.advisor.findings import Finding, big, num
-from faprof.advisor.rules_code import barrier_imbalance
 from faprof.advisor.roles import describe_movers, input_movers, math_launches, moved_ms
+from faprof.advisor.rules_code import barrier_imbalance
 from faprof.advisor.thresholds import value as T
 from faprof.advisor.traffic import Traffic, excess_seconds, traffic
 from faprof.model.problem import AttentionProblem
