@@ -29,7 +29,7 @@ from faprof.advisor.accounting import missing_counters
 from faprof.advisor.causes import KINDS, record
 from faprof.advisor.differential import decompose, fold_aliases, level_with, reference_for
 from faprof.advisor.evidence import Call, calls_from, ok, tables_from
-from faprof.advisor.findings import Finding, pct
+from faprof.advisor.findings import Finding, pct_of_share
 from faprof.advisor.gap_findings import gap_findings
 from faprof.advisor.roles import movers
 from faprof.advisor.rules_call import CALL_RULES, CALL_RULES_FIRST, merge_ncu_rules
@@ -112,13 +112,13 @@ def _within_headroom(call: Call, found: list[Finding]) -> list[Finding]:
     out = []
     for f in found:
         if f.unit == "call" and ok(f.gain) and f.gain > room and f.kind not in ("correctness", "note"):
-            f = dataclasses.replace(f, gain=room, evidence=f"{f.evidence} (at most {pct(room)} of the call's "
+            f = dataclasses.replace(f, gain=room, evidence=f"{f.evidence} (at most {pct_of_share(room)} of the call's "
                                     f"time lies above its ceiling: {where})")
         out.append(f)
     if room <= T("AT_BOUND_HEADROOM"):
         out.append(Finding(call.variant, call.shape_id, "at_bound", math.nan,
                            f"{where}: the kernel moves (or computes) what the problem needs at the rate the "
-                           f"machine was measured to sustain; at most {pct(room)} of its time lies above that",
+                           f"machine was measured to sustain; at most {pct_of_share(room)} of its time lies above that",
                            "none within the kernel at this size: fewer bytes (a narrower K/V cache dtype, fewer "
                            "KV heads read) or fewer FLOPs change the floor itself", "call:at_bound"))
     return out

@@ -76,7 +76,7 @@ def over_gap(term_ms: float, gap_ms: float, against: object) -> str:
             "(other terms give time back)")
 
 
-def pct(x: float, spec: str = ".0f") -> str:
+def pct_of_share(x: float, spec: str = ".0f") -> str:
     """A share 0..1 as a percentage string ('n/a' when NaN)."""
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:{spec}}%"
 
@@ -107,7 +107,7 @@ def split_kv_fix(sq, sk, grid: float, sms: float, gbps, copy) -> str:
     more blocks, with the grid against the SMs and, when measured, the bandwidth against the copy ceiling.
     One text for the rule (too_few_ctas) and the gap term (idle SMs)."""
     have_bw = all(isinstance(x, int | float) and not math.isnan(x) for x in (gbps, copy)) and copy > 0
-    bw = (f"; the call moves {gbps:.0f} GB/s of the minimum traffic, {pct(gbps / copy)} of the measured copy "
+    bw = (f"; the call moves {gbps:.0f} GB/s of the minimum traffic, {pct_of_share(gbps / copy)} of the measured copy "
           "bandwidth" if have_bw else "")
     splits = max(2, math.ceil(4 * sms / max(grid, 1.0)))
     return (f"split the KV sequence over more blocks (split-KV / flash-decoding): a memory-bound problem (Sq={sq}, "

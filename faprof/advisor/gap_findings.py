@@ -18,7 +18,7 @@ import math
 from faprof.advisor.causes import CAUSES, record
 from faprof.advisor.differential import KERNEL_TERMS, Gap, Term
 from faprof.advisor.evidence import Call, ok
-from faprof.advisor.findings import Finding, num, pct, split_kv_fix
+from faprof.advisor.findings import Finding, num, pct_of_share, split_kv_fix
 from faprof.advisor.partition import AHEAD, Part, Partition, partition
 from faprof.advisor.roles import products_on_tensor_cores
 from faprof.advisor.thresholds import value as T
@@ -28,7 +28,7 @@ from faprof.nsight.ncu import catalogue
 def _term_values(t: Term) -> str:
     """'a vs b (unit)' for a term's two sides (and the part of it a split term's parent holds)."""
     whole = _whole_values(t)
-    return whole if t.portion >= 0.995 else f"{pct(t.portion)} of the term: {whole}"
+    return whole if t.portion >= 0.995 else f"{pct_of_share(t.portion)} of the term: {whole}"
 
 
 def _whole_values(t: Term) -> str:
@@ -39,11 +39,11 @@ def _whole_values(t: Term) -> str:
     if t.key == "occupancy":
         return f"{num(t.a)} vs {num(t.b)} warps resident per scheduler"
     if t.key == "idle":
-        return f"{pct(t.a)} vs {pct(t.b)} of scheduler cycles with a warp resident"
+        return f"{pct_of_share(t.a)} vs {pct_of_share(t.b)} of scheduler cycles with a warp resident"
     if t.key == "lanes:inactive":
         return f"{num(t.a)} vs {num(t.b)} active lanes of 32 per instruction"
     if t.key == "lanes:predicated_off":
-        return f"{pct(t.a)} vs {pct(t.b)} of active lanes predicated on"
+        return f"{pct_of_share(t.a)} vs {pct_of_share(t.b)} of active lanes predicated on"
     if t.key == "clock":
         return f"{num(t.a, '.0f')} vs {num(t.b, '.0f')} MHz SM clock in the timed runs"
     if t.key in KERNEL_TERMS:
@@ -132,7 +132,7 @@ def _share_words(p: Part, part: Partition) -> str:
     back = f"; {1e3 * given:.1f} µs given back elsewhere" if given > 1e-3 * abs(gap.gap_ms) else ""
     net = (f", {1e3 * p.ms:+.1f} µs net of the time it lets other terms give back" if abs(p.ms - p.gross_ms)
            > 1e-3 * abs(p.gross_ms) else "")
-    return (f"{pct(p.share)} of the slowdown to {gap.against} ({1e3 * p.gross_ms:+.1f} µs{net}; the gap is "
+    return (f"{pct_of_share(p.share)} of the slowdown to {gap.against} ({1e3 * p.gross_ms:+.1f} µs{net}; the gap is "
             f"{1e3 * gap.gap_ms:.1f} µs{back}{_clipped_words(p, part)})")
 
 
@@ -201,7 +201,7 @@ def gap_findings(gap: Gap, call: Call, ref: Call, own: list[Finding], ref_own: l
     res = gap.term("residual")
     if res is not None and ok(res.share) and abs(res.share) > T("MAX_UNEXPLAINED_GAP"):
         out.append(Finding(call.variant, call.shape_id, "missing_counters", math.nan,
-                           f"the accounting explains {pct(gap.explained_share)} of the measured gap: Nsight Compute's "
+                           f"the accounting explains {pct_of_share(gap.explained_share)} of the measured gap: Nsight Compute's "
                            "replay saw a different cycle ratio than the timed runs (caches, clocks, concurrency)",
                            "profile again, or compare with `faprof compare` on timings alone", "gap:residual",
                            unit="gap", against=gap.against))

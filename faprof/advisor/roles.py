@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 
 from faprof.advisor.evidence import Call, Launch, nansum, ok
-from faprof.advisor.findings import big, num, pct
+from faprof.advisor.findings import big, num, pct_of_share
 from faprof.advisor.thresholds import value as T
 
 #: ncu_summary columns of executed FLOPs per path (tensor, and the CUDA-core SASS counters).
@@ -122,4 +122,4 @@ def describe_movers(lzs: list[Launch]) -> str:
     bytes_text = f"DRAM {big(rd)}B read, {big(wr)}B written; " if ok(rd) and ok(wr) else ""
     n = len(lzs)
     return (f"{n} data-movement kernel{'s' if n > 1 else ''} (at most {num(fpi)} FLOPs per thread instruction; "
-            f"{bytes_text}{pct(nansum(*(lz.share for lz in lzs)))} of the call's kernel time)")
+            f"{bytes_text}{pct_of_share(nansum(*(lz.share for lz in lzs)))} of the call's kernel time)")

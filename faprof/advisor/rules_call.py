@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 
 from faprof.advisor.evidence import Call, Launch, nansum, ok
-from faprof.advisor.findings import Finding, big, num, pct
+from faprof.advisor.findings import Finding, big, num, pct_of_share
 from faprof.advisor.pairs import row_pairs
 from faprof.advisor.roles import describe_movers, input_movers, later_movers, math_launches, movers
 from faprof.advisor.rules_kernel import Context
@@ -126,7 +126,7 @@ def launch_split(call: Call, ctx: Context) -> list[Finding]:
         frac = 1 - max(1 / n, grid / sms)
         ctx.split_launches.update(lz.kernel_id for lz in lzs)
         ev = (f"{n} launches of one kernel on one grid per call, each {grid:.0f} blocks on {sms:.0f} SMs "
-              f"({pct(grid / sms)} of the SMs busy per launch; {n * grid:.0f} blocks in all); {pct(share)} of the call's "
+              f"({pct_of_share(grid / sms)} of the SMs busy per launch; {n * grid:.0f} blocks in all); {pct_of_share(share)} of the call's "
               f"kernel time")
         fix = "launch once over all slices: put batch and heads in the grid (blockIdx.y/z) instead of looping on the host"
         out.append(Finding(call.variant, call.shape_id, "launch_split", share * frac, ev, fix, "launch_split",
@@ -204,7 +204,7 @@ def launch_overhead(call: Call, ctx: Context) -> list[Finding]:
     if share < T("LAUNCH_IDLE_MIN_SHARE"):
         return []
     ev = (f"the GPU sits idle {idle:.1f} µs between the {kpc:.0f} kernels of a call (median over "
-          f"{num(as_float(call.nsys.get('iterations')), '.0f')} calls) for {gpu:.1f} µs of kernels: {pct(share)} of the call's "
+          f"{num(as_float(call.nsys.get('iterations')), '.0f')} calls) for {gpu:.1f} µs of kernels: {pct_of_share(share)} of the call's "
           f"GPU span waiting for the host (nsys tracing adds a few µs per launch)")
     fix = "capture the call in a CUDA graph, or fuse its kernels"
     return [Finding(call.variant, call.shape_id, "launch_overhead", share, ev, fix, "launch_overhead")]

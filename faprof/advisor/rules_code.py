@@ -30,7 +30,7 @@ from typing import Any
 from faprof.advisor.accounting import barrier_imbalance as imbalance_ratio
 from faprof.advisor.accounting import call_account
 from faprof.advisor.evidence import Call, Launch, nansum, ok
-from faprof.advisor.findings import Finding, big, num, pct
+from faprof.advisor.findings import Finding, big, num, pct_of_share
 from faprof.advisor.producers import Instr, blame, dependent_loads, kernel_code
 from faprof.advisor.roles import math_launches
 from faprof.advisor.thresholds import value as T
@@ -76,11 +76,11 @@ def global_atomics(lz: Launch, call: Call, ctx: Any) -> Finding | None:
     req = nansum(lz.metric("global_atom_requests"), lz.metric("global_red_requests"))
     per_req = f"; {num(moved / req, '.1f')} L2 sectors per atomic request" if ok(req) and req > 0 else ""
     busy = lz.stall_share("long_scoreboard", "lg_throttle", "drain", "membar")
-    ev = (f"global atomics and reductions move {big(moved)} of {big(total)} L2 sectors ({pct(share)}: "
+    ev = (f"global atomics and reductions move {big(moved)} of {big(total)} L2 sectors ({pct_of_share(share)}: "
           f"{big(atom if ok(atom) else 0)} atomic, {big(red if ok(red) else 0)} reduction sectors)"
           + (f", {big(inst)} ATOMG/RED warp instructions" if ok(inst) and inst > 0 else "") + per_req
-          + (f"; warps stalled on long scoreboard, LG throttle, drain and membar {pct(busy)} of cycles" if ok(busy) else "")
-          + f"; {pct(lz.share)} of the call's kernel time")
+          + (f"; warps stalled on long scoreboard, LG throttle, drain and membar {pct_of_share(busy)} of cycles" if ok(busy) else "")
+          + f"; {pct_of_share(lz.share)} of the call's kernel time")
     fix = ("accumulate in registers or shared memory and write once per tile (a block-level reduction, then one "
            "atomic or a plain store per output), or give each key's update to one owner instead of an atomic per "
            "lane per key")
@@ -114,10 +114,10 @@ def dependent_global_loads(lz: Launch, call: Call, ctx: Any) -> Finding | None:
     stalled = lz.stall_share("long_scoreboard")
     ev = (f"{len(deps)} global load(s) take their address from another global load's result: "
           f"`{code[top].sass}` at {code[top].file.rsplit('/', 1)[-1]}:{code[top].line} is addressed by "
-          f"`{index.sass}` at {index.file.rsplit('/', 1)[-1]}:{index.line}; {pct(share)} of the long-scoreboard "
+          f"`{index.sass}` at {index.file.rsplit('/', 1)[-1]}:{index.line}; {pct_of_share(share)} of the long-scoreboard "
           f"samples are charged to these chains (two memory latencies in series per element)"
-          + (f"; long scoreboard {pct(stalled)} of warp cycles" if ok(stalled) else "")
-          + f"; {pct(lz.share)} of the call's kernel time")
+          + (f"; long scoreboard {pct_of_share(stalled)} of warp cycles" if ok(stalled) else "")
+          + f"; {pct_of_share(lz.share)} of the call's kernel time")
     fix = ("load the index table once per tile (into registers or shared memory, a tile of indices ahead) and "
            "issue the dependent loads for many elements before waiting on any (prefetch the next tile's indices), "
            "or gather whole rows per index (16-byte vectors) instead of one element per index")
@@ -199,7 +199,7 @@ def barrier_imbalance(call: Call, ref: Call) -> list[Finding]:
           f"instructions), warps waited {big(added)} warp-cycles more at barriers, "
           + (f"{num(ratio, '.1f')}x" if math.isfinite(ratio) else "while no other state added any of")
           + " the warp-cycles every other state added: the added work runs on at most "
-          f"{pct(q)} of a block's warps while the others wait at the barrier; {num(a.active_lanes)} vs "
+          f"{pct_of_share(q)} of a block's warps while the others wait at the barrier; {num(a.active_lanes)} vs "
           f"{num(b.active_lanes)} active lanes per instruction (the work on fewer threads)")
     fix = ("share the work before the barrier over every thread of the block (each thread loads its part of the "
            "tile, coalesced), or let producer warps run ahead (cp.async/TMA with mbarriers) so consumers do not wait "

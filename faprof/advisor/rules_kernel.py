@@ -15,7 +15,15 @@ from typing import Any
 
 from faprof.advisor.accounting import WARP_SIZE, launch_account
 from faprof.advisor.evidence import Call, Launch, nansum, ok
-from faprof.advisor.findings import LIMITER_ADVICE, STALL_ADVICE, Finding, big, num, pct, split_kv_fix
+from faprof.advisor.findings import (
+    LIMITER_ADVICE,
+    STALL_ADVICE,
+    Finding,
+    big,
+    num,
+    pct_of_share,
+    split_kv_fix,
+)
 from faprof.advisor.pairs import row_pairs
 from faprof.advisor.roles import exact_flops, executed_flops, math_share
 from faprof.advisor.rules_code import dependent_global_loads, global_atomics, per_score_text, sass_per_score
@@ -49,7 +57,7 @@ def _busy_memory(lz: Launch) -> float:
 
 def _stall_text(lz: Launch, n: int = 3) -> str:
     top = [(r, s) for r, s in lz.stalls[:n] if s >= T("STALL_SHARE")] or lz.stalls[:1]
-    return ", ".join(f"{r} {pct(s)}" for r, s in top)
+    return ", ".join(f"{r} {pct_of_share(s)}" for r, s in top)
 
 
 def _f(call: Call, lz: Launch, cause: str, gain: float, evidence: str, fix: str, rule: str) -> Finding:
@@ -57,7 +65,7 @@ def _f(call: Call, lz: Launch, cause: str, gain: float, evidence: str, fix: str,
 
 
 def _share_text(lz: Launch) -> str:
-    return f"{pct(lz.share)} of the call's kernel time"
+    return f"{pct_of_share(lz.share)} of the call's kernel time"
 
 
 # ------------------------------------------------------------------------------------ memory
@@ -81,18 +89,18 @@ def register_spills(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     if ok(local) and local > 0 and (ok(shared) or ok(glob)):
         other = 32 * (glob if ok(glob) else 0.0) + 128 * (shared if ok(shared) else 0.0)
         share = 32 * local / (32 * local + other)
-        what = f"{big(local)} local-memory sectors = {pct(share)} of the kernel's L1 bytes (global sectors, shared wavefronts)"
+        what = f"{big(local)} local-memory sectors = {pct_of_share(share)} of the kernel's L1 bytes (global sectors, shared wavefronts)"
     else:
         mem = nansum(spill, lz.metric("global_ld_requests"), lz.metric("global_st_requests"),
                      lz.metric("global_ldgsts_requests"), lz.metric("smem_inst_ld"), lz.metric("smem_inst_st"))
         share = spill / mem if ok(mem) and mem > 0 else math.nan
-        what = f"{pct(share)} of the kernel's memory instructions"
+        what = f"{pct_of_share(share)} of the kernel's memory instructions"
     if not ok(share) or share < T("SPILL_MIN_SHARE"):
         return None
     busy = _busy_memory(lz)
     regs = lz.col("registers_per_thread")
     ev = ((f"{big(spill)} {source}; " if ok(spill) and spill > 0 else "") + what
-          + f"; {num(regs, '.0f')} registers/thread; memory/L1TEX pressure {pct(busy)}"
+          + f"; {num(regs, '.0f')} registers/thread; memory/L1TEX pressure {pct_of_share(busy)}"
           + (f" (stalls: {_stall_text(lz)})" if lz.stalls else "") + f"; {_share_text(lz)}")
     fix = ("keep fewer values live per thread (smaller per-thread tiles or accumulators, no dynamically indexed "
            "local arrays) or loosen the register cap (__launch_bounds__ min blocks, -maxrregcount)")
@@ -127,12 +135,12 @@ def uncoalesced_global(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     if ok(async_sectors) and async_sectors > 0 and ok(sectors) and sectors > 0:
         plain = sectors / (sectors + async_sectors)
         share *= plain
-        async_text = f"; plain loads/stores move {pct(plain)} of the global sectors (cp.async the rest)"
+        async_text = f"; plain loads/stores move {pct_of_share(plain)} of the global sectors (cp.async the rest)"
     if share < T("UNCOALESCED_MIN_SHARE"):
         return None
     busy = _busy_memory(lz)
     spr_text = f"; {sectors / requests:.1f} sectors per load request" if ok(requests) and requests > 0 and ok(sectors) else ""
-    ev = (f"{how}{async_text} ({pct(share)} of the global sectors){spr_text}; memory pressure {pct(busy)}"
+    ev = (f"{how}{async_text} ({pct_of_share(share)} of the global sectors){spr_text}; memory pressure {pct_of_share(busy)}"
           + (f" (stalls: {_stall_text(lz)})" if lz.stalls else "") + f"; {_share_text(lz)}")
     fix = ("let consecutive lanes read consecutive 16-byte chunks of a row (one warp = whole 128-byte lines), "
            "vectorize to 16 bytes per thread, or stage tiles with cp.async/TMA")
@@ -166,8 +174,8 @@ def smem_bank_conflicts(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     busy_vals = [v for v in (util, stall) if ok(v)]
     busy = min(1.0, max(busy_vals)) if busy_vals else 0.5
     kind = "excessive" if source.startswith("derived") else "bank-conflict"
-    ev = (f"{big(excess)} of {big(total)} shared-memory wavefronts are {kind} ({pct(share)}; "
-          f"{source}); shared pipe {pct(util)} busy"
+    ev = (f"{big(excess)} of {big(total)} shared-memory wavefronts are {kind} ({pct_of_share(share)}; "
+          f"{source}); shared pipe {pct_of_share(util)} busy"
           + (f", stalls: {_stall_text(lz)}" if lz.stalls else "") + f"; {_share_text(lz)}")
     fix = "XOR-swizzle (or pad) shared-memory rows so the 8 rows of an ldmatrix / a warp's accesses fall in distinct banks"
     return _f(call, lz, "smem_bank_conflicts", lz.share * share * busy, ev, fix, "smem_bank_conflicts")
@@ -216,9 +224,9 @@ def tensor_cores_unused(lz: Launch, call: Call, ctx: Context) -> Finding | None:
             tensor = lz.col("tensor_fp_util_pct")
         if not (ok(tensor) and tensor < T("TENSOR_IDLE_PCT")) or not ok(busy) or 100 * busy < T("FMA_BUSY_PCT"):
             return None
-        how = f"tensor pipes {num(tensor, '.1f')}% active while the FMA pipe is {pct(busy)} busy"
+        how = f"tensor pipes {num(tensor, '.1f')}% active while the FMA pipe is {pct_of_share(busy)} busy"
     ratio, src = _tensor_over_fma(lz, ctx, call.dtype)
-    ev = (f"{call.dtype} problem; {how}; FMA pipe {pct(busy)} busy; tensor peak is {ratio:.1f}x the fp32 FMA "
+    ev = (f"{call.dtype} problem; {how}; FMA pipe {pct_of_share(busy)} busy; tensor peak is {ratio:.1f}x the fp32 FMA "
           f"peak ({src}); {_share_text(lz)}")
     fix = "do QKᵀ and PV with tensor-core MMA (mma.sync/wgmma, or wmma) on fp16/bf16 operands with fp32 accumulation"
     b = min(1.0, busy) if ok(busy) else 1.0
@@ -240,10 +248,10 @@ def fp64_arithmetic(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     stalled = nansum(acc.state_share("math_pipe_throttle"), acc.state_share("wait")) if acc else math.nan
     pipe_share = acc.pipe_share("fp64") if acc else math.nan
     gain = lz.share * (stalled if ok(stalled) else min(1.0, 8 * fp64 / total))
-    ev = (f"{call.dtype} problem; {big(fp64)} fp64 thread instructions = {pct(fp64 / total, '.1f')} of all "
-          + (f"({pct(pipe_share, '.1f')} of warp instructions on the FP64 pipe)" if ok(pipe_share) else "")
+    ev = (f"{call.dtype} problem; {big(fp64)} fp64 thread instructions = {pct_of_share(fp64 / total, '.1f')} of all "
+          + (f"({pct_of_share(pipe_share, '.1f')} of warp instructions on the FP64 pipe)" if ok(pipe_share) else "")
           + (f", {big(flops64)} fp64 FLOPs" if ok(flops64) and flops64 > 0 else "")
-          + (f"; warps stalled on math-pipe throttle and fixed-latency waits {pct(stalled)} of cycles" if ok(stalled) else "")
+          + (f"; warps stalled on math-pipe throttle and fixed-latency waits {pct_of_share(stalled)} of cycles" if ok(stalled) else "")
           + f"; {_share_text(lz)}")
     fix = "compute in fp32 (accumulators, softmax statistics): fp32 keeps attention's accuracy at a fraction of fp64's cost"
     return _f(call, lz, "fp64_arithmetic", gain, ev, fix, "fp64_arithmetic")
@@ -277,7 +285,7 @@ def transcendentals(lz: Launch, call: Call, ctx: Context) -> Finding | None:
           f"is the minimum and a division none (one reciprocal per row, at the end)"
           + (f": {per_score_text(mix)}" if mix is not None else
              ": accurate expf/powf, a division per score, or the same score's exp2 computed by several threads")
-          + f"; XU {pct(xu_share)} of the warp instructions; {_share_text(lz)}")
+          + f"; XU {pct_of_share(xu_share)} of the warp instructions; {_share_text(lz)}")
     fix = ("one exp2 per score, computed once (not by every thread that needs it), with log2(e) folded into the "
            "softmax scale (exp2f / ex2.approx); no per-score division (multiply by the row sum's reciprocal once "
            "per row, at the end)")
@@ -315,7 +323,7 @@ def thread_divergence(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     util = acc.issue_util if acc and ok(acc.issue_util) else 1.0
     gain = lz.share * (1 - lanes / WARP_SIZE) * max(util, T("DIVERGENCE_MIN_WEIGHT"))
     ev = (f"{num(lanes, '.1f')} of 32 lanes active per executed warp instruction; scheduler issuing "
-          f"{pct(util)} of cycles; {_share_text(lz)}")
+          f"{pct_of_share(util)} of cycles; {_share_text(lz)}")
     fix = ("keep a warp's 32 lanes on one path: no lane-dependent branches in the inner loop, whole rows or tiles per "
            "warp, work spread over lanes rather than over iterations")
     return _f(call, lz, "lanes:inactive", gain, ev, fix, "thread_divergence")
@@ -338,8 +346,8 @@ def stall_terms(lz: Launch, call: Call, ctx: Context) -> list[Finding]:
             continue
         advice = catalogue.STALL_ADVICE.get(state)
         cpi = acc.warp_cycles[state] / acc.inst if acc.inst > 0 else math.nan
-        ev = (f"{pct(share)} of the kernel's warp cycles ({num(cpi)} cycles per instruction"
-              + (f": {advice.meaning}" if advice else "") + f"); the schedulers issue {pct(acc.issue_util)} of cycles; "
+        ev = (f"{pct_of_share(share)} of the kernel's warp cycles ({num(cpi)} cycles per instruction"
+              + (f": {advice.meaning}" if advice else "") + f"); the schedulers issue {pct_of_share(acc.issue_util)} of cycles; "
               + _share_text(lz))
         fix = f"{advice.fix} (points to: {advice.points_to})" if advice else "see Nsight Compute's source view"
         out.append(_f(call, lz, f"stall:{state}", lz.share * share * idle_issue, ev, fix, "stall_terms"))
@@ -389,13 +397,13 @@ def too_few_ctas(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     if grid >= T("TOO_FEW_CTAS_PER_SM") * sms:
         return None
     ev = (f"grid of {grid:.0f} blocks on {sms:.0f} SMs: {sms - grid:.0f} SMs idle for the whole kernel "
-          f"({pct(grid / sms)} of the SMs busy); {_share_text(lz)}")
+          f"({pct_of_share(grid / sms)} of the SMs busy); {_share_text(lz)}")
     fix = ("put more blocks in the grid: a block per query tile per head (FA2's grid), smaller query tiles, or "
            "split the key loop over blocks (split-KV, as flash-decoding) when B·H·Sq is small")
     if call.problem("bound") == "memory":
         gbps, copy = as_float(call.problem("gbps")), as_float(call.problem("copy_gbs"))
         sk, sq = call.problem("Sk"), call.problem("Sq")
-        got = (f"; the call moves {gbps:.0f} GB/s of the minimum traffic, {pct(gbps / copy)} of the measured copy "
+        got = (f"; the call moves {gbps:.0f} GB/s of the minimum traffic, {pct_of_share(gbps / copy)} of the measured copy "
                f"bandwidth ({copy:.0f} GB/s)" if ok(gbps) and ok(copy) and copy > 0 else "")
         ev = (f"memory-bound problem (Sq={sq}, Sk={sk}) on a grid of {grid:.0f} blocks for {sms:.0f} SMs: "
               f"{sms - grid:.0f} SMs never load a byte{got}; {_share_text(lz)}")
@@ -412,7 +420,7 @@ def wave_tail(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     if loss < T("WAVE_TAIL_MIN_LOSS"):
         return None
     ev = (f"{w:.2f} waves of blocks ({lz.grid:.0f} blocks): the last of {math.ceil(w)} waves is "
-          f"{pct(w - math.floor(w))} full, up to {pct(loss)} of the kernel at partial occupancy; {_share_text(lz)}")
+          f"{pct_of_share(w - math.floor(w))} full, up to {pct_of_share(loss)} of the kernel at partial occupancy; {_share_text(lz)}")
     fix = "size the grid to a whole number of waves (tile size, or a persistent grid of SMs x blocks/SM with a tile scheduler)"
     return _f(call, lz, "wave_tail", lz.share * loss, ev, fix, "wave_tail")
 

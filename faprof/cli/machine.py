@@ -13,6 +13,7 @@ from rich.table import Table
 
 from faprof.cli.group import console, fmt, main, say
 from faprof.errors import FaprofError
+from faprof.model.values import as_float
 
 
 # -------------------------------------------------------------------------------- list
@@ -149,10 +150,7 @@ def _unqualified(name: Any) -> str:
 
 
 def _num(x: Any, default: float = float("nan")) -> float:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return default
+    v = as_float(x)
     return default if v != v else v
 
 

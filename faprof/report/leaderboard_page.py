@@ -4,7 +4,6 @@ then the bundles read. The tables are faprof.analysis.leaderboard's."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pandas as pd
@@ -21,14 +20,6 @@ CEILING_WORDS = {"copy": "copy bandwidth for a memory-bound shape (decode: achie
                            "matmul of the row's dtype)"}
 
 
-def _pct(x: Any) -> str:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return "–"
-    return "–" if math.isnan(v) else f"{v:.1f}"
-
-
 def _cut(text: str, n: int = REASON_CHARS) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= n else text[: n - 1].rstrip() + "…"
@@ -40,9 +31,9 @@ def _cell(text: Any) -> str:
 
 def _shape_cell(r: pd.Series) -> str:
     if r["status"] == "ok":
-        return _pct(r["pct_ceiling"])
+        return f.pct(r["pct_ceiling"])
     if r["status"] == "wrong":
-        return f"wrong ({_pct(r['pct_ceiling'])})"
+        return f"wrong ({f.pct(r['pct_ceiling'])})"
     return str(r["status"])
 
 
@@ -87,10 +78,10 @@ def _board(lb: Leaderboard, scenario: str, gpu: str, board: pd.DataFrame) -> lis
            "| ---: | --- | --- | --- | ---: | --- | ---: | --- |"]
     scored = board[board["shapes"] > 0]
     for i, (_, r) in enumerate(scored.iterrows(), start=1):
-        rng = f"{_pct(r['low'])}–{_pct(r['high'])}" if r["shapes"] > 1 else ""
+        rng = f"{f.pct(r['low'])}–{f.pct(r['high'])}" if r["shapes"] > 1 else ""
         shp = f"{r['shapes']}/{r['total']}" + (f", {r['wrong']} wrong" if r["wrong"] else "")
         bundles = ", ".join(f"`{b.rsplit('/', 1)[-1]}`" for b in str(r["bundles"]).split(", "))
-        out.append(f"| {i} | `{r['variant']}` | {r['who']} | {_cell(r['version'])} | {_pct(r['score'])} | {rng} | "
+        out.append(f"| {i} | `{r['variant']}` | {r['who']} | {_cell(r['version'])} | {f.pct(r['score'])} | {rng} | "
                    f"{shp} | {bundles} |")
     out.append("")
     unscored = board[board["shapes"] == 0]

@@ -192,7 +192,7 @@ def _ms(x: float) -> str:
     return f"{x:.3g} ms" if x < 1000 else f"{x:,.0f} ms"
 
 
-def _pct(x: float) -> str:
+def _sig3(x: float) -> str:
     """3 significant digits without exponents: 0.5, 38.8, 4,690."""
     return f"{x:.3g}" if x < 1000 else f"{x:,.0f}"
 
@@ -226,8 +226,8 @@ def assess(samples: Any, timer: Any = None, stop: Any = None, row_stats: dict[st
     if rule is not None and str(timer) in HOST_TIMERS and stop != "converged":
         value = (row_stats or {}).get(rule.column)
         if isinstance(value, int | float) and math.isfinite(value) and value > rule.target:
-            reasons.append(f"missed its stop rule: {rule.what} was ±{_pct(100 * value)}% when the timing stopped "
-                           f"({stop or 'on its budget'}), the rule asks for ±{_pct(100 * rule.target)}%")
+            reasons.append(f"missed its stop rule: {rule.what} was ±{_sig3(100 * value)}% when the timing stopped "
+                           f"({stop or 'on its budget'}), the rule asks for ±{_sig3(100 * rule.target)}%")
     return bool(reasons), "; ".join(reasons)
 
 
