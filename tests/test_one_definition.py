@@ -269,3 +269,42 @@ def test_committed_bundles_have_the_problem_columns_in_this_order():
             assert [c for c in cols if c in schema.PROBLEM_COLUMNS] == list(schema.PROBLEM_COLUMNS), t
             checked += 1
     assert checked >= 3
+
+
+# ------------------------------------------------------------------- the other concepts' one home
+def _float_or_nan_copies(tree: ast.AST) -> list[int]:
+    """Lines of `try: ... float(x) ... except ...: <NaN>` blocks: a private 'float or NaN'."""
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Try):
+            continue
+        calls_float = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "float"
+                          for b in node.body for n in ast.walk(b))
+        nan_after = any("nan" in ast.unparse(h).lower() for h in node.handlers)
+        if calls_float and nan_after:
+            out.append(node.lineno)
+    return out
+
+
+def test_the_float_scan_sees_a_copy():
+    copy = "def num(x):\n    try:\n        return float(x)\n    except (TypeError, ValueError):\n        return math.nan\n"
+    assert _float_or_nan_copies(ast.parse(copy)) == [2]
+
+
+def test_one_float_or_nan_one_comparison_one_same_kernel_judgement():
+    """'float or NaN' is faprof.model.values.as_float; the two-run test and shift live in
+    faprof.analysis.comparison; 'same kernel' is faprof.analysis.aliases.same_kernel."""
+    homes = {"as_float": FAPROF / "model" / "values.py"}
+    floats = [f"{p.relative_to(FAPROF.parent)}:{line}" for p in sorted(FAPROF.rglob("*.py")) if p != homes["as_float"]
+              for line in _float_or_nan_copies(ast.parse(p.read_text()))]
+    assert not floats, "use faprof.model.values.as_float:\n" + "\n".join(floats)
+    comparison = FAPROF / "analysis" / "comparison"
+    tests = [str(p.relative_to(FAPROF.parent)) for p in sorted(FAPROF.rglob("*.py"))
+             if comparison not in p.parents and ("mannwhitneyu" in p.read_text() or "def hl_" in p.read_text())]
+    assert tests == [] or tests == ["faprof/rows/stats.py"], tests  # the sample statistics' one test, called by it
+    home = FAPROF / "analysis" / "aliases.py"
+    judges = [f"{p.relative_to(FAPROF.parent)}:{n.lineno}" for p in sorted(FAPROF.rglob("*.py")) if p != home
+              for n in ast.walk(ast.parse(p.read_text()))
+              if isinstance(n, ast.FunctionDef) and n.name.lstrip("_").startswith("same_kernel")
+              and "aliases." not in ast.unparse(n)]  # elsewhere only adapters that ask faprof.analysis.aliases
+    assert not judges, judges

@@ -29,6 +29,7 @@ import pandas as pd
 from faprof.analysis.labels import gpu_label, parse_stamp, problem_label
 from faprof.errors import FaprofError
 from faprof.model import schema
+from faprof.model.values import as_float
 from faprof.store import Bundle, find_bundles
 
 #: Who wrote a kernel, by the row's variant_kind (and the registry's 'library' tag).
@@ -103,11 +104,7 @@ def ceiling_share(row: pd.Series | dict[str, Any]) -> tuple[float, str]:
     """(% of the measured ceiling, 'copy' or 'matmul') of a row: copy bandwidth where the problem is
     memory-bound, the measured matmul rate otherwise (NaN where the run measured no such ceiling)."""
     def num(c: str) -> float:
-        try:
-            x = float(row.get(c))  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            return math.nan
-        return x
+        return as_float(row.get(c))
 
     if str(row.get("bound")) == "memory":
         return num("pct_copy"), "copy"

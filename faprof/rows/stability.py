@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from faprof.rows import stats
+
 #: The two groups' medians (bimodal), or the last and first thirds' medians (drifting), must differ by
 #: at least this factor: above the 1.31x range of SM clocks NVML recorded under power capping on the lent
 #: H100 and H200 (1515-1980 MHz), so clock states alone never flag a GPU row (`throttled` reports them).
@@ -145,17 +147,12 @@ def drift(samples: Any) -> Drift | None:
     Returns:
         The two medians and the two-sided Mann-Whitney p-value; None with fewer than DRIFT_MIN_SAMPLES.
     """
-    from scipy import stats as sps
-
     x = _clean(samples)
     third = x.size // 3
     if x.size < DRIFT_MIN_SAMPLES:
         return None
     first, last = x[:third], x[-third:]
-    if np.array_equal(np.unique(first), np.unique(last)) and np.unique(first).size == 1:
-        p = 1.0
-    else:
-        p = float(sps.mannwhitneyu(first, last, alternative="two-sided", method="asymptotic").pvalue)
+    p = float(stats.significance(first, last)["p_value"])  # the one two-sample test (faprof.rows.stats)
     return Drift(first_ms=float(np.median(first)), last_ms=float(np.median(last)), p_value=p)
 
 

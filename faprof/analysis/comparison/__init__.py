@@ -31,6 +31,7 @@ import pandas as pd
 from faprof.analysis.comparison.pool import RowShift, UnitDecision, decide
 from faprof.analysis.comparison.shift import AMBIGUOUS, FASTER, SAME, SLOWER, Shift, log_and_se, log_shift
 from faprof.model.schema import TIMED
+from faprof.model.values import as_float
 from faprof.rows import stats
 from faprof.rows.noise_floor import NoiseFloor
 
@@ -72,10 +73,7 @@ def pair(a: pd.DataFrame, b: pd.DataFrame, cols: Sequence[str] | None = None, ho
 
 def median_ratio(median_a: Any, median_b: Any) -> float:
     """B's median over A's (above 1: B is slower); nan where A's is not a positive number or B's is missing."""
-    try:
-        ma, mb = float(median_a), float(median_b)
-    except (TypeError, ValueError):
-        return math.nan
+    ma, mb = as_float(median_a), as_float(median_b)
     return mb / ma if ma > 0 and math.isfinite(mb) else math.nan
 
 
