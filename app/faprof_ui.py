@@ -366,12 +366,6 @@ def log_ticks(lo: float, hi: float) -> list[float]:
         keep = min(range(len(ticks)), key=lambda i: abs(ticks[i] - 1.0)) % 2
         ticks = ticks[keep::2]
     return ticks
-    # A narrow range (a ratio axis from 0.9 to 1.1): evenly spaced round values, 1 among them.
-    for step in (10.0**e * m for e in range(1, -5, -1) for m in (5, 2, 1)):
-        ticks = [round(i * step, 10) for i in range(math.ceil(lo / 1.01 / step), math.floor(hi * 1.01 / step) + 1) if i > 0]
-        if sum(1 for t in ticks if lo <= t <= hi) >= MIN_LOG_TICKS:
-            break
-    return ticks
 
 
 SMALLEST_PLAIN_TICK = 2e-4

@@ -28,10 +28,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import pandas as pd
-
 from faprof.advisor.evidence import Call, Launch, nansum, ok
-from faprof.advisor.roles import exact_flops
 from faprof.nsight.ncu import catalogue
 
 #: The warp states of the accounting, issuing first (catalogue concepts `warp_state_<state>`).
@@ -249,51 +246,6 @@ def missing_counters(call: Call) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------ tables
-#: Columns of cycle_table().
-CYCLE_COLUMNS = ("variant", "shape_id", "kernel", "state", "warp_cycles", "share", "cycles_per_inst", "time_ms")
-
-#: Columns of pipe_table().
-PIPE_COLUMNS = ("variant", "shape_id", "kernel", "pipe", "inst", "share", "inst_per_kflop")
-
-
-def cycle_table(calls: list[Call]) -> pd.DataFrame:
-    """Per call and kernel: every warp state's warp-cycles, share (the shares of a kernel sum to 1),
-    cycles per instruction, and the kernel time it stands for (share x ncu's duration)."""
-    rows = []
-    for call in calls:
-        for lz in call.launches:
-            a = launch_account(call, lz)
-            if a is None:
-                continue
-            total = a.total_warp_cycles
-            for state in STATES:
-                wc = a.warp_cycles.get(state)
-                if wc is None:
-                    continue
-                rows.append({"variant": a.variant, "shape_id": a.shape_id, "kernel": a.kernel, "state": state,
-                             "warp_cycles": wc, "share": wc / total if total > 0 else math.nan,
-                             "cycles_per_inst": wc / a.inst if a.inst > 0 else math.nan,
-                             "time_ms": a.duration_ms * wc / total if total > 0 else math.nan})
-    return pd.DataFrame(rows, columns=list(CYCLE_COLUMNS))
-
-
-def pipe_table(calls: list[Call]) -> pd.DataFrame:
-    """Per call and kernel: warp instructions per pipe, their share, and instructions per thousand of
-    the problem's exact FLOPs the kernel carries (`faprof.advisor.roles.exact_flops`: shared by the math each
-    kernel executed; none for a data-movement kernel), which compares kernels doing the same work."""
-    rows = []
-    for call in calls:
-        for lz in call.launches:
-            a = launch_account(call, lz)
-            if a is None:
-                continue
-            exact = exact_flops(call, lz)
-            for pipe, n in a.pipes.items():
-                rows.append({"variant": a.variant, "shape_id": a.shape_id, "kernel": a.kernel, "pipe": pipe,
-                             "inst": n, "share": n / a.inst if a.inst > 0 else math.nan,
-                             "inst_per_kflop": 1e3 * n / exact if ok(exact) and exact > 0 else math.nan})
-    return pd.DataFrame(rows, columns=list(PIPE_COLUMNS))
-
 
 def summary_row(a: Account) -> dict[str, Any]:
     """The factors of the time model for one account (for tables and evidence)."""

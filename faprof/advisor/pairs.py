@@ -10,11 +10,6 @@ from faprof.model.mask import MaskSpec
 from faprof.model.problem import AttentionProblem
 
 
-def causal_pairs(sq: int, sk: int) -> int:
-    """Unmasked (query, key) pairs under top-left causal masking: row i sees keys 0..i."""
-    return MaskSpec(causal=True).pairs(sq, sk)
-
-
 @functools.lru_cache(maxsize=4096)  # pure in its arguments; rules ask it again for every kernel of a call
 def tile_pairs(sq: int, sk: int, causal: bool, tile: int, mask: MaskSpec | None = None) -> int:
     """Pairs a kernel with square tiles of `tile` rows must compute for one sequence: for each query tile,

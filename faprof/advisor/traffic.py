@@ -24,8 +24,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import pandas as pd
-
 from faprof.advisor.evidence import Call, Launch, nansum, ok
 from faprof.model.problem import AttentionProblem
 from faprof.model.values import as_float
@@ -45,11 +43,6 @@ METRIC_KEYS = ("dram_bytes_read", "dram_bytes_write", "l2_hit_rate", "l2_sectors
                "smem_wavefronts_ld", "smem_wavefronts_st", "smem_bank_conflicts_ld", "smem_bank_conflicts_st",
                "smem_wavefronts", "peak_dram_bytes_per_cycle", "dram_clock", "peak_l2_bytes_per_cycle", "l2_clock",
                "peak_smem_wavefronts_per_cycle", "sm_clock")
-
-#: Columns of traffic_table().
-TRAFFIC_COLUMNS = ("variant", "shape_id", "level", "read_bytes", "write_bytes", "atomic_bytes", "total_bytes",
-                   "compulsory_bytes", "reread_factor", "l2_hit_rate_pct", "bandwidth_gbs", "bandwidth_source",
-                   "source")
 
 
 @dataclass
@@ -165,24 +158,6 @@ def traffic(call: Call, launches: list[Launch] | None = None) -> Traffic | None:
     hits = [(h, w) for h, w in hits if ok(h) and ok(w) and w > 0]
     hit = sum(h * w for h, w in hits) / sum(w for _, w in hits) if hits else math.nan
     return Traffic(call.variant, call.shape_id, compulsory, levels, hit, flops)
-
-
-def traffic_table(calls: list[Call]) -> pd.DataFrame:
-    """One row per (call, level): bytes read, written, atomic; the compulsory bytes; the re-read
-    factor; the L2 hit rate (DRAM rows); the bandwidth that converts bytes to time, and its source."""
-    rows = []
-    for c in calls:
-        t = traffic(c)
-        if t is None:
-            continue
-        for name, lv in t.levels.items():
-            rows.append({"variant": c.variant, "shape_id": c.shape_id, "level": name, "read_bytes": lv.read,
-                         "write_bytes": lv.write, "atomic_bytes": lv.atomic, "total_bytes": lv.total,
-                         "compulsory_bytes": t.compulsory, "reread_factor": t.reread(name),
-                         "l2_hit_rate_pct": t.l2_hit_rate if name == "dram" else math.nan,
-                         "bandwidth_gbs": lv.bandwidth / 1e9 if ok(lv.bandwidth) else math.nan,
-                         "bandwidth_source": lv.bandwidth_source, "source": lv.source})
-    return pd.DataFrame(rows, columns=list(TRAFFIC_COLUMNS))
 
 
 def excess_seconds(a: Traffic, b: Traffic, level: str, part: str = "total") -> tuple[float, float]:

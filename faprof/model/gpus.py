@@ -412,15 +412,6 @@ def lookup(device_name: str, specs: list[GPUSpec] | None = None) -> GPUSpec | No
     return next(iter(best.values())) if len(best) == 1 else None
 
 
-def _guess_family(device_name: str) -> str:
-    lowered = device_name.lower()
-    if "geforce" in lowered or "titan" in lowered:
-        return "geforce"
-    if "quadro" in lowered or re.search(r"\brtx a\d", lowered) or "ada generation" in lowered:
-        return "workstation"
-    return "datacenter"
-
-
 # ------------------------------------------------------------------------------------------- peaks
 
 
