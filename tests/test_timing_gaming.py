@@ -63,6 +63,53 @@ def test_work_in_a_thread_the_call_leaves_running_is_flagged_and_timed_drained()
     assert row["median_ms"] >= _floor_ms()  # every sample waited for the thread's work
 
 
+def test_threads_left_by_earlier_calls_cannot_overwrite_the_checked_call(monkeypatch):
+    """A call whose thread writes the shared output buffer after a jittered delay: threads of earlier timed
+    calls (the other input set) could finish after the checked call's and leave their answer in the buffer.
+    The checks wait for every thread the timed calls left before the checked call (seen as a flaky wrong row
+    under the full suite on 2 cores before they did)."""
+    import threading
+    import time
+
+    sys_path = str(GAMING)
+    monkeypatch.syspath_prepend(sys_path)
+    import gaming_variants as g
+
+    calls = [0]
+
+    def late(q, k, v, causal, scale, out=None):
+        out = g._out(q, out)
+
+        def write(delay: float) -> None:
+            time.sleep(delay)
+            g.work(q, k, v, causal, scale, out)
+
+        # the earliest calls' threads write last: the timed loop's still write after the checked call's returned
+        delay = max(0.0, 0.12 - 0.02 * calls[0])
+        calls[0] += 1
+        threading.Thread(target=write, args=(delay,), daemon=True).start()
+        return out
+
+    variants.register(variants.Variant("gaming_thread_late", "user", "TEST ONLY: a thread writing late", late,
+                                       dtypes=("fp32",), directions=("fwd",), hidden=True, tags=("test",)),
+                      replace=True)
+    real_snapshot = correctness.snapshot
+
+    def slow_snapshot(problem, result):  # a loaded machine: the copy of the checked outputs takes a while
+        time.sleep(0.05)
+        return real_snapshot(problem, result)
+
+    monkeypatch.setattr(correctness, "snapshot", slow_snapshot)
+    for _ in range(3):
+        calls[0] = 0
+        inputs = correctness.make_inputs(PROBLEM, "cpu", seed=11)
+        ref = correctness.compute_reference(PROBLEM, inputs, cuda_ok=False)
+        row = harness.measure(variants.get("gaming_thread_late"), PROBLEM, inputs, ref, "cpu", QUICK,
+                              DEFAULT_TOLERANCE[PROBLEM.dtype])
+        assert row["correct"] is True, row["check_reason"]
+        assert row["timing_flagged"] is True and row["median_ms"] >= g.CPU_WORK_S * 1e3
+
+
 def test_work_deferred_to_the_next_call_is_timed_in_full():
     row = _measure("gaming_deferred")
     assert row["correct"] is True and row["timing_flagged"] is False

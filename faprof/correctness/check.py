@@ -339,8 +339,13 @@ class NewThreads:
         self.left = [t for t in threading.enumerate() if t not in self._before and t.is_alive()]
 
     def join(self) -> None:
-        for t in self.left:
-            t.join(THREAD_JOIN_S)
+        join_threads(self.left)
+
+
+def join_threads(threads: list[threading.Thread]) -> None:
+    """Wait for `threads` (each at most THREAD_JOIN_S)."""
+    for t in threads:
+        t.join(THREAD_JOIN_S)
 
 
 def call_drained(fn: Callable[[], Any]) -> tuple[Any, int]:

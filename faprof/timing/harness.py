@@ -129,6 +129,9 @@ class _CudaSamples:
     sigs: list[Any] = field(default_factory=list)
     """The kernel signatures (`cupti_timer.KernelSig` tuples) of the first batch's calls."""
     batches: int = 0
+    left: list[Any] = field(default_factory=list)
+    """Python threads timed calls left running (an honest call leaves none): joined before a checked call,
+    so no earlier call's thread writes the shared output buffer after the checked call's."""
 
     def primary(self) -> list[float]:
         """The samples the statistics are of: kernel time with CUPTI, else the events'."""
@@ -248,6 +251,9 @@ def _timed_batch(fn: Callable[[], Any], n: int, smp: _CudaSamples, flusher: L2Fl
     first = len(smp.event)
     smp.batches += 1
     for j, cid in enumerate(ids):
+        if j in chosen:  # outside the timed interval; a no-op unless earlier calls left threads running
+            correctness.join_threads(smp.left)
+            smp.left = []
         with smp.timer.harness() if smp.timer is not None else contextlib.nullcontext():
             if flusher is not None:
                 flusher()
@@ -262,6 +268,7 @@ def _timed_batch(fn: Callable[[], Any], n: int, smp: _CudaSamples, flusher: L2Fl
                 smp.last = fn()
         e.record()
         evs.append((s, e))
+        smp.left.extend(th.left)
         if j in chosen and smp.snap is not None:
             # the call's output once everything it started has finished (as the checked call is read)
             th.join()
@@ -314,30 +321,33 @@ def time_host(fn: Callable[[], Any], settings: TimingSettings, sync: Callable[[]
             sync()
         return (time.perf_counter() - t) * 1e3, r
 
-    first, last = once()  # warm-up, and a measure of how slow a call is
-    min_rep = settings.min_repeats if first / 1e3 < SLOW_CPU_CALL_S else 3
-    samples: list[float] = []
-    start = time.perf_counter()
-    stop = "max_repeats"
-    check_at = min_rep
-    while len(samples) < settings.max_repeats:
-        ms, last = once()
-        samples.append(ms)
-        if len(samples) >= check_at:
-            # the stop rule's statistics cost ~1 ms (scipy's quantile test): evaluate them as the
-            # sample grows by a tenth, not after every sub-millisecond CPU call
-            check_at = len(samples) + max(1, len(samples) // 10)
-            st = stats.summarize(samples)
-            if st["rel_ci"] <= settings.target_rel_ci_host:
-                stop = "converged"
-                break
-            if time.perf_counter() - start > settings.budget_s:
-                stop = "budget"
-                break
+    with correctness.NewThreads() as loop:  # threads the timed calls leave running (an honest call: none)
+        first, last = once()  # warm-up, and a measure of how slow a call is
+        min_rep = settings.min_repeats if first / 1e3 < SLOW_CPU_CALL_S else 3
+        samples: list[float] = []
+        start = time.perf_counter()
+        stop = "max_repeats"
+        check_at = min_rep
+        while len(samples) < settings.max_repeats:
+            ms, last = once()
+            samples.append(ms)
+            if len(samples) >= check_at:
+                # the stop rule's statistics cost ~1 ms (scipy's quantile test): evaluate them as the
+                # sample grows by a tenth, not after every sub-millisecond CPU call
+                check_at = len(samples) + max(1, len(samples) // 10)
+                st = stats.summarize(samples)
+                if st["rel_ci"] <= settings.target_rel_ci_host:
+                    stop = "converged"
+                    break
+                if time.perf_counter() - start > settings.budget_s:
+                    stop = "budget"
+                    break
     rot = fn if isinstance(fn, rotation.Rotation) else None
     checks = []
     # calls like the timed ones, one on each input set (one for a slow call), each read once everything it
-    # started has finished
+    # started has finished, after every thread the timed calls left running has (none would write the shared
+    # output buffer after the checked call's)
+    loop.join()
     if snap is not None:
         for j in range(min(rot.sets if rot else 1, 1 if first / 1e3 >= SLOW_CPU_CALL_S else 2)):
             r, _ = correctness.call_drained(fn)
