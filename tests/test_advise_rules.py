@@ -215,7 +215,7 @@ def test_work_beyond_the_exact_flops_stays_wasted_with_an_fp64_path():
 
 
 def test_tile_pair_counts():
-    from faprof.advisor.pairs import tile_pairs
+    from faprof.advisor.qk_pairs import tile_pairs
 
     assert tile_pairs(256, 256, True, 128) == 128 * 128 * (1 + 2)
     assert tile_pairs(200, 100, False, 128) == 2 * 128 * 128
@@ -233,7 +233,7 @@ def test_tile_pair_counts():
 def test_the_tile_allowance_counts_every_mask_and_sequence_against_brute_force(kw):
     """wasted_work's allowance (whole tiles over the keys each query tile sees) for bottom-right causal,
     windows and packed batches, against enumerating the pairs and the tiles holding any of them."""
-    from faprof.advisor.pairs import problem_pairs
+    from faprof.advisor.qk_pairs import problem_pairs
     from faprof.model.problem import AttentionProblem
 
     args = dict(B=1, H=2, D=32, dtype="fp16") | kw

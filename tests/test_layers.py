@@ -148,3 +148,19 @@ def test_module_names_are_unique_across_stages():
     twins = {n for n, ps in seen.items() if len(ps) == 2 and {Path(x).parent.name for x in ps} == {"ncu", "nsys"}}
     dupes = {n: ps for n, ps in seen.items() if len(ps) > 1 and n not in twins}
     assert not dupes, dupes
+
+
+def test_reading_a_bundle_imports_neither_the_harness_nor_torch(tmp_path):
+    """The store's upgrade-on-read (statistics, stability, the physical-limits judgement) is faprof.rows:
+    reading a committed bundle's rows in a fresh interpreter loads no faprof.timing, faprof.correctness
+    or torch."""
+    import subprocess
+    import sys
+
+    bundle = next(p.parent for p in sorted((ROOT / "examples" / "runs").glob("*/manifest.json")))
+    code = ("import sys; from faprof.store import Bundle; df = Bundle.open(sys.argv[1]).measurements(); "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'torch' or m.startswith(('faprof.timing', "
+            "'faprof.correctness'))); print(len(df), bad)")
+    out = subprocess.run([sys.executable, "-c", code, str(bundle)], capture_output=True, text=True, cwd=ROOT,
+                         check=True).stdout.split(maxsplit=1)
+    assert int(out[0]) > 0 and out[1].strip() == "[]", out

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from faprof.advisor.evidence import Call, Launch, nansum, ok
 from faprof.advisor.findings import Finding, big, num, pct_of_share
-from faprof.advisor.pairs import row_pairs
+from faprof.advisor.qk_pairs import row_pairs
 from faprof.advisor.roles import describe_movers, input_movers, later_movers, math_launches, movers
 from faprof.advisor.rules_kernel import Context
 from faprof.advisor.thresholds import value as T

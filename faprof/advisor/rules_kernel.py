@@ -24,7 +24,7 @@ from faprof.advisor.findings import (
     pct_of_share,
     split_kv_fix,
 )
-from faprof.advisor.pairs import row_pairs
+from faprof.advisor.qk_pairs import row_pairs
 from faprof.advisor.roles import exact_flops, executed_flops, math_share
 from faprof.advisor.rules_code import dependent_global_loads, global_atomics, per_score_text, sass_per_score
 from faprof.advisor.thresholds import value as T

@@ -20,7 +20,7 @@ from faprof.model.variant import Variant
 from faprof.rows import limits
 from faprof.rows.derive import derive
 from faprof.run import gpu_pool
-from faprof.run.options import Progress
+from faprof.run.progress import Progress
 from faprof.run.worker import TaskError, WorkerDied
 from faprof.store import Bundle, utc_stamp
 

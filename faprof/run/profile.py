@@ -19,7 +19,7 @@ from faprof.nsight import ncu, nsys
 from faprof.nsight.ncu.source_run import collect_source, source_mode
 from faprof.run import cluster, fanout, local
 from faprof.run.finish import now
-from faprof.run.options import Progress, noop
+from faprof.run.progress import Progress, noop
 from faprof.run.resolve import RunSetup, setup
 from faprof.run.state import RunState
 from faprof.store import Bundle

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from faprof.run.options import Progress, noop
+from faprof.run.progress import Progress, noop
 from faprof.store import Bundle
 
 
