@@ -26,6 +26,7 @@ each instruction's SASS, file and line; 'sass:stall:<reason>' rows its samples).
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -194,29 +195,42 @@ ADDRESS_OPS = frozenset({"IMAD", "IMUL", "IADD3", "IADD", "LEA", "SHF", "LOP3", 
 ADDRESS_DEPTH = 8
 
 
-def _last_writer(code: list[Instr], i: int, reg: str) -> Instr | None:
-    n = len(code)
-    for k in range(1, n):
-        p = code[(i - k) % n]
-        if reg in p.dests:
-            return p
-    return None
+def _writers(code: list[Instr]) -> dict[str, list[int]]:
+    """Register -> the indices of the instructions writing it, in program order."""
+    out: dict[str, list[int]] = defaultdict(list)
+    for k, ins in enumerate(code):
+        for d in ins.dests:
+            out[d].append(k)
+    return out
 
 
-def _index_loads(code: list[Instr], i: int, regs: set[str], depth: int, seen: set[tuple[str, int]]) -> set[int]:
+def _last_writer(code: list[Instr], writers: dict[str, list[int]], i: int, reg: str) -> Instr | None:
+    """The instruction that last wrote `reg` before instruction i, walking back in program order and once
+    around the loop (i itself excluded)."""
+    ks = writers.get(reg)
+    if not ks:
+        return None
+    pos = bisect.bisect_left(ks, i)
+    if pos > 0:
+        return code[ks[pos - 1]]
+    return code[ks[-1]] if ks[-1] != i else None
+
+
+def _index_loads(code: list[Instr], writers: dict[str, list[int]], i: int, regs: set[str], depth: int,
+                 seen: set[tuple[str, int]]) -> set[int]:
     """Global loads whose results reach `regs` (read by instruction i) through address arithmetic."""
     out: set[int] = set()
     for reg in regs:
         if not reg.startswith(("R", "UR")) or (reg, i) in seen:
             continue
         seen.add((reg, i))
-        w = _last_writer(code, i, reg)
+        w = _last_writer(code, writers, i, reg)
         if w is None:
             continue
         if w.op in GLOBAL_LOADS:
             out.add(w.index)
         elif w.op in ADDRESS_OPS and depth > 0:
-            out |= _index_loads(code, w.index, w.srcs, depth - 1, seen)
+            out |= _index_loads(code, writers, w.index, w.srcs, depth - 1, seen)
     return out
 
 
@@ -226,11 +240,12 @@ def dependent_loads(code: list[Instr]) -> dict[int, set[int]]:
     program order and once around the loop, as `producers` does). An index table read and then used to
     address the data is two memory latencies in series per element."""
     out: dict[int, set[int]] = {}
+    writers = _writers(code)
     for i, ins in enumerate(code):
         if ins.op not in GLOBAL_LOADS:
             continue
         regs = {r for r in ins.srcs if not r.startswith(("P", "UP"))}
-        found = _index_loads(code, i, regs, ADDRESS_DEPTH, set()) - {i}
+        found = _index_loads(code, writers, i, regs, ADDRESS_DEPTH, set()) - {i}
         if found:
             out[i] = found
     return out

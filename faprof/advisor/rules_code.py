@@ -41,22 +41,29 @@ RECIPROCALS = ("RCP", "RCP64H")
 
 def launch_code(lz: Launch, call: Call, ctx: Any) -> list[Instr] | None:
     """The launch's kernel as parsed SASS with its samples per instruction, from the source rows of the call's
-    shape, else of the variant's profiled shape (the same code); None without per-instruction rows."""
+    shape, else of the variant's profiled shape (the same code); None without per-instruction rows. Parsed
+    once per (variant, shape, kernel) and kept in `ctx.code`; the rows are grouped once per bundle."""
     lines = getattr(ctx, "lines", None)
     if lines is None or lines.empty or "pc" not in lines.columns:
         return None
-    mine = lines[(lines["variant"] == call.variant) & (lines["kernel"] == lz.kernel) & lines["pc"].notna()]
-    if mine.empty:
-        return None
-    shape = call.shape_id if (mine["shape_id"] == call.shape_id).any() else str(mine["shape_id"].iloc[0])
-    key = (call.variant, shape, lz.kernel)
-    memo = getattr(ctx, "code", None)
-    if memo is not None and key in memo:
-        return memo[key]
-    code = kernel_code(mine[mine["shape_id"] == shape])
-    if memo is not None:
-        memo[key] = code
-    return code or None
+    memo = ctx.code
+    asked = ("asked", call.variant, call.shape_id, lz.kernel)
+    if asked in memo:
+        return memo[asked]
+    groups = memo.get("groups")
+    if groups is None:  # the SASS rows of each (variant, kernel), split once instead of filtered per rule and call
+        sass = lines[lines["pc"].notna()]
+        groups = memo["groups"] = {k: g for k, g in sass.groupby(["variant", "kernel"], sort=False)}
+    mine = groups.get((call.variant, lz.kernel))
+    code = None
+    if mine is not None and not mine.empty:
+        shape = call.shape_id if (mine["shape_id"] == call.shape_id).any() else str(mine["shape_id"].iloc[0])
+        key = (call.variant, shape, lz.kernel)
+        if key not in memo:
+            memo[key] = kernel_code(mine[mine["shape_id"] == shape])
+        code = memo[key] or None
+    memo[asked] = code
+    return code
 
 
 # ------------------------------------------------------------------------------------ memory classes
@@ -96,11 +103,16 @@ def dependent_global_loads(lz: Launch, call: Call, ctx: Any) -> Finding | None:
     code = launch_code(lz, call, ctx)
     if not code:
         return None
-    deps = dependent_loads(code)
+    key = ("deps", id(code))  # the parsed code lives in ctx.code as long as ctx: its id stays its own
+    if key not in ctx.code:
+        ctx.code[key] = dependent_loads(code)
+    deps = ctx.code[key]
     if not deps:
         return None
-    b = blame(code, ("long_scoreboard",))
-    b = b[b["reason"] == "long_scoreboard"]
+    if ("ls_blame", id(code)) not in ctx.code:
+        b = blame(code, ("long_scoreboard",))
+        ctx.code[("ls_blame", id(code))] = b[b["reason"] == "long_scoreboard"]
+    b = ctx.code[("ls_blame", id(code))]
     total = float(b["samples"].sum())
     if total <= 0:
         return None
