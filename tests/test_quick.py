@@ -131,3 +131,11 @@ def test_quick_run_on_the_cpu_writes_a_bundle_and_compares_with_the_previous_one
     for cmd in (["explain", str(b2.path)], ["report", str(b2.path), "--format", "md", "--out", str(tmp_path / "r")]):
         r = CliRunner().invoke(main, cmd)
         assert r.exit_code == 0, (cmd, r.output)
+
+
+def test_an_interval_past_1000x_is_written_as_a_bound():
+    from faprof.analysis.comparison.pool import ratio_interval_text
+
+    assert ratio_interval_text(0.981, 1.0204) == "0.981-1.020"
+    assert ratio_interval_text(0.0, 1.4763e16) == "<0.001->1000"
+    assert ratio_interval_text(0.5, float("inf")) == "0.500->1000"

@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from faprof.analysis import comparison
+from faprof.analysis.comparison.pool import ratio_interval_text
 from faprof.analysis.labels import problem_label
 from faprof.errors import FaprofError
 from faprof.gate.judge import resolve_threshold
@@ -100,7 +101,7 @@ def delta_lines(previous: Bundle | None, new: Bundle, kernel: str, out_dir: str 
         head = f"delta vs {previous.run_id}: no shape timed in both runs (threshold ±{pct})"
     else:
         head = (f"delta vs {previous.run_id}: {WORDS[unit.verdict]} - {unit.ratio:.3f}x the previous time "
-                f"({c.confidence:.0%} interval {unit.ci_low:.3f}-{unit.ci_high:.3f}, {unit.rows} shape"
+                f"({c.confidence:.0%} interval {ratio_interval_text(unit.ci_low, unit.ci_high)}, {unit.rows} shape"
                 f"{'s' * (unit.rows != 1)}, threshold ±{pct})")
     lines = [head]
     order = {sid: i for i, sid in enumerate(labels)}

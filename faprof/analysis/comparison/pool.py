@@ -233,6 +233,17 @@ def _unit(rows: Sequence[RowShift], floor: NoiseFloor, units: int, threshold: fl
     return u
 
 
+def ratio_interval_text(lo: float, hi: float) -> str:
+    """An interval of time ratios as text, '0.981-1.020'; bounds past 1000x either way (a few noisy samples
+    on the host clock) are written '<0.001' / '>1000' rather than as a 17-digit number."""
+    def one(x: float) -> str:
+        if not math.isfinite(x) or x > 1e3:
+            return ">1000"
+        return "<0.001" if x < 1e-3 else f"{x:.3f}"
+
+    return f"{one(lo)}-{one(hi)}"
+
+
 def pct_text(t: float) -> str:
     """A threshold as people write it: 0.02 -> '2%', 0.025 -> '2.5%'."""
     return f"{t:.0%}" if round(t * 100, 6).is_integer() else f"{t:.1%}"
@@ -240,7 +251,7 @@ def pct_text(t: float) -> str:
 
 def _unit_text(u: UnitDecision, threshold: float, units: int) -> str:
     rows = f"{u.variant}'s {u.rows} row{'s' if u.rows != 1 else ''} together"
-    ci = f"{u.ratio:.3f}x (interval {u.ci_low:.3f}-{u.ci_high:.3f} with run-to-run noise {u.noise_sd:.1%} a row"
+    ci = f"{u.ratio:.3f}x (interval {ratio_interval_text(u.ci_low, u.ci_high)} with run-to-run noise {u.noise_sd:.1%} a row"
     adj = f"; {u.adj_low:.3f}-{u.adj_high:.3f} adjusted for {units} kernels" if units > 1 else ""
     pct, res = pct_text(threshold), pct_text(math.expm1(RESOLUTION * math.log1p(threshold)))
     return f"{rows}: {ci}{adj}): " + {
@@ -298,7 +309,7 @@ def _row(r: RowShift, others: list[RowShift], unit: UnitDecision, n_rows: int, a
     q, q_own = _quantile(alpha / (2.0 * max(n_rows, 1)), df), _quantile(alpha / 2.0, df)
     se = math.sqrt(r.within_se ** 2 + r.f * (var + unit.floor.offset_sd ** 2))
     lo, hi = math.exp(d - q_own * se), math.exp(d + q_own * se)
-    alone = f"this row alone {math.exp(d):.3f}x (interval {lo:.3f}-{hi:.3f} with run-to-run noise)"
+    alone = f"this row alone {math.exp(d):.3f}x (interval {ratio_interval_text(lo, hi)} with run-to-run noise)"
     if len(others) < 2:  # one or two rows: nothing to set a row against, the unit decides
         reason = unit.reason if not others else f"{unit.reason}; {alone}"
         return RowDecision(unit.verdict, reason, "kernel", lo, hi, r.gated and unit.undecided, unit)
