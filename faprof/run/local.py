@@ -15,7 +15,7 @@ from typing import Any
 from faprof.model.problem import AttentionProblem
 from faprof.model.settings import TimingSettings
 from faprof.model.variant import Variant
-from faprof.run import cpu, gpu_pool
+from faprof.run import cpu, estimate, gpu_pool
 from faprof.run.finish import base_row, finish_row, gpu_fields, run_one, say_row_notes
 from faprof.run.resolve import RunSetup, open_run
 from faprof.run.state import RunState
@@ -84,6 +84,10 @@ def _single_rows(su: RunSetup, state: RunState, runner: Any, env: dict[str, Any]
     todo = [(p, v) for p, v in su.pairs if (v.name, p.shape_id) not in done]
     if not state.cuda_ok:
         _say_cpu_run(su, state, todo, scenario_timing)
+    elif todo:
+        gpu = str(manifest_env.get("gpu_name") or env.get("gpu_name") or "")
+        state.progress("plan", {"message": estimate.estimate_line(estimate.todo_keys(todo), su.options.out_dir,
+                                                                  su.scenario.name, gpu, exclude=bundle.path)})
     state.progress("start", {"total": len(su.pairs), "todo": len(todo), "done": len(su.pairs) - len(todo)})
     for problem, variant in todo:
         row = run_one(runner, bundle, su.scenario, variant, problem, su.timing, state.cuda_ok, manifest_env, su.options)
