@@ -480,7 +480,7 @@ class ProbeSet:
     problem: AttentionProblem
     device: str
     reference: Callable[[AttentionProblem, Any], Any]
-    """(probe problem, probe inputs) -> the reference (faprof.correctness.compute_reference)."""
+    """(probe problem, probe inputs) -> the reference (faprof.correctness.reference.compute_reference)."""
     seed: int
     inputs: Any = None
     """The randn check's inputs (q, k, v, dout, seed attributes): given, the slicing probes cut them."""

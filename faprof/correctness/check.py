@@ -35,16 +35,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from faprof.correctness import errormap, layouts, positions, signatures
-from faprof.correctness.reference import (  # noqa: F401  (re-exported: callers import them from here)
-    CPU_REFERENCE_MAX_FLOPS,
-    Reference,
-    compute_reference,
-    full_fp32_precision,
-    needs_grads,
-)
+from faprof.correctness.reference import Reference, needs_grads
 from faprof.model.problem import AttentionProblem, torch_dtype
 from faprof.model.settings import Tolerance
-from faprof.variants.torch_variants import masked_scores as _scores  # noqa: F401  (tests build scores with it)
 
 #: Number of output elements kept per row, as in report 000's "first 10 elements" table.
 SAMPLE_ELEMENTS = 10
