@@ -24,6 +24,7 @@ from faprof.correctness.reference import compute_reference
 from faprof.model.problem import AttentionProblem
 from faprof.model.settings import DEFAULT_TOLERANCE
 from faprof.model.variant import Variant
+from faprof.variants.definition import AttnArgs, attend, sequence_kv, sequence_q
 from faprof.variants.torch_variants import standard_attention
 
 # Small problems of every layout and mask: (name, fields).
@@ -126,8 +127,8 @@ def _per_seq(p: AttentionProblem, name: str, t: torch.Tensor, b: int) -> np.ndar
     if name == "lse":
         return reference._lse_view(p, t, b).numpy()
     if name in ("dk", "dv"):
-        return layouts.sequence_kv(p, t, b).numpy()
-    return layouts.sequence_q(p, t, b).numpy()
+        return sequence_kv(p, t, b).numpy()
+    return sequence_q(p, t, b).numpy()
 
 
 @pytest.mark.parametrize("name", list(PROBLEMS))
@@ -282,7 +283,7 @@ def test_a_variant_declaring_features_gets_attn_and_passes():
     res = correctness.check_correctness(_features_variant(_definition_fn(calls)), p, inp, ref, "cpu",
                                         DEFAULT_TOLERANCE["fp32"])
     assert res["correct"], res["check_reason"]
-    assert calls and isinstance(calls[0], layouts.AttnArgs) and calls[0].cu_seqlens_q.tolist() == [0, 3, 9, 10]
+    assert calls and isinstance(calls[0], AttnArgs) and calls[0].cu_seqlens_q.tolist() == [0, 3, 9, 10]
     seen: list = []
 
     def old_style(q, k, v, causal, scale, out=None, **kw):
@@ -306,7 +307,7 @@ def test_a_kernel_crossing_sequence_boundaries_is_mapped_per_sequence():
 
     def one_sequence(q, k, v, causal, scale, out=None, attn=None):
         whole = AttentionProblem(B=1, H=4, Hkv=2, Sq=10, Sk=10, D=4, dtype="fp32", causal=True)
-        o = layouts.attend(whole, q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1))
+        o = attend(whole, q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1))
         return o.transpose(0, 1).contiguous()
 
     res = correctness.check_correctness(_features_variant(one_sequence), p, inp, ref, "cpu", DEFAULT_TOLERANCE["fp32"])
@@ -384,7 +385,7 @@ def test_probe_inputs_follow_the_problems_layout():
     pr = adversarial.probes(_problem("paged_decode"))[2]  # constant: every key equal
     inp = adversarial.make_inputs(pr, "cpu", seed=0)
     for b in range(pr.problem.B):
-        keys = layouts.sequence_kv(pr.problem, inp.k, b, inp.args.block_table)
+        keys = sequence_kv(pr.problem, inp.k, b, inp.args.block_table)
         assert bool((keys == keys[0, 0, 0]).all())
 
 
@@ -453,7 +454,7 @@ def test_a_kernel_ignoring_the_block_table_fails_with_a_paged_map():
         for b, n in enumerate(attn.problem.blocks_per_seq()):  # blocks read in pool order, not the table's
             table[b, :n] = torch.arange(start, start + n, dtype=table.dtype)
             start += n
-        bad = layouts.AttnArgs(attn.problem, seqlens_k=attn.seqlens_k, block_table=table)
+        bad = AttnArgs(attn.problem, seqlens_k=attn.seqlens_k, block_table=table)
         return layouts.reference_forward(attn.problem, q, k, v, bad, q.device, torch.float32)
 
     var = _features_variant(pool_order, frozenset({"gqa", "bottom_right", "paged"}))
