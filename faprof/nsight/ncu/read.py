@@ -54,6 +54,7 @@ from faprof.nsight.ncu.parse import (  # noqa: F401  (re-exported)
     read_rules,
     read_tables,
 )
+from faprof.nsight.ncu.roofline import roofline_table
 from faprof.nsight.ncu.rule_results import (  # noqa: F401  (re-exported)
     MESSAGE_TYPES,
     RULES_COLUMNS,
@@ -61,6 +62,7 @@ from faprof.nsight.ncu.rule_results import (  # noqa: F401  (re-exported)
     clean_message,
     rule_rows,
 )
+from faprof.nsight.ncu.summary import summarize
 
 
 def cli_units(ncu: str | Path, report: str | Path) -> dict[str, str]:
@@ -102,9 +104,9 @@ def derive_tables(
 ) -> dict[str, pd.DataFrame]:
     """The bundle tables derived from a report's long metrics: ncu_summary, stalls, roofline."""
     return {
-        "ncu_summary": cat.summarize(metrics, plan),
+        "ncu_summary": summarize(metrics, plan),
         "stalls": cat.stall_table(metrics),
-        "roofline": cat.roofline_table(metrics, plan, gpu_name),
+        "roofline": roofline_table(metrics, plan, gpu_name),
     }
 
 

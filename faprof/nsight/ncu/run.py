@@ -35,7 +35,8 @@ from faprof.errors import FaprofError
 from faprof.model.options import ProfileOptions
 from faprof.model.scenarios import parse_scenario
 from faprof.nsight.ncu import session_plan as ncu_plan
-from faprof.nsight.ncu import tables as cat
+from faprof.nsight.ncu.catalogue import requested_metrics
+from faprof.nsight.ncu.catalogue_core import ALL_KERNELS
 from faprof.nsight.ncu.command import NcuSettings, ncu_command
 from faprof.nsight.ncu.find import (
     NOT_FOUND,
@@ -105,7 +106,7 @@ def bundle_kernels(bundle: Any) -> dict[tuple[str, str], list[str]]:
             continue
         if df.empty or col not in df or "variant" not in df:
             continue
-        df = df[df[col].astype(str) != cat.ALL_KERNELS]
+        df = df[df[col].astype(str) != ALL_KERNELS]
         for (v, s), g in df.groupby(["variant", "shape_id"], sort=False):
             out.setdefault((str(v), str(s)), sorted(set(g[col].dropna().astype(str))))
     return out
@@ -118,7 +119,7 @@ def _kernels_per_pair(
     names: dict[tuple[str, str], list[str]] = {}
     if summary.empty:
         return per, names
-    k = summary[summary["kernel"] != cat.ALL_KERNELS]
+    k = summary[summary["kernel"] != ALL_KERNELS]
     for (v, s), g in k.groupby(["variant", "shape_id"], sort=False):
         per[(str(v), str(s))] = max(1, round(len(g) / max(calls, 1)))
         names[(str(v), str(s))] = sorted(set(g["kernel"].astype(str)))
@@ -255,7 +256,7 @@ def _resolve(
         progress("nsight", {"message": line, "tool": "ncu"})
     extra: list[str] = []
     if settings.extra_metrics:
-        extra = cat.requested_metrics(cc, query_metrics(ncu))
+        extra = requested_metrics(cc, query_metrics(ncu))
     import_source = settings.import_source
     if import_source is None:
         import_source = ncu_set == "full"
