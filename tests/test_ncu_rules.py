@@ -18,9 +18,10 @@ import pytest
 
 from faprof.errors import FaprofError
 from faprof.nsight import ncu
-from faprof.nsight.ncu import read as ncu_read
 from faprof.nsight.ncu import tables as cat
 from faprof.nsight.ncu.catalogue_core import ALL_KERNELS
+from faprof.nsight.ncu.parse import keep_metric
+from faprof.nsight.ncu.rule_results import MESSAGE_TYPES, clean_message
 from faprof.nsight.ncu.summary import SUMMARY_COLUMNS, summarize
 
 DATA = Path(__file__).parent / "data" / "ncu"
@@ -51,7 +52,7 @@ def test_rules_are_read_with_their_columns(tables, name):
     t, plan, _, _ = tables[name]
     r = t.rules
     assert t.rules_read and list(r.columns) == list(ncu.RULES_COLUMNS) and len(r) > 0
-    assert set(r["type"]) <= set(ncu_read.MESSAGE_TYPES.values())
+    assert set(r["type"]) <= set(MESSAGE_TYPES.values())
     assert r["rule"].str.len().gt(0).all() and r["section"].str.len().gt(0).all()
     assert r["message"].str.len().gt(0).all()
     assert not r["message"].str.contains("@url:|@section:|@sass:|@source:", regex=True).any()
@@ -87,8 +88,8 @@ def test_read_rules_alone_equals_the_combined_read(tables):
 
 def test_clean_message_keeps_link_text():
     text = "See @url:the guide:https://docs.nvidia.com/x@ and @section:Occupancy:the occupancy section@ for  more."
-    assert ncu_read.clean_message(text) == "See the guide and the occupancy section for more."
-    assert ncu_read.clean_message(None) == ""
+    assert clean_message(text) == "See the guide and the occupancy section for more."
+    assert clean_message(None) == ""
 
 
 # ------------------------------------------------------------------------------- catalogue only
@@ -97,7 +98,7 @@ def test_clean_message_keeps_link_text():
 @pytest.mark.parametrize("name", FIXTURES)
 def test_only_catalogue_metrics_are_kept(tables, name):
     t, plan, rep, mod = tables[name]
-    assert t.metrics["metric"].map(ncu_read.keep_metric).all()
+    assert t.metrics["metric"].map(keep_metric).all()
     per_launch = t.metrics.groupby("kernel_id")["metric"].nunique()
     everything = ncu.read_report(rep, plan, mod, all_metrics=True).groupby("kernel_id")["metric"].nunique()
     assert (per_launch < 200).all() and (everything > 3 * per_launch).all()

@@ -2,7 +2,7 @@
 
 Loads the module, walks the launches, keeps the catalogue's metrics and ncu's rule results.
 
-Part of the report reader: `faprof.nsight.ncu.read` re-exports every public name here and runs this
+Part of the report reader: `faprof.nsight.ncu.read` runs this
 in a child process (`read_report_isolated`), since the native reader can crash.
 """
 

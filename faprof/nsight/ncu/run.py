@@ -47,8 +47,9 @@ from faprof.nsight.ncu.find import (
     query_metrics,
     supports_import_source,
 )
+from faprof.nsight.ncu.isolated import read_report_isolated
 from faprof.nsight.ncu.process import NcuRun, Progress, run_ncu
-from faprof.nsight.ncu.read import load_plan, read_report_isolated, write_tables
+from faprof.nsight.ncu.read import load_plan, write_tables
 from faprof.nsight.ncu.session_plan import NcuPlan
 from faprof.store import utc_stamp
 

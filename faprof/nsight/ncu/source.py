@@ -37,7 +37,9 @@ import pandas as pd
 
 from faprof.nsight.ncu import catalogue as cat
 from faprof.nsight.ncu.launch_metrics import plan_index
-from faprof.nsight.ncu.read import kernel_ranges, load_plan, load_report_module
+from faprof.nsight.ncu.nvtx_ranges import kernel_ranges
+from faprof.nsight.ncu.parse import load_report_module
+from faprof.nsight.ncu.read import load_plan
 
 #: Modes of the source pass: 'auto' (each variant's dominant kernel), 'all' (every profiled kernel), 'off'.
 SOURCE_MODES = ("auto", "all", "off")
