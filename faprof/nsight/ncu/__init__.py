@@ -76,6 +76,7 @@ from faprof.nsight.ncu.parse import (
     read_rules,
     read_tables,
 )
+from faprof.nsight.ncu.process import NcuRun, run_ncu
 from faprof.nsight.ncu.read import derive_tables, load_plan, write_tables
 from faprof.nsight.ncu.read import main as read_main
 from faprof.nsight.ncu.rule_results import RULES_COLUMNS
@@ -84,10 +85,8 @@ from faprof.nsight.ncu.run import (
     PLAN_FILE,
     REPORT_STEM,
     SCENARIO_FILE,
-    NcuRun,
     collect,
     rerun,
-    run_ncu,
     toml_dumps,
 )
 from faprof.nsight.ncu.session_plan import NcuPlan, default_targets, make_plan

@@ -14,8 +14,8 @@ and where they come from), `wall_s` (the Nsight Compute stage's wall time), `ker
 profiled), `passes` (replay passes per kernel, median over kernels, from ncu's own output), the
 command, the tables' row counts, and how to re-run ncu alone (`rerun`).
 
-The ncu process itself (`run_ncu`, NcuRun) lives in `faprof.nsight.ncu.process` and is re-exported
-here; `collect` runs it in named steps (resolve, run, check, read, record, learn the costs).
+The ncu process itself (`run_ncu`, NcuRun) lives in `faprof.nsight.ncu.process`; `collect` runs it
+in named steps (resolve, run, check, read, record, learn the costs).
 """
 
 from __future__ import annotations
