@@ -44,7 +44,6 @@ from faprof.analysis import aliases, comparison
 from faprof.analysis.comparison import pool as gate_pool
 from faprof.analysis.comparison.shift import AMBIGUOUS, FASTER, SAME, SLOWER
 from faprof.errors import FaprofError
-from faprof.gate.noise import NoiseFloor, load_floors
 from faprof.gate.provenance import Check, cudnn_version, provenance
 from faprof.gate.verdicts import (
     CLOCK_NOTE_REL,
@@ -66,6 +65,7 @@ from faprof.gate.verdicts import (
 from faprof.gate.why_moved import Nsight, why_moved
 from faprof.model.scenarios import gate_threshold
 from faprof.rows import stats
+from faprof.rows.noise_floor import NoiseFloor, load_floors
 from faprof.store import Bundle
 
 # The names callers import from here, wherever they now live.
