@@ -21,6 +21,7 @@ import streamlit as st
 
 from faprof import analysis as fd
 from faprof.errors import FaprofError
+from faprof.store import MANIFEST, find_bundles
 
 RUNS_ENV = "FAPROF_RUNS"
 """Run folders to load, separated by the OS path separator (what tests and `faprof dashboard` may set;
@@ -64,8 +65,8 @@ def command_line_paths(argv: list[str] | None = None, environ: dict[str, str] | 
 @st.cache_data(show_spinner="unpacking the archive", max_entries=32)
 def _unpack(digest: str, data: bytes) -> list[str]:
     dest = UPLOAD_ROOT / digest
-    if dest.is_dir() and any(dest.rglob(fd.MANIFEST)):
-        return [str(b.path) for b in fd.find_bundles(dest)]
+    if dest.is_dir() and any(dest.rglob(MANIFEST)):
+        return [str(b.path) for b in find_bundles(dest)]
     return [str(p) for p in fd.safe_extract(data, dest)]
 
 

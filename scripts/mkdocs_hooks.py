@@ -235,7 +235,11 @@ def _anchor(key: str) -> str:
 def cause_entries() -> dict[str, dict[str, Any]]:
     """Per advisor cause: title, kind, the functions that name it (with what they read) and fixes."""
     from faprof.advisor import CAUSES, THRESHOLDS
-    from faprof.nsight.ncu import catalogue
+    from faprof.nsight.ncu.catalogue_stalls import (
+        PIPE_ADVICE,
+        PIPE_ADVICE_PRODUCTS_ON_TENSOR_CORES,
+        STALL_ADVICE,
+    )
 
     entries: dict[str, dict[str, Any]] = {
         key: {"title": c.title, "kind": c.kind, "rules": [], "fixes": [], "texts": [], "from_terms": [],
@@ -243,11 +247,11 @@ def cause_entries() -> dict[str, dict[str, Any]]:
         for key, c in CAUSES.items()}
     for key, e in entries.items():
         family, _, name = key.partition(":")
-        table = {"stall": catalogue.STALL_ADVICE, "pipe": catalogue.PIPE_ADVICE}.get(family)
+        table = {"stall": STALL_ADVICE, "pipe": PIPE_ADVICE}.get(family)
         if table is not None and name in table:
             e["advice"] = table[name]
         if family == "pipe":
-            e["advice_on_tc"] = catalogue.PIPE_ADVICE_PRODUCTS_ON_TENSOR_CORES.get(name)
+            e["advice_on_tc"] = PIPE_ADVICE_PRODUCTS_ON_TENSOR_CORES.get(name)
         if CAUSES[key].fix and e["advice"] is None:  # a term's fix, in its record
             e["texts"].append(("faprof.advisor.causes.CAUSES", CAUSES[key].fix))
     for module, fn in _module_functions("faprof.advisor"):

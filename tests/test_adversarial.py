@@ -21,6 +21,7 @@ from test_correctness import _kernel_like, _variant
 from faprof import variants
 from faprof.correctness import adversarial
 from faprof.correctness import check as correctness
+from faprof.correctness.reference import compute_reference
 from faprof.model.problem import AttentionProblem
 from faprof.model.settings import DEFAULT_TOLERANCE
 
@@ -76,7 +77,7 @@ CORRECT = ("cpu_ref", "torch_standard", "sdpa_math")
 def test_pytorch_attention_passes_every_probe(dtype, causal, direction):
     p = AttentionProblem(B=2, H=3, Sq=96, Sk=96, D=32, dtype=dtype, causal=causal, direction=direction)
     inputs = correctness.make_inputs(p, "cpu", seed=11)
-    ps = adversarial.ProbeSet(p, "cpu", lambda q, i: correctness.compute_reference(q, i, cuda_ok=False), inputs.seed)
+    ps = adversarial.ProbeSet(p, "cpu", lambda q, i: compute_reference(q, i, cuda_ok=False), inputs.seed)
     tol = DEFAULT_TOLERANCE[dtype]
     for name in CORRECT:
         v = variants.get(name)
@@ -91,7 +92,7 @@ def test_pytorch_attention_passes_every_probe(dtype, causal, direction):
 def edge():
     p = AttentionProblem(B=1, H=3, Sq=1024, Sk=1024, D=64, dtype="fp16", causal=True)
     inputs = correctness.make_inputs(p, "cpu", seed=1234)
-    return p, inputs, correctness.compute_reference(p, inputs, cuda_ok=False)
+    return p, inputs, compute_reference(p, inputs, cuda_ok=False)
 
 
 def test_a_mask_leaking_at_tile_edges_is_named_where_it_leaks(edge):
@@ -121,7 +122,7 @@ def test_a_skipped_kv_tile_gets_no_family_but_a_map_that_finds_it(edge):
 def test_garbage_is_not_given_a_family():
     p = AttentionProblem(B=2, H=2, Sq=128, Sk=128, D=32, dtype="fp32", causal=True)
     inputs = correctness.make_inputs(p, "cpu", seed=5)
-    ref = correctness.compute_reference(p, inputs, cuda_ok=False)
+    ref = compute_reference(p, inputs, cuda_ok=False)
     g = torch.Generator().manual_seed(9)
 
     def noisy(q, k, v, c, s, out=None):
@@ -135,7 +136,7 @@ def test_garbage_is_not_given_a_family():
 def test_a_scale_no_candidate_names_is_fitted():
     p = AttentionProblem(B=2, H=2, Sq=128, Sk=128, D=32, dtype="fp16", causal=True)
     inputs = correctness.make_inputs(p, "cpu", seed=21)
-    ref = correctness.compute_reference(p, inputs, cuda_ok=False)
+    ref = compute_reference(p, inputs, cuda_ok=False)
     off = _variant("off", lambda q, k, v, c, s, out=None: _kernel_like(q, k, v, c, 0.8 * s))
     r = correctness.check_correctness(off, p, inputs, ref, "cpu", DEFAULT_TOLERANCE["fp16"])
     assert not r["correct"]
@@ -148,7 +149,7 @@ def test_q_read_from_batch_0_with_the_right_k_and_v_is_a_stride_bug():
     # the Triton kernel of issue 25: Q's row offset ignores the batch index, K and V are read right
     p = AttentionProblem(B=3, H=2, Sq=64, Sk=64, D=32, dtype="fp16", causal=False)
     inputs = correctness.make_inputs(p, "cpu", seed=8)
-    ref = correctness.compute_reference(p, inputs, cuda_ok=False)
+    ref = compute_reference(p, inputs, cuda_ok=False)
 
     def q_offset(q, k, v, c, s, out=None):
         return _kernel_like(q[:1].expand_as(q), k, v, c, s)
@@ -183,7 +184,7 @@ def test_an_exact_kernel_passes_every_backward_probe(causal):
 
     p = AttentionProblem(B=2, H=2, Sq=128, Sk=128, D=64, dtype="fp32", causal=causal, direction="bwd")
     inputs = correctness.make_inputs(p, "cpu", seed=2025)
-    ps = adversarial.ProbeSet(p, "cpu", lambda q, i: correctness.compute_reference(q, i, cuda_ok=False), inputs.seed)
+    ps = adversarial.ProbeSet(p, "cpu", lambda q, i: compute_reference(q, i, cuda_ok=False), inputs.seed)
     v = _variant("rounded_exp2", _rounded_exp2_attention)
     res = adversarial.run(ps, lambda q: (True, ""), probe_checker(v, "cpu", DEFAULT_TOLERANCE["fp32"]))
     assert [r["status"] for r in res["probes"]] == ["ok"] * len(adversarial.probes(p)), res["probes"]
@@ -210,7 +211,7 @@ def test_the_slack_covers_the_gradient_errors_a_correct_kernel_had_on_the_h100()
 def test_a_refused_probe_is_not_a_bug_and_a_cuda_fault_is():
     p = AttentionProblem(B=2, H=2, Sq=128, Sk=128, D=64, dtype="fp32", causal=True)
     inputs = correctness.make_inputs(p, "cpu", seed=3)
-    ps = adversarial.ProbeSet(p, "cpu", lambda q, i: correctness.compute_reference(q, i, cuda_ok=False), inputs.seed)
+    ps = adversarial.ProbeSet(p, "cpu", lambda q, i: compute_reference(q, i, cuda_ok=False), inputs.seed)
     ok = variants.get("torch_standard")
 
     def refuses(pr, inp, rf):

@@ -22,6 +22,7 @@ import pytest
 
 from faprof import variants
 from faprof.correctness import check as correctness
+from faprof.correctness.reference import CPU_REFERENCE_MAX_FLOPS, compute_reference
 from faprof.model.problem import AttentionProblem
 from faprof.model.settings import DEFAULT_TOLERANCE
 
@@ -53,7 +54,7 @@ def check(variant: str, dtype: str, B: int, H: int, Sq: int, Sk: int, D: int, ca
     ok, why = v.supports(problem, cuda_available=True)
     assert ok, why
     inputs = correctness.make_inputs(problem, "cuda")
-    ref = correctness.compute_reference(problem, inputs, cuda_ok=True)
+    ref = compute_reference(problem, inputs, cuda_ok=True)
     res = correctness.check_correctness(v, problem, inputs, ref, "cuda", DEFAULT_TOLERANCE[dtype])
     where = f"{variant} {dtype} B={B} H={H} Sq={Sq} Sk={Sk} D={D} causal={causal} {direction} (seed {inputs.seed})"
     assert set(res["errors"]) == {"out", "dq", "dk", "dv"}, where
@@ -118,9 +119,9 @@ def test_fwd_bwd_direction(variant, causal):
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_big_problem_against_fp32_gpu_reference(causal):
-    # 3.5 x 4·B·H·S²·D FLOP is over correctness.CPU_REFERENCE_MAX_FLOPS: checked on the GPU in fp32.
+    # 3.5 x 4·B·H·S²·D FLOP is over reference.CPU_REFERENCE_MAX_FLOPS: checked on the GPU in fp32.
     problem = AttentionProblem(2, 4, 2048, 2048, 128, "fp16", causal, "bwd")
-    assert problem.fwd_flops() * 3.5 > correctness.CPU_REFERENCE_MAX_FLOPS
+    assert problem.fwd_flops() * 3.5 > CPU_REFERENCE_MAX_FLOPS
     check("fa2_mma", "fp16", 2, 4, 2048, 2048, 128, causal)
     check("_fa2_mma_bwd_1buf", "fp16", 2, 4, 2048, 2048, 128, causal)
 

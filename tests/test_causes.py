@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from faprof.advisor import causes, partition, rules_call, rules_pair, sources
+from faprof.advisor import partition, rules_call, rules_pair, sources
 from faprof.advisor.causes import CAUSES, MECHANISMS, problems, record
 from faprof.advisor.findings import Finding
 from faprof.advisor.partition import RESIDUAL
+from faprof.nsight.ncu.catalogue_stalls import PIPE_ADVICE, STALL_ADVICE
 
 ADVISOR = Path(__file__).resolve().parents[1] / "faprof" / "advisor"
 
@@ -88,8 +89,8 @@ def test_every_cause_the_advisor_names_has_a_record():
 def test_every_term_of_the_accounting_is_a_term_cause_with_a_fix():
     """A term with no record would be left out of the gap's causes (`gap_findings._term_finding`) unnamed."""
     terms = set(_named(("Term",), 0, "key")) - {RESIDUAL}
-    terms |= {f"stall:{r}" for r in causes.catalogue.STALL_ADVICE if r != "selected"}
-    terms |= {f"pipe:{p}" for p in causes.catalogue.PIPE_ADVICE}
+    terms |= {f"stall:{r}" for r in STALL_ADVICE if r != "selected"}
+    terms |= {f"pipe:{p}" for p in PIPE_ADVICE}
     bad = sorted(k for k in terms if k not in CAUSES or CAUSES[k].kind != "term" or not CAUSES[k].fix)
     assert bad == []
 

@@ -15,10 +15,12 @@ import torch
 
 from faprof.correctness import check as correctness
 from faprof.correctness import reference
+from faprof.correctness.reference import compute_reference
 from faprof.model.problem import AttentionProblem
 from faprof.model.settings import DEFAULT_TOLERANCE, TimingSettings
 from faprof.timing import harness
 from faprof.variants import Variant
+from faprof.variants.torch_variants import masked_scores
 
 TILE = 64
 S = 4096
@@ -52,7 +54,7 @@ def _variant(name, fn, **kw) -> Variant:
 def big():
     p = AttentionProblem(B=1, H=3, Sq=S, Sk=S, D=64, dtype="fp16", causal=True)
     inputs = correctness.make_inputs(p, "cpu", seed=1234)
-    ref = correctness.compute_reference(p, inputs, cuda_ok=False)
+    ref = compute_reference(p, inputs, cuda_ok=False)
     return p, inputs, ref
 
 
@@ -95,7 +97,7 @@ def test_one_cta_of_one_head_skipping_a_kv_tile_fails(big):
 def test_a_race_that_shows_only_in_timed_calls_fails():
     p = AttentionProblem(B=1, H=2, Sq=200, Sk=200, D=32, dtype="fp16", causal=False)
     inputs = correctness.make_inputs(p, "cpu", seed=5)
-    ref = correctness.compute_reference(p, inputs, cuda_ok=False)
+    ref = compute_reference(p, inputs, cuda_ok=False)
     calls = {"n": 0}
 
     def racy(q, k, v, c, s, out=None):
@@ -117,7 +119,7 @@ def test_a_race_that_shows_only_in_timed_calls_fails():
 def test_nondeterministic_but_correct_repeats_pass_only_where_declared():
     p = AttentionProblem(B=1, H=1, Sq=64, Sk=64, D=16, dtype="fp32")
     inputs = correctness.make_inputs(p, "cpu", seed=9)
-    ref = correctness.compute_reference(p, inputs, cuda_ok=False)
+    ref = compute_reference(p, inputs, cuda_ok=False)
     calls = {"n": 0}
 
     def jitter(q, k, v, c, s, out=None):
@@ -136,11 +138,11 @@ def test_nondeterministic_but_correct_repeats_pass_only_where_declared():
 def test_lse_is_checked_when_a_variant_returns_it():
     p = AttentionProblem(B=2, H=2, Sq=77, Sk=130, D=32, dtype="fp16", causal=True)
     inputs = correctness.make_inputs(p, "cpu", seed=11)
-    ref = correctness.compute_reference(p, inputs, cuda_ok=False)
+    ref = compute_reference(p, inputs, cuda_ok=False)
 
     def with_lse(shift: float):
         def fn(q, k, v, c, s, out=None):
-            sc = correctness._scores(q.float(), k.float(), c, s)
+            sc = masked_scores(q.float(), k.float(), c, s)
             lse = torch.logsumexp(sc, dim=-1)
             lse[0, 0, 5] += shift
             return _kernel_like(q, k, v, c, s), lse
@@ -216,7 +218,7 @@ def test_reference_forces_full_fp32_precision(monkeypatch, extra):
     torch.set_float32_matmul_precision("high")  # what a user module might do
     try:
         p = AttentionProblem(B=1, H=2, Sq=8, Sk=8, D=8, dtype="fp16").with_(**extra)
-        correctness.compute_reference(p, correctness.make_inputs(p, "cpu", seed=1), cuda_ok=False)
+        compute_reference(p, correctness.make_inputs(p, "cpu", seed=1), cuda_ok=False)
         assert seen and all(prec == "highest" and not tf32 for prec, tf32 in seen)
         assert torch.get_float32_matmul_precision() == "high"  # restored for the user
     finally:

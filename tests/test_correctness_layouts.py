@@ -20,9 +20,11 @@ import torch
 
 from faprof.correctness import check as correctness
 from faprof.correctness import errormap, layouts, positions, reference
+from faprof.correctness.reference import compute_reference
 from faprof.model.problem import AttentionProblem
 from faprof.model.settings import DEFAULT_TOLERANCE
 from faprof.model.variant import Variant
+from faprof.variants.definition import AttnArgs, attend, sequence_kv, sequence_q
 from faprof.variants.torch_variants import standard_attention
 
 # Small problems of every layout and mask: (name, fields).
@@ -125,15 +127,15 @@ def _per_seq(p: AttentionProblem, name: str, t: torch.Tensor, b: int) -> np.ndar
     if name == "lse":
         return reference._lse_view(p, t, b).numpy()
     if name in ("dk", "dv"):
-        return layouts.sequence_kv(p, t, b).numpy()
-    return layouts.sequence_q(p, t, b).numpy()
+        return sequence_kv(p, t, b).numpy()
+    return sequence_q(p, t, b).numpy()
 
 
 @pytest.mark.parametrize("name", list(PROBLEMS))
 def test_forward_and_lse_match_loops_over_the_definition(name):
     p = _problem(name)
     inp = correctness.make_inputs(p, "cpu", seed=7)
-    ref = correctness.compute_reference(p, inp, cuda_ok=False)
+    ref = compute_reference(p, inp, cuda_ok=False)
     assert ref.kind == "cpu_ref fp64"
     assert tuple(ref.out.shape) == positions.output_shape(p, "out")
     assert tuple(ref.lse.shape) == positions.output_shape(p, "lse")
@@ -148,7 +150,7 @@ def test_forward_and_lse_match_loops_over_the_definition(name):
 def test_a_row_seeing_no_key_has_zero_output_and_minus_inf_lse():
     p = _problem("br_sq_gt_sk_empty_rows")  # bottom-right, Sq = 7 > Sk = 4: rows 0-2 see nothing
     inp = correctness.make_inputs(p, "cpu", seed=3)
-    ref = correctness.compute_reference(p, inp, cuda_ok=False)
+    ref = compute_reference(p, inp, cuda_ok=False)
     assert bool((ref.out[:, :, :3] == 0).all()) and bool(torch.isneginf(ref.lse[:, :, :3]).all())
     assert bool(torch.isfinite(ref.lse[:, :, 3:]).all())
 
@@ -158,7 +160,7 @@ def test_a_row_seeing_no_key_has_zero_output_and_minus_inf_lse():
 def test_backward_matches_the_closed_form(name):
     p = _problem(name, direction="bwd")
     inp = correctness.make_inputs(p, "cpu", seed=11)
-    ref = correctness.compute_reference(p, inp, cuda_ok=False)
+    ref = compute_reference(p, inp, cuda_ok=False)
     dq, dk, dv = ref.grads
     assert tuple(dk.shape) == positions.output_shape(p, "dk") and tuple(dq.shape) == positions.output_shape(p, "dq")
     want = _loops(p, inp, grads=True)
@@ -182,7 +184,7 @@ def test_row_blocks_give_the_same_reference(monkeypatch):
 def test_the_baseline_is_pytorch_in_the_problems_dtype():
     p = _problem("varlen_gqa_causal_br").with_(dtype="fp16")
     inp = correctness.make_inputs(p, "cpu", seed=2)
-    ref = correctness.compute_reference(p, inp, cuda_ok=False)
+    ref = compute_reference(p, inp, cuda_ok=False)
     assert 0 < ref.baseline_err["out"] < 1e-2 and 0 < ref.baseline_err["lse"] < 1e-2
     assert "lse" in ref.baseline_err  # computed with the forward: no second pass
 
@@ -222,7 +224,7 @@ def test_old_dense_problems_draw_the_same_tensors_and_reference():
            for s in ((2, 3, 9, 8), (2, 3, 11, 8), (2, 3, 11, 8), (2, 3, 9, 8))]
     for a, b in zip((inp.q, inp.k, inp.v, inp.dout), old, strict=True):
         assert torch.equal(a, b)
-    ref = correctness.compute_reference(p, inp, cuda_ok=False)
+    ref = compute_reference(p, inp, cuda_ok=False)
     q, k, v = (t.double().requires_grad_(True) for t in (inp.q, inp.k, inp.v))
     o = standard_attention(q, k, v, True, p.softmax_scale)
     grads = torch.autograd.grad(o, (q, k, v), inp.dout.double())
@@ -233,7 +235,7 @@ def test_old_dense_problems_draw_the_same_tensors_and_reference():
 def test_a_planted_wrong_element_is_named_in_sequence_terms():
     p = _problem("varlen_gqa_causal_br")
     inp = correctness.make_inputs(p, "cpu", seed=9)
-    ref = correctness.compute_reference(p, inp, cuda_ok=False)
+    ref = compute_reference(p, inp, cuda_ok=False)
     out = ref.out.clone().float()
     out[3 + 4, 3, 2] += 1.0                 # sequence 1 starts at token 3: its query 4, head 3, column 2
     res = correctness.check_outputs(p, out, ref, DEFAULT_TOLERANCE["fp32"], lambda n: (2, 4))
@@ -242,7 +244,7 @@ def test_a_planted_wrong_element_is_named_in_sequence_terms():
         in res["check_reason"]
     p2 = _problem("gqa_br_window_cap", direction="bwd")
     inp2 = correctness.make_inputs(p2, "cpu", seed=9)
-    ref2 = correctness.compute_reference(p2, inp2, cuda_ok=False)
+    ref2 = compute_reference(p2, inp2, cuda_ok=False)
     dk = ref2.grads[1].clone().float()
     dk[1, 1, 3, 0] += 1.0
     res2 = correctness.check_outputs(p2, (ref2.out.float(), ref2.grads[0].float(), dk, ref2.grads[2].float()),
@@ -253,7 +255,7 @@ def test_a_planted_wrong_element_is_named_in_sequence_terms():
 def test_flashattentions_plus_inf_lse_of_an_empty_row_passes():
     p = _problem("br_sq_gt_sk_empty_rows")
     inp = correctness.make_inputs(p, "cpu", seed=3)
-    ref = correctness.compute_reference(p, inp, cuda_ok=False)
+    ref = compute_reference(p, inp, cuda_ok=False)
     lse = ref.lse.clone().float()
     lse[torch.isneginf(lse)] = math.inf
     res = correctness.check_outputs(p, (ref.out.float(), lse), ref, DEFAULT_TOLERANCE["fp32"])
@@ -276,12 +278,12 @@ def _definition_fn(calls):
 def test_a_variant_declaring_features_gets_attn_and_passes():
     p = _problem("varlen_gqa_causal_br")
     inp = correctness.make_inputs(p, "cpu", seed=13)
-    ref = correctness.compute_reference(p, inp, cuda_ok=False)
+    ref = compute_reference(p, inp, cuda_ok=False)
     calls: list = []
     res = correctness.check_correctness(_features_variant(_definition_fn(calls)), p, inp, ref, "cpu",
                                         DEFAULT_TOLERANCE["fp32"])
     assert res["correct"], res["check_reason"]
-    assert calls and isinstance(calls[0], layouts.AttnArgs) and calls[0].cu_seqlens_q.tolist() == [0, 3, 9, 10]
+    assert calls and isinstance(calls[0], AttnArgs) and calls[0].cu_seqlens_q.tolist() == [0, 3, 9, 10]
     seen: list = []
 
     def old_style(q, k, v, causal, scale, out=None, **kw):
@@ -290,7 +292,7 @@ def test_a_variant_declaring_features_gets_attn_and_passes():
 
     p0 = AttentionProblem(B=1, H=2, Sq=8, Sk=8, D=4, dtype="fp32", causal=True)
     inp0 = correctness.make_inputs(p0, "cpu", seed=1)
-    ref0 = correctness.compute_reference(p0, inp0, cuda_ok=False)
+    ref0 = compute_reference(p0, inp0, cuda_ok=False)
     v0 = Variant("t_old", "user", "test", old_style, dtypes=("fp32",), device="cpu")
     assert correctness.check_correctness(v0, p0, inp0, ref0, "cpu", DEFAULT_TOLERANCE["fp32"])["correct"]
     assert seen == [{}]  # no attn= for a variant without features
@@ -301,11 +303,11 @@ def test_a_kernel_crossing_sequence_boundaries_is_mapped_per_sequence():
     are right only where they see no later token; the map says which sequences, in sequence terms."""
     p = _problem("varlen_gqa_causal_br").with_(mask_align="top_left", seqlens_k=(3, 6, 1))
     inp = correctness.make_inputs(p, "cpu", seed=21)
-    ref = correctness.compute_reference(p, inp, cuda_ok=False)
+    ref = compute_reference(p, inp, cuda_ok=False)
 
     def one_sequence(q, k, v, causal, scale, out=None, attn=None):
         whole = AttentionProblem(B=1, H=4, Hkv=2, Sq=10, Sk=10, D=4, dtype="fp32", causal=True)
-        o = layouts.attend(whole, q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1))
+        o = attend(whole, q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1))
         return o.transpose(0, 1).contiguous()
 
     res = correctness.check_correctness(_features_variant(one_sequence), p, inp, ref, "cpu", DEFAULT_TOLERANCE["fp32"])
@@ -322,7 +324,7 @@ def test_a_kernel_crossing_sequence_boundaries_is_mapped_per_sequence():
 def test_map_counts_on_a_packed_batch_match_a_loop():
     p = _problem("varlen_gqa_causal_br")
     inp = correctness.make_inputs(p, "cpu", seed=8)
-    ref = correctness.compute_reference(p, inp, cuda_ok=False)
+    ref = compute_reference(p, inp, cuda_ok=False)
     out = ref.out.clone().float()
     out[4:6, 1] += 1.0       # sequence 1 (tokens 3-8), query rows 1-2, head 1 (KV head 0)
     out[9, 2:, 0] += 1.0     # sequence 2 (token 9), heads 2-3 (KV head 1), column 0
@@ -347,7 +349,7 @@ def test_map_counts_on_a_packed_batch_match_a_loop():
 def test_paged_and_window_maps_have_their_axes():
     p = _problem("paged_decode")
     inp = correctness.make_inputs(p, "cpu", seed=8)
-    ref = correctness.compute_reference(p, inp, cuda_ok=False)
+    ref = compute_reference(p, inp, cuda_ok=False)
     out = ref.out.clone().float()
     out[0] += 1.0  # sequence 0: 5 keys in blocks of 4, a partial last block (sequence 1: 8 keys, two whole)
     oe = errormap.element_errors("out", out, ref.out, 1e-6, 1e-6, math.inf, p)
@@ -356,7 +358,7 @@ def test_paged_and_window_maps_have_their_axes():
     assert cache["sequences whose cache fills whole blocks"]["n_bad"] == 0
     pw = _problem("window_both_sides")
     inp = correctness.make_inputs(pw, "cpu", seed=8)
-    ref = correctness.compute_reference(pw, inp, cuda_ok=False)
+    ref = compute_reference(pw, inp, cuda_ok=False)
     out = ref.out.clone().float()
     out[:, :, 0] += 1.0
     oe = errormap.element_errors("out", out, ref.out, 1e-6, 1e-6, math.inf, pw)
@@ -383,7 +385,7 @@ def test_probe_inputs_follow_the_problems_layout():
     pr = adversarial.probes(_problem("paged_decode"))[2]  # constant: every key equal
     inp = adversarial.make_inputs(pr, "cpu", seed=0)
     for b in range(pr.problem.B):
-        keys = layouts.sequence_kv(pr.problem, inp.k, b, inp.args.block_table)
+        keys = sequence_kv(pr.problem, inp.k, b, inp.args.block_table)
         assert bool((keys == keys[0, 0, 0]).all())
 
 
@@ -394,8 +396,8 @@ def test_the_harness_checks_a_new_problem_with_its_probes():
 
     p = _problem("varlen_gqa_causal_br")
     inp = correctness.make_inputs(p, "cpu", seed=31)
-    ref = correctness.compute_reference(p, inp, cuda_ok=False)
-    probes = adversarial.ProbeSet(p, "cpu", lambda q, i: correctness.compute_reference(q, i, False), inp.seed)
+    ref = compute_reference(p, inp, cuda_ok=False)
+    probes = adversarial.ProbeSet(p, "cpu", lambda q, i: compute_reference(q, i, False), inp.seed)
     calls: list = []
     row = harness.measure(_features_variant(_definition_fn(calls)), p, inp, ref, "cpu", TimingSettings(),
                           do_timing=False, probes=probes)
@@ -436,7 +438,7 @@ def test_torch_standard_passes_on_every_layout(name):
     ok, why = v.supports(p, cuda_available=False)
     assert ok, why
     inp = correctness.make_inputs(p, "cpu", seed=17)
-    ref = correctness.compute_reference(p, inp, cuda_ok=False)
+    ref = compute_reference(p, inp, cuda_ok=False)
     res = correctness.check_correctness(v, p, inp, ref, "cpu", DEFAULT_TOLERANCE["fp16"])
     assert res["correct"], res["check_reason"]
 
@@ -444,7 +446,7 @@ def test_torch_standard_passes_on_every_layout(name):
 def test_a_kernel_ignoring_the_block_table_fails_with_a_paged_map():
     p = _problem("paged_decode")
     inp = correctness.make_inputs(p, "cpu", seed=23)
-    ref = correctness.compute_reference(p, inp, cuda_ok=False)
+    ref = compute_reference(p, inp, cuda_ok=False)
 
     def pool_order(q, k, v, causal, scale, out=None, attn=None):
         table = torch.full_like(attn.block_table, -1)
@@ -452,7 +454,7 @@ def test_a_kernel_ignoring_the_block_table_fails_with_a_paged_map():
         for b, n in enumerate(attn.problem.blocks_per_seq()):  # blocks read in pool order, not the table's
             table[b, :n] = torch.arange(start, start + n, dtype=table.dtype)
             start += n
-        bad = layouts.AttnArgs(attn.problem, seqlens_k=attn.seqlens_k, block_table=table)
+        bad = AttnArgs(attn.problem, seqlens_k=attn.seqlens_k, block_table=table)
         return layouts.reference_forward(attn.problem, q, k, v, bad, q.device, torch.float32)
 
     var = _features_variant(pool_order, frozenset({"gqa", "bottom_right", "paged"}))

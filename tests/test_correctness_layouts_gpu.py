@@ -9,6 +9,7 @@ import pytest
 from faprof import variants
 from faprof.correctness import check as correctness
 from faprof.correctness import reference
+from faprof.correctness.reference import compute_reference
 from faprof.model.problem import AttentionProblem
 from faprof.model.settings import DEFAULT_TOLERANCE
 
@@ -46,9 +47,9 @@ def _close(a, b, what):
 def test_gpu_reference_matches_the_cpu_one(name, monkeypatch):
     p = MID[name]
     inputs = correctness.make_inputs(p, "cuda", seed=123)
-    cpu = correctness.compute_reference(p, inputs, cuda_ok=False, baseline=False)
+    cpu = compute_reference(p, inputs, cuda_ok=False, baseline=False)
     monkeypatch.setattr(reference, "CPU_REFERENCE_MAX_FLOPS", 0.0)  # force the GPU path
-    gpu = correctness.compute_reference(p, inputs, cuda_ok=True)
+    gpu = compute_reference(p, inputs, cuda_ok=True)
     assert cpu.kind == "cpu_ref fp64" and gpu.kind == "gpu fp32" and gpu.out.is_cuda
     _close(gpu.out, cpu.out, "out")
     _close(gpu.lse, cpu.lse, "lse")
@@ -71,7 +72,7 @@ def test_gpu_reference_memory_stays_bounded(problem, monkeypatch):
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    ref = correctness.compute_reference(problem, inputs, cuda_ok=True)
+    ref = compute_reference(problem, inputs, cuda_ok=True)
     torch.cuda.synchronize()
     assert ref.kind == "gpu fp32"
     extra = torch.cuda.max_memory_allocated() - before
@@ -86,7 +87,7 @@ def test_torch_standard_passes_where_it_runs_the_new_problems():
         if not ok:
             continue
         inputs = correctness.make_inputs(p, "cuda", seed=7)
-        ref = correctness.compute_reference(p, inputs, cuda_ok=True)
+        ref = compute_reference(p, inputs, cuda_ok=True)
         res = correctness.check_correctness(v, p, inputs, ref, "cuda", DEFAULT_TOLERANCE[p.dtype])
         assert res["correct"], f"{name}: {res['check_reason']}"
         ran.append(name)

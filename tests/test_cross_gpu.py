@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from faprof import analysis as dashboard
 from faprof.cli import main
-from faprof.report.writer import compare_runs, gpu_models
+from faprof.report.compare import compare_runs, gpu_models
 from faprof.store import Bundle, load_many
 
 DATA = Path(__file__).parent / "data" / "bundles"

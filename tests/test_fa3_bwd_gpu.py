@@ -129,7 +129,7 @@ def test_fwd_bwd_direction(variant, causal):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("variant", STEPS)
 def test_big_problem_against_fp32_gpu_reference(variant, causal):
-    # Over correctness.CPU_REFERENCE_MAX_FLOPS: checked against fp32 on the GPU, one head at a time.
+    # Over reference.CPU_REFERENCE_MAX_FLOPS: checked against fp32 on the GPU, one head at a time.
     check(variant, "bf16", 2, 4, 2048, 2048, 128, causal)
 
 

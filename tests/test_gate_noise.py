@@ -20,19 +20,8 @@ import pytest
 from scipy.special import polygamma
 
 from faprof.errors import FaprofError
-from faprof.gate.noise import (
-    NO_FLOOR,
-    NoiseFloor,
-    RunSet,
-    _trigamma_inverse,
-    anova_sums,
-    estimate,
-    floor_for,
-    load_floors,
-    prior_df,
-    run_sets,
-    to_toml,
-)
+from faprof.gate.noise import RunSet, _trigamma_inverse, anova_sums, estimate, prior_df, run_sets
+from faprof.rows.noise_floor import NO_FLOOR, NoiseFloor, floor_for, load_floors, to_toml
 from faprof.store import Bundle
 
 ROOT = Path(__file__).parent.parent

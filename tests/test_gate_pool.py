@@ -34,7 +34,8 @@ from faprof.analysis.comparison.shift import (
 )
 from faprof.cli import main
 from faprof.gate import EXIT_AMBIGUOUS, EXIT_OK, EXIT_REGRESSION, GateOptions, run_gate
-from faprof.gate.noise import RunSet, estimate, to_toml
+from faprof.gate.noise import RunSet, estimate
+from faprof.rows.noise_floor import to_toml
 from faprof.store import Bundle
 
 H100 = Path(__file__).parent / "data" / "gate" / "h100"
@@ -102,7 +103,7 @@ def test_verdict_zones(est, se, expected):
 def test_rows_that_move_together_decide_their_kernel_and_a_lone_row_is_judged_alone():
     """Synthetic shifts: a kernel 3% slower on 8 rows with 1% noise, and a quiet kernel with one row 15% slower,
     on a GPU whose same-code rows moved alone by up to 5%."""
-    from faprof.gate.noise import NoiseFloor
+    from faprof.rows.noise_floor import NoiseFloor
 
     rng = np.random.default_rng(1)
     floor = NoiseFloor("G", 0.01, 0.003, 2.0, row_max_move=0.05)

@@ -84,7 +84,8 @@ PROBLEMS = [
 @pytest.mark.parametrize("name,op", [("fa2_mma", "fa2_mma_fwd_ex"), ("fa3_wgmma_e", "fa3_wgmma_e_fwd_ex")])
 def test_wrapper_passes_the_problem_to_the_ex_op(monkeypatch, name, op, problem):
     torch = pytest.importorskip("torch")
-    from faprof.correctness.layouts import AttnArgs, make_layout_inputs, reference_forward
+    from faprof.correctness.layouts import make_layout_inputs, reference_forward
+    from faprof.variants.definition import AttnArgs
 
     if not get(name).supports(problem, cuda_available=True)[0] and "does not run" in \
             get(name).supports(problem, cuda_available=True)[1]:

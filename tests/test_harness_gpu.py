@@ -7,6 +7,7 @@ from testonly import TESTONLY_VARIANTS
 
 from faprof import variants
 from faprof.correctness import check as correctness
+from faprof.correctness.reference import compute_reference
 from faprof.model.problem import AttentionProblem
 from faprof.model.settings import DEFAULT_TOLERANCE, TimingSettings
 from faprof.timing import cupti_timer, gpu_clock, harness
@@ -25,7 +26,7 @@ def _measure(name: str, problem: AttentionProblem, settings: TimingSettings = QU
     if v.needs_extension:
         build.load()
     inputs = correctness.make_inputs(problem, "cuda", seed=17)
-    ref = correctness.compute_reference(problem, inputs, cuda_ok=True)
+    ref = compute_reference(problem, inputs, cuda_ok=True)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     return harness.measure(v, problem, inputs, ref, "cuda", settings, DEFAULT_TOLERANCE[problem.dtype],
                            l2_bytes=l2, monitor=monitor)

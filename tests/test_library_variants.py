@@ -17,6 +17,7 @@ from faprof.model.mask import allowed
 from faprof.model.problem import AttentionProblem as P
 from faprof.store import find_bundles
 from faprof.variants import lib_fa4, lib_flashinfer, libraries
+from faprof.variants.definition import sequence_kv
 from faprof.variants.lib_flashinfer import dense_kv_pages, flashinfer_mask, paged_kv_layout
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,7 +179,7 @@ def test_paged_kv_layout_gathers_the_same_tokens_as_the_block_table(problem):
     assert (indices >= 0).all() and (indices < k.shape[0]).all()
     for b in range(problem.B):
         for pool in (k, v):
-            want = layouts.sequence_kv(problem, pool, b, args.block_table)   # faprof's own gather
+            want = sequence_kv(problem, pool, b, args.block_table)   # faprof's own gather
             got = _gather_flashinfer_pages(pool, indptr, indices, last, problem.page_size, b)
             assert got.shape == want.shape and torch.equal(got, want)
 

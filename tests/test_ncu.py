@@ -27,6 +27,11 @@ from faprof.model.scenarios import load_scenario, parse_scenario
 from faprof.nsight import ncu
 from faprof.nsight.ncu import find as ncu_find
 from faprof.nsight.ncu import tables as cat
+from faprof.nsight.ncu.catalogue import base_name, concept, names_for, requested_metrics, unit_scale
+from faprof.nsight.ncu.catalogue_core import ALL_KERNELS, CC_CHIPS, KNOWN_CCS, OCCUPANCY_LIMITERS, cc_key
+from faprof.nsight.ncu.catalogue_stalls import STALL_REASONS, STALL_SOURCES, stall_metric
+from faprof.nsight.ncu.roofline import ROOFLINE_COLUMNS, roofline_table
+from faprof.nsight.ncu.summary import SUMMARY_COLUMNS, summarize
 
 DATA = Path(__file__).parent / "data" / "ncu"
 
@@ -273,51 +278,51 @@ def _query_names(chip: str) -> set[str]:
 
 
 def test_cc_key_maps_unknown_ccs_to_the_nearest_older_known_one():
-    assert [cat.cc_key(c) for c in ("8.0", "8.6", "8.9", "9.0")] == ["8.0", "8.6", "8.9", "9.0"]
-    assert cat.cc_key((8, 7)) == "8.6" and cat.cc_key("10.0") == "9.0" and cat.cc_key("12.0") == "9.0"
-    assert cat.cc_key("7.5") == "8.0" and cat.cc_key(None) == "9.0" and cat.cc_key("x") == "9.0"
+    assert [cc_key(c) for c in ("8.0", "8.6", "8.9", "9.0")] == ["8.0", "8.6", "8.9", "9.0"]
+    assert cc_key((8, 7)) == "8.6" and cc_key("10.0") == "9.0" and cc_key("12.0") == "9.0"
+    assert cc_key("7.5") == "8.0" and cc_key(None) == "9.0" and cc_key("x") == "9.0"
 
 
 def test_catalogue_names_differ_per_cc_where_chips_differ():
-    assert cat.names_for("tensor_gmma_inst", "9.0") and not cat.names_for("tensor_gmma_inst", "8.0")
-    assert cat.names_for("peak_tensor_gmma_per_cycle", "9.0") and not cat.names_for(
+    assert names_for("tensor_gmma_inst", "9.0") and not names_for("tensor_gmma_inst", "8.0")
+    assert names_for("peak_tensor_gmma_per_cycle", "9.0") and not names_for(
         "peak_tensor_gmma_per_cycle", "8.9"
     )
     # Ada counts HMMA with corrected `_v2` counters; the others (and Ada as a fallback) without
-    assert cat.names_for("tensor_hmma_inst", "8.9") == (
+    assert names_for("tensor_hmma_inst", "8.9") == (
         "sm__inst_executed_pipe_tensor_op_hmma_v2.sum",
         "sm__inst_executed_pipe_tensor_op_hmma.sum",
     )
-    assert cat.names_for("tensor_hmma_inst", "8.6") == ("sm__inst_executed_pipe_tensor_op_hmma.sum",)
+    assert names_for("tensor_hmma_inst", "8.6") == ("sm__inst_executed_pipe_tensor_op_hmma.sum",)
     # Hopper's fp16 tensor counter has no destination type; Ampere/Ada split fp16 and fp32 accumulate
-    assert cat.names_for("tensor_ops_fp16", "9.0") == ("sm__ops_path_tensor_src_fp16.sum",)
-    assert cat.names_for("tensor_ops_fp16", "8.0") == ("sm__ops_path_tensor_src_fp16_dst_fp32.sum",)
-    assert cat.names_for("tensor_ops_fp8", "8.9") and not cat.names_for("tensor_ops_fp8", "8.6")
-    assert cat.names_for("tensor_fp_util", "9.0")[0].startswith(
+    assert names_for("tensor_ops_fp16", "9.0") == ("sm__ops_path_tensor_src_fp16.sum",)
+    assert names_for("tensor_ops_fp16", "8.0") == ("sm__ops_path_tensor_src_fp16_dst_fp32.sum",)
+    assert names_for("tensor_ops_fp8", "8.9") and not names_for("tensor_ops_fp8", "8.6")
+    assert names_for("tensor_fp_util", "9.0")[0].startswith(
         "sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma"
     )
-    for cc in cat.KNOWN_CCS:
-        assert cat.names_for("duration", cc) == ("gpu__time_duration.sum",)
-        assert cat.names_for("inst_ffma", cc)[0] == "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"
+    for cc in KNOWN_CCS:
+        assert names_for("duration", cc) == ("gpu__time_duration.sum",)
+        assert names_for("inst_ffma", cc)[0] == "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"
     with pytest.raises(KeyError, match="known"):
-        cat.concept("no_such_thing")
+        concept("no_such_thing")
 
 
-@pytest.mark.parametrize("cc", cat.KNOWN_CCS)
+@pytest.mark.parametrize("cc", KNOWN_CCS)
 def test_every_requested_metric_exists_on_its_chip(cc):
-    names = _query_names(cat.CC_CHIPS[cc])
+    names = _query_names(CC_CHIPS[cc])
     assert len(names) > 500
-    requested = cat.requested_metrics(cc, names)
-    assert requested == cat.requested_metrics(cc)  # nothing had to be dropped: the catalogue is right
+    requested = requested_metrics(cc, names)
+    assert requested == requested_metrics(cc)  # nothing had to be dropped: the catalogue is right
     for m in requested:
-        assert cat.base_name(m) in names, (cc, m)
+        assert base_name(m) in names, (cc, m)
     # the concepts the summary needs most are requested on every chip
     for key in ("dram_bytes_read", "inst_ffma", "tensor_hmma_inst", "l2_hit_rate", "peak_ffma_per_cycle"):
-        assert cat.base_name(cat.names_for(key, cc)[0]) in names, (cc, key)
+        assert base_name(names_for(key, cc)[0]) in names, (cc, key)
 
 
 def test_requested_metrics_drop_what_the_chip_lacks():
-    got = cat.requested_metrics("9.0", {"dram__bytes_read", "lts__t_sector_hit_rate"})
+    got = requested_metrics("9.0", {"dram__bytes_read", "lts__t_sector_hit_rate"})
     assert got == ["dram__bytes_read.sum", "lts__t_sector_hit_rate.pct"]
 
 
@@ -345,7 +350,7 @@ def test_parse_query_metrics_reads_the_first_word_of_rows():
     ],
 )
 def test_stall_metric_names(name, parsed):
-    assert cat.stall_metric(name) == parsed
+    assert stall_metric(name) == parsed
 
 
 @pytest.mark.parametrize(
@@ -364,15 +369,15 @@ def test_stall_metric_names(name, parsed):
     ],
 )
 def test_unit_scale(unit, factor, base):
-    f, b = cat.unit_scale(unit)
+    f, b = unit_scale(unit)
     assert f == pytest.approx(factor) and b == base
 
 
 def test_derived_tables_of_an_empty_report_have_their_columns():
     empty = pd.DataFrame(columns=list(ncu.METRICS_COLUMNS))
-    assert list(cat.summarize(empty).columns) == list(cat.SUMMARY_COLUMNS)
+    assert list(summarize(empty).columns) == list(SUMMARY_COLUMNS)
     assert list(cat.stall_table(empty).columns) == list(cat.STALL_COLUMNS)
-    assert list(cat.roofline_table(empty).columns) == list(cat.ROOFLINE_COLUMNS)
+    assert list(roofline_table(empty).columns) == list(ROOFLINE_COLUMNS)
 
 
 # --------------------------------------------------------------------------- NVTX attribution
@@ -530,8 +535,8 @@ def test_kernels_outside_every_range_stay_unattributed(reports):
     df, _ = _report(reports, "tiny_basic")
     outside = df[df["variant"].isna()].drop_duplicates("kernel_id")
     assert list(outside["kernel"]) == ["tiny_setup"] and (outside["launch"] == -1).all()
-    assert cat.ALL_KERNELS not in set(outside["kernel"])
-    s = cat.summarize(df)
+    assert ALL_KERNELS not in set(outside["kernel"])
+    s = summarize(df)
     assert "tiny_setup" not in set(s["kernel"])
 
 
@@ -542,8 +547,8 @@ def _expected(plan, variant):
 @pytest.mark.parametrize("name", ["tiny_full", "tiny_basic"])
 def test_hardware_flops_match_the_kernels_known_work(reports, name):
     df, plan = _report(reports, name)
-    s = cat.summarize(df, plan)
-    k = s[s["kernel"] != cat.ALL_KERNELS].set_index("shape_id")
+    s = summarize(df, plan)
+    k = s[s["kernel"] != ALL_KERNELS].set_index("shape_id")
     for p in plan["pairs"]:
         exp, row = p["expected"], k.loc[p["shape_id"]]
         assert row["kernel"] == exp["kernel"]
@@ -566,19 +571,19 @@ def test_hardware_flops_match_the_kernels_known_work(reports, name):
 @pytest.mark.parametrize("name", FIXTURES)
 def test_summary_values_are_sane(reports, name):
     df, plan = _report(reports, name)
-    s = cat.summarize(df, plan)
-    assert list(s.columns) == list(cat.SUMMARY_COLUMNS)
-    k = s[s["kernel"] != cat.ALL_KERNELS]
+    s = summarize(df, plan)
+    assert list(s.columns) == list(SUMMARY_COLUMNS)
+    k = s[s["kernel"] != ALL_KERNELS]
     assert len(k) == df[df["variant"].notna()]["kernel_id"].nunique()
     assert (k["duration_ms"] > 0).all() and (k["duration_ms"] < 100).all()
     assert k["achieved_occupancy_pct"].between(0, 100, inclusive="right").all()
     assert k["theoretical_occupancy_pct"].between(0, 100, inclusive="right").all()
-    assert k["occupancy_limiter"].isin(cat.OCCUPANCY_LIMITERS).all()
+    assert k["occupancy_limiter"].isin(OCCUPANCY_LIMITERS).all()
     assert (k["cc"] == "9.0").all() and (k["sm_count"] == 132).all()
     assert k["l2_hit_rate_pct"].between(0, 100 + L2_HIT_SLACK_PCT).all()
     assert (k["dram_bytes"] >= 0).all()
     assert (k["hw_flops"] > 0).sum() >= 1
-    agg = s[s["kernel"] == cat.ALL_KERNELS]
+    agg = s[s["kernel"] == ALL_KERNELS]
     assert len(agg) == k.groupby(["variant", "shape_id"]).ngroups
     for _, a in agg.iterrows():
         g = k[(k["variant"] == a["variant"]) & (k["shape_id"] == a["shape_id"])]
@@ -591,8 +596,8 @@ def test_faprof_kernels_compare_with_the_analytic_flops(reports):
     from faprof.model.problem import AttentionProblem
 
     df, plan = _report(reports, "fa_basic")
-    s = cat.summarize(df, plan)
-    agg = s[s["kernel"] == cat.ALL_KERNELS].set_index(["variant", "shape_id"])
+    s = summarize(df, plan)
+    agg = s[s["kernel"] == ALL_KERNELS].set_index(["variant", "shape_id"])
     assert len(agg) == sum(p["ran"] for p in plan["pairs"]) == 8
     for (variant, shape_id), row in agg.iterrows():
         entry = next(p for p in plan["pairs"] if (p["variant"], p["shape_id"]) == (variant, shape_id))
@@ -618,8 +623,8 @@ def test_faprof_kernels_compare_with_the_analytic_flops(reports):
 
 def test_move_idiom_hmma_instructions_are_not_counted_as_tensor_flops(reports):
     df, plan = _report(reports, "fa_basic")
-    s = cat.summarize(df, plan)
-    fa2 = s[(s["variant"] == "fa2") & (s["kernel"] != cat.ALL_KERNELS)]
+    s = summarize(df, plan)
+    fa2 = s[(s["variant"] == "fa2") & (s["kernel"] != ALL_KERNELS)]
     # ptxas's HFMA2.MMA register moves issue on the HMMA pipe: the instruction counter sees them,
     # the tensor FLOP counters do not.
     assert (fa2["tensor_hmma_inst"] > 0).all() and (fa2["tensor_flops"] == 0).all()
@@ -627,8 +632,8 @@ def test_move_idiom_hmma_instructions_are_not_counted_as_tensor_flops(reports):
 
 def test_hopper_mma_sync_kernel_gets_the_hmma_tensor_roof(reports):
     df, plan = _report(reports, "fa_basic")
-    r = cat.roofline_table(df, plan)
-    mma = r[(r["variant"] == "fa2_mma") & (r["kernel"] == cat.ALL_KERNELS)].set_index("ceiling_source")
+    r = roofline_table(df, plan)
+    mma = r[(r["variant"] == "fa2_mma") & (r["kernel"] == ALL_KERNELS)].set_index("ceiling_source")
     assert set(mma["precision"]) == {"tensor"}
     # mma.sync peaks at 2/3 of wgmma on an H100 (360,448 vs 540,672 dense fp16 FLOP/cycle); the
     # datasheet's 989 TFLOP/s is the wgmma figure.
@@ -641,12 +646,12 @@ def test_stall_shares_sum_to_one(reports, name):
     df, _ = _report(reports, name)
     st = cat.stall_table(df)
     assert not st.empty
-    assert set(st["reason"]) <= set(cat.STALL_REASONS)
+    assert set(st["reason"]) <= set(STALL_REASONS)
     assert "selected" not in set(st["reason"])
     sums = st.groupby(["kernel_id", "source"])["share"].sum()
     assert sums.to_numpy() == pytest.approx(1.0)
     assert st["share"].between(0, 1).all()
-    assert set(st["source"]) <= set(cat.STALL_SOURCES)
+    assert set(st["source"]) <= set(STALL_SOURCES)
 
 
 def test_basic_set_has_no_stalls(reports):
@@ -667,8 +672,8 @@ def test_smem_kernel_stalls_on_shared_memory(reports):
 @pytest.mark.parametrize("name", FIXTURES)
 def test_roofline_points_and_ceilings(reports, name):
     df, plan = _report(reports, name)
-    r = cat.roofline_table(df, plan)
-    assert list(r.columns) == list(cat.ROOFLINE_COLUMNS)
+    r = roofline_table(df, plan)
+    assert list(r.columns) == list(ROOFLINE_COLUMNS)
     assert set(r["ceiling_source"]) == {"ncu", "gpu_db"}
     assert (r["ceiling_label"][r["ceiling_source"] == "gpu_db"] == "H100 SXM5").all()
     fp32 = r[(r["precision"] == "fp32")]
@@ -691,7 +696,7 @@ def test_roofline_points_and_ceilings(reports, name):
 
 def test_tensor_kernel_uses_the_tensor_ceiling(reports):
     df, plan = _report(reports, "tiny_full")
-    r = cat.roofline_table(df, plan)
+    r = roofline_table(df, plan)
     h = r[(r["variant"] == "tiny_hmma") & (r["kernel"] == "tiny_hmma")]
     assert set(h["precision"]) == {"tensor"}
     db = h[h["ceiling_source"] == "gpu_db"]["peak_flops_per_s"].iloc[0]

@@ -31,7 +31,7 @@ from faprof.nsight import ncu
 from faprof.nsight.ncu import find as ncu_find
 from faprof.nsight.ncu import run as ncu_run
 from faprof.nsight.ncu import session_plan as ncu_plan
-from faprof.nsight.ncu import tables as cat
+from faprof.nsight.ncu.catalogue import requested_metrics
 from faprof.store import Bundle
 
 DATA = Path(__file__).parent / "data" / "ncu"
@@ -309,7 +309,7 @@ def test_collect_runs_ncu_and_writes_the_tables(fake_env):
     assert plan["variants"] == ["naive", "fa2"] and plan["left_out"] == {"cpu_ref": "runs on the CPU"}
     assert plan["kernels"] == len(plan["pairs"]) and "default guess" in plan["eta_source"]
     # no --query-metrics answer (no GPU here): every catalogue metric for sm_90 is asked for
-    assert args[args.index("--metrics") + 1].split(",") == cat.requested_metrics("9.0") == rec["metrics"]
+    assert args[args.index("--metrics") + 1].split(",") == requested_metrics("9.0") == rec["metrics"]
     assert rec["reader_skipped_metrics"] == [] and "ncu_report" in rec["reader"] and rec["rules_read"]
     messages = [i["message"] for e, i in fake_env["events"] if e == "nsight"]
     assert messages[0].startswith("ncu plan: 2 variant(s) x ")

@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 
 from faprof import run as runner  # noqa: E402
 from faprof.nsight import ncu  # noqa: E402
-from faprof.nsight.ncu import tables as cat  # noqa: E402
+from faprof.nsight.ncu.catalogue_core import ALL_KERNELS, OCCUPANCY_LIMITERS  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,
@@ -84,24 +84,24 @@ def test_every_ran_pair_is_in_the_summary(bundle):
     s = bundle.read("ncu_summary")
     for variant, shape_id in ran:
         rows = s[(s["variant"] == variant) & (s["shape_id"] == shape_id)]
-        launches = rows[rows["kernel"] != cat.ALL_KERNELS]
+        launches = rows[rows["kernel"] != ALL_KERNELS]
         n = BWD_KERNELS_PER_CALL[variant] if shape_id.endswith("_bwd") else KERNELS_PER_CALL[variant]
         assert list(launches["launch"]) == list(range(n)), (variant, shape_id, list(launches["kernel"]))
-        agg = rows[rows["kernel"] == cat.ALL_KERNELS]
+        agg = rows[rows["kernel"] == ALL_KERNELS]
         assert len(agg) == 1 and agg["kernels"].iloc[0] == n
         assert agg["duration_ms"].iloc[0] == pytest.approx(launches["duration_ms"].sum())
 
 
 def test_summary_values_are_sane(bundle):
     s = bundle.read("ncu_summary")
-    k = s[s["kernel"] != cat.ALL_KERNELS]
+    k = s[s["kernel"] != ALL_KERNELS]
     assert (k["duration_ms"] > 0).all()
     assert k["achieved_occupancy_pct"].between(0, 100, inclusive="right").all()
     assert k["theoretical_occupancy_pct"].between(0, 100, inclusive="right").all()
-    assert k["occupancy_limiter"].isin(cat.OCCUPANCY_LIMITERS).all()
+    assert k["occupancy_limiter"].isin(OCCUPANCY_LIMITERS).all()
     assert (k["registers_per_thread"] > 0).all() and (k["grid_size"] >= 1).all()
     assert (k["cc"] == "{}.{}".format(*torch.cuda.get_device_capability())).all()
-    agg = s[s["kernel"] == cat.ALL_KERNELS]
+    agg = s[s["kernel"] == ALL_KERNELS]
     assert (agg["fp32_flops"] > 0).all()
     lo, hi = HW_OVER_ANALYTIC_RANGE
     assert agg["hw_over_analytic"].between(lo, hi).all(), agg[["variant", "shape_id", "hw_over_analytic"]]
@@ -131,7 +131,7 @@ def test_faprof_set_feeds_stalls_rules_and_advisor_counters(bundle):
     rules = bundle.read("ncu_rules")
     assert not rules.empty and set(rules["section"]) <= set(ncu.FAPROF_SECTIONS)
     s = bundle.read("ncu_summary")
-    k = s[s["kernel"] != cat.ALL_KERNELS]
+    k = s[s["kernel"] != ALL_KERNELS]
     for col in (
         "local_ld_sectors",
         "global_ld_sectors_per_request",
@@ -161,7 +161,7 @@ def test_backward_kernels_launched_by_autograd_are_profiled(tmp_path):
     b = runner.profile(scen, runner.ProfileOptions(out_dir=tmp_path, ncu="basic", ceilings=False))
     assert b.manifest()["ncu"]["status"] == "ok", b.manifest()["ncu"].get("reason")
     s = b.read("ncu_summary")
-    s = s[s["kernel"] != cat.ALL_KERNELS]
+    s = s[s["kernel"] != ALL_KERNELS]
     # faprof's own kernels, in launch order (torch may add a fill or copy kernel of its own)
     per = {sid: [k for k in g.sort_values("launch")["kernel"] if k.startswith("fa2_")]
            for sid, g in s[s["variant"] == "fa2"].groupby("shape_id")}

@@ -18,8 +18,11 @@ import pytest
 
 from faprof.errors import FaprofError
 from faprof.nsight import ncu
-from faprof.nsight.ncu import read as ncu_read
 from faprof.nsight.ncu import tables as cat
+from faprof.nsight.ncu.catalogue_core import ALL_KERNELS
+from faprof.nsight.ncu.parse import keep_metric
+from faprof.nsight.ncu.rule_results import MESSAGE_TYPES, clean_message
+from faprof.nsight.ncu.summary import SUMMARY_COLUMNS, summarize
 
 DATA = Path(__file__).parent / "data" / "ncu"
 FIXTURES = ("tiny_full", "tiny_basic", "fa_basic", "fa_full")
@@ -49,7 +52,7 @@ def test_rules_are_read_with_their_columns(tables, name):
     t, plan, _, _ = tables[name]
     r = t.rules
     assert t.rules_read and list(r.columns) == list(ncu.RULES_COLUMNS) and len(r) > 0
-    assert set(r["type"]) <= set(ncu_read.MESSAGE_TYPES.values())
+    assert set(r["type"]) <= set(MESSAGE_TYPES.values())
     assert r["rule"].str.len().gt(0).all() and r["section"].str.len().gt(0).all()
     assert r["message"].str.len().gt(0).all()
     assert not r["message"].str.contains("@url:|@section:|@sass:|@source:", regex=True).any()
@@ -62,7 +65,7 @@ def test_rules_are_read_with_their_columns(tables, name):
 
 def test_launch_configuration_rule_on_a_small_grid(tables):
     t, _, _, _ = tables["fa_full"]
-    s = cat.summarize(t.metrics)
+    s = summarize(t.metrics)
     blocks = s[s["kernel"] == "fa2_fwd_kernel"]["grid_size"].iloc[0]
     rule = t.rules[t.rules["rule"] == "LaunchConfiguration"].iloc[0]
     assert rule["section"] == "LaunchStats" and rule["type"] == "optimization"
@@ -85,8 +88,8 @@ def test_read_rules_alone_equals_the_combined_read(tables):
 
 def test_clean_message_keeps_link_text():
     text = "See @url:the guide:https://docs.nvidia.com/x@ and @section:Occupancy:the occupancy section@ for  more."
-    assert ncu_read.clean_message(text) == "See the guide and the occupancy section for more."
-    assert ncu_read.clean_message(None) == ""
+    assert clean_message(text) == "See the guide and the occupancy section for more."
+    assert clean_message(None) == ""
 
 
 # ------------------------------------------------------------------------------- catalogue only
@@ -95,21 +98,21 @@ def test_clean_message_keeps_link_text():
 @pytest.mark.parametrize("name", FIXTURES)
 def test_only_catalogue_metrics_are_kept(tables, name):
     t, plan, rep, mod = tables[name]
-    assert t.metrics["metric"].map(ncu_read.keep_metric).all()
+    assert t.metrics["metric"].map(keep_metric).all()
     per_launch = t.metrics.groupby("kernel_id")["metric"].nunique()
     everything = ncu.read_report(rep, plan, mod, all_metrics=True).groupby("kernel_id")["metric"].nunique()
     assert (per_launch < 200).all() and (everything > 3 * per_launch).all()
     # what the derived tables read is the same either way
-    assert cat.summarize(t.metrics, plan).equals(
-        cat.summarize(ncu.read_report(rep, plan, mod, all_metrics=True), plan)
+    assert summarize(t.metrics, plan).equals(
+        summarize(ncu.read_report(rep, plan, mod, all_metrics=True), plan)
     )
 
 
 def test_replay_passes_per_set(tables):
     for name, passes in (("fa_basic", 15), ("fa_full", 38), ("tiny_full", None)):
         t, plan, _, _ = tables[name]
-        s = cat.summarize(t.metrics, plan)
-        got = s[s["kernel"] != cat.ALL_KERNELS]["replay_passes"]
+        s = summarize(t.metrics, plan)
+        got = s[s["kernel"] != ALL_KERNELS]["replay_passes"]
         if passes is None:
             assert got.between(30, 40).all()  # full, a pass less where a section does not apply
         else:
@@ -121,7 +124,7 @@ def test_replay_passes_per_set(tables):
 
 def test_bank_conflicts_show_as_wavefronts_per_shared_instruction(tables):
     t, plan, _, _ = tables["tiny_full"]
-    s = cat.summarize(t.metrics, plan).set_index("kernel")
+    s = summarize(t.metrics, plan).set_index("kernel")
     smem = s.loc["tiny_smem"]
     smem = smem[smem["launch"] >= 0].iloc[0] if smem.ndim > 1 else smem
     # 64 strided loads (32 wavefronts each) and 4 conflict-free stores per thread
@@ -129,7 +132,7 @@ def test_bank_conflicts_show_as_wavefronts_per_shared_instruction(tables):
     assert smem["smem_wavefronts_per_inst"] == pytest.approx(expected, rel=0.02)
     assert smem["smem_excessive_wavefronts"] > 0.9 * smem["smem_wavefronts"]
     fa2, _, _, _ = tables["fa_full"]
-    f = cat.summarize(fa2.metrics)
+    f = summarize(fa2.metrics)
     f = f[f["kernel"] == "fa2_fwd_kernel"].iloc[0]
     assert 1 <= f["smem_wavefronts_per_inst"] < 3  # fa2's tiles are laid out without conflicts
 
@@ -137,15 +140,15 @@ def test_bank_conflicts_show_as_wavefronts_per_shared_instruction(tables):
 @pytest.mark.parametrize("name", ["tiny_full", "fa_full"])
 def test_no_spills_in_kernels_that_do_not_spill(tables, name):
     t, plan, _, _ = tables[name]
-    s = cat.summarize(t.metrics, plan)
-    k = s[s["kernel"] != cat.ALL_KERNELS]
+    s = summarize(t.metrics, plan)
+    k = s[s["kernel"] != ALL_KERNELS]
     assert (k["local_ld_sectors"] == 0).all() and (k["local_st_sectors"] == 0).all()
     assert (k["spill_requests"] == 0).all() and (k["spill_inst"] == 0).all()
 
 
 def test_coalescing_counters(tables):
     t, plan, _, _ = tables["fa_full"]
-    s = cat.summarize(t.metrics, plan)
+    s = summarize(t.metrics, plan)
     k = s[s["kernel"] == "fa2_fwd_kernel"].iloc[0]
     assert k["global_ld_sectors_per_request"] == pytest.approx(
         k["global_ld_sectors"] / k["global_ld_requests"]
@@ -156,8 +159,8 @@ def test_coalescing_counters(tables):
 
 def test_basic_set_has_no_advisor_counters_but_keeps_its_columns(tables):
     t, plan, _, _ = tables["fa_basic"]
-    s = cat.summarize(t.metrics, plan)
-    assert list(s.columns) == list(cat.SUMMARY_COLUMNS)
+    s = summarize(t.metrics, plan)
+    assert list(s.columns) == list(SUMMARY_COLUMNS)
     assert s["smem_wavefronts_per_inst"].isna().all() and s["spill_requests"].isna().all()
 
 
@@ -183,8 +186,8 @@ def test_faprof_set_fixture(tmp_path):
     plan = ncu.load_plan(DATA / "faprof_set_plan.json")
     t = ncu.read_tables(rep, plan, mod)
     assert set(t.rules["section"]) <= set(ncu.FAPROF_SECTIONS)
-    s = cat.summarize(t.metrics, plan)
-    k = s[s["kernel"] != cat.ALL_KERNELS]
+    s = summarize(t.metrics, plan)
+    k = s[s["kernel"] != ALL_KERNELS]
     assert k["variant"].notna().all() and (k["replay_passes"] < 38).all()
     for col in (
         "achieved_occupancy_pct",

@@ -88,6 +88,7 @@ def test_a_part_does_not_teach_the_cost_cache_its_pace(monkeypatch, tmp_path):
     the next one-GPU plan wrong, so it records kernels per pair only."""
     from faprof.nsight.ncu import run as ncu_run
     from faprof.nsight.ncu import session_plan as ncu_plan
+    from faprof.nsight.ncu.process import NcuRun
 
     path = tmp_path / "costs.json"
     monkeypatch.setattr(ncu_plan, "costs_path", lambda: path)
@@ -110,7 +111,7 @@ def test_a_part_does_not_teach_the_cost_cache_its_pace(monkeypatch, tmp_path):
         def progress(*a):
             pass
 
-    result = ncu_run.NcuRun(0, 30.0, 2, False, False, False, [], [], [], prof_times=[10.0, 12.0])
+    result = NcuRun(0, 30.0, 2, False, False, False, [], [], [], prof_times=[10.0, 12.0])
     monkeypatch.setenv("FAPROF_NCU_PART", "1")
     ncu_run._learn_costs(S, result, {"ncu_summary": 2})
     g = ncu_plan.load_costs(path)["gpus"]["NVIDIA H100 80GB HBM3"]

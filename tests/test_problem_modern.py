@@ -17,6 +17,7 @@ from faprof.correctness import layouts
 from faprof.errors import FaprofError
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import load_scenario
+from faprof.variants.definition import assemble_q, sequence_views
 from faprof.variants.torch_variants import SDPA_FEATURES
 
 
@@ -166,7 +167,7 @@ SMALL = [
 def _loops(p: AttentionProblem, q, k, v, args) -> torch.Tensor:
     """Attention one (sequence, head, query) at a time in float64 with plain loops: an implementation
     that shares nothing with faprof's but the tensors' layout."""
-    views = list(layouts.sequence_views(p, q, k, v, args))
+    views = list(sequence_views(p, q, k, v, args))
     outs = []
     for sv in views:
         sq, sk = sv.q.shape[1], sv.k.shape[1]
@@ -187,7 +188,7 @@ def _loops(p: AttentionProblem, q, k, v, args) -> torch.Tensor:
             for wj, j in zip(w, keys, strict=True):
                 o[h, i] += wj / sum(w) * sv.v[kh, j].double()
         outs.append(o)
-    return layouts.assemble_q(p, outs)
+    return assemble_q(p, outs)
 
 
 @pytest.mark.parametrize("problem", SMALL, ids=lambda p: p.shape_id)

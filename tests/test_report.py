@@ -20,6 +20,8 @@ from faprof.errors import FaprofError
 from faprof.report import fmt as report_fmt
 from faprof.report import why as why_mod
 from faprof.report import writer as report
+from faprof.report.method import cite, meta
+from faprof.report.observations import trend_phrase
 from faprof.store import Bundle
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -307,7 +309,7 @@ def test_a_timings_only_bundle_claims_no_cause_it_has_no_counters_for():
     (1.09, 1.13, "fa2 holds steady"),
 ])
 def test_trend_wording(first, last, words):
-    assert words in report.trend_phrase("fa2", first, last)
+    assert words in trend_phrase("fa2", first, last)
 
 
 @pytest.mark.parametrize("fn,x,out", [
@@ -323,9 +325,9 @@ def test_number_formats(fn, x, out):
 
 def test_cite_keeps_title_gpu_and_date_and_drops_the_path():
     src = "shared/seeds/003_98ea9d3a015f479c.txt (FlashAttention Kernel Benchmark Report, NVIDIA L4, 2025-10-13)"
-    assert report.cite(src) == "*FlashAttention Kernel Benchmark Report* (NVIDIA L4, 2025-10-13)"
-    assert report.cite("Flash Attention Benchmark Report, RTX 4070") == "*Flash Attention Benchmark Report* (RTX 4070)"
-    assert report.cite("shared/seeds/x.txt") == "" and report.cite(None) == ""
+    assert cite(src) == "*FlashAttention Kernel Benchmark Report* (NVIDIA L4, 2025-10-13)"
+    assert cite("Flash Attention Benchmark Report, RTX 4070") == "*Flash Attention Benchmark Report* (RTX 4070)"
+    assert cite("shared/seeds/x.txt") == "" and cite(None) == ""
 
 
 def test_cite_keeps_a_parenthesised_title_whole_and_the_first_line_says_source_or_reproduces():
@@ -333,14 +335,14 @@ def test_cite_keeps_a_parenthesised_title_whole_and_the_first_line_says_source_o
     figures the scenario does not quote is its source, not a report it reproduces."""
     llama = ("Meta Llama 3 8B model card and config.json (num_attention_heads 32, num_key_value_heads 8, "
              "hidden_size 4096, so head dim 128; 8k context), 2024-04-18")
-    assert report.cite(llama) == (f"*{llama.removesuffix(', 2024-04-18')}* (2024-04-18)")
+    assert cite(llama) == (f"*{llama.removesuffix(', 2024-04-18')}* (2024-04-18)")
     mistral = "Mistral 7B (Jiang et al., arXiv 2310.06825, 2023-10-10) and its config.json (head_dim 128, sliding_window 4096)"
-    assert report.cite(mistral) == f"*{mistral}*"
+    assert cite(mistral) == f"*{mistral}*"
     df = pd.DataFrame({"status": ["ok"]})
     m = {"run_id": "r", "status": "complete", "scenario": {"source": llama}}
-    assert report.meta(m, df).endswith(f" · source: {report.cite(llama)}.")
+    assert meta(m, df).endswith(f" · source: {cite(llama)}.")
     m = {**m, "scenario": {"source": "FlashAttention Kernel Benchmark Report, NVIDIA L4, 2025-10-13"}, "published": [{"value": 1}]}
-    assert report.meta(m, df).endswith(" · reproduces *FlashAttention Kernel Benchmark Report* (NVIDIA L4, 2025-10-13).")
+    assert meta(m, df).endswith(" · reproduces *FlashAttention Kernel Benchmark Report* (NVIDIA L4, 2025-10-13).")
 
 
 def test_a_damaged_bundle_writes_nothing(tmp_path):

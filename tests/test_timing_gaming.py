@@ -21,6 +21,7 @@ import pytest
 
 from faprof import variants
 from faprof.correctness import check as correctness
+from faprof.correctness.reference import compute_reference
 from faprof.model.problem import AttentionProblem
 from faprof.model.settings import DEFAULT_TOLERANCE, TimingSettings
 from faprof.timing import cupti_timer, harness, integrity
@@ -34,7 +35,7 @@ PROBLEM = AttentionProblem(B=2, H=2, Sq=64, Sk=64, D=32, dtype="fp32", causal=Tr
 def _measure(name: str, problem: AttentionProblem = PROBLEM) -> dict:
     variants.load_user_variants(str(GAMING / "gaming_variants.py"))  # a fresh module: no pending work, no cache
     inputs = correctness.make_inputs(problem, "cpu", seed=11)
-    ref = correctness.compute_reference(problem, inputs, cuda_ok=False)
+    ref = compute_reference(problem, inputs, cuda_ok=False)
     return harness.measure(variants.get(name), problem, inputs, ref, "cpu", QUICK, DEFAULT_TOLERANCE[problem.dtype])
 
 
@@ -103,7 +104,7 @@ def test_threads_left_by_earlier_calls_cannot_overwrite_the_checked_call(monkeyp
     for _ in range(3):
         calls[0] = 0
         inputs = correctness.make_inputs(PROBLEM, "cpu", seed=11)
-        ref = correctness.compute_reference(PROBLEM, inputs, cuda_ok=False)
+        ref = compute_reference(PROBLEM, inputs, cuda_ok=False)
         row = harness.measure(variants.get("gaming_thread_late"), PROBLEM, inputs, ref, "cpu", QUICK,
                               DEFAULT_TOLERANCE[PROBLEM.dtype])
         assert row["correct"] is True, row["check_reason"]
@@ -172,7 +173,7 @@ def test_output_written_into_an_input_is_flagged():
 def test_a_torch_variant_is_not_flagged():
     variants.load_user_variants(str(GAMING / "gaming_variants.py"))
     inputs = correctness.make_inputs(PROBLEM, "cpu", seed=3)
-    ref = correctness.compute_reference(PROBLEM, inputs, cuda_ok=False)
+    ref = compute_reference(PROBLEM, inputs, cuda_ok=False)
     row = harness.measure(variants.get("torch_standard"), PROBLEM, inputs, ref, "cpu", QUICK, DEFAULT_TOLERANCE["fp32"])
     assert row["correct"] is True and row["timing_flagged"] is False
 

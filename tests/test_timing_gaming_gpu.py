@@ -22,6 +22,7 @@ import pytest
 
 from faprof import variants
 from faprof.correctness import check as correctness
+from faprof.correctness.reference import compute_reference
 from faprof.model.problem import AttentionProblem
 from faprof.model.settings import DEFAULT_TOLERANCE, TimingSettings
 from faprof.timing import cupti_timer, harness
@@ -44,7 +45,7 @@ def measure(name: str, settings: TimingSettings = QUICK) -> dict:
     variants.load_user_variants(str(GAMING))
     variants.get(name).fn.__globals__["reset"]()  # no pending work or cached output of an earlier test
     inputs = correctness.make_inputs(PROBLEM, "cuda", seed=23)
-    ref = correctness.compute_reference(PROBLEM, inputs, cuda_ok=True)
+    ref = compute_reference(PROBLEM, inputs, cuda_ok=True)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     return harness.measure(variants.get(name), PROBLEM, inputs, ref, "cuda", settings,
                            DEFAULT_TOLERANCE[PROBLEM.dtype], l2_bytes=l2)
@@ -160,7 +161,7 @@ def test_a_timed_call_faster_than_the_gpu_can_be_is_untrusted():
     variants.load_user_variants(str(GAMING))
     variants.get("gaming_skip_after").fn.__globals__["reset"]()
     inputs = correctness.make_inputs(big, "cuda", seed=5)
-    ref = correctness.compute_reference(big, inputs, cuda_ok=True)
+    ref = compute_reference(big, inputs, cuda_ok=True)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     row = harness.measure(variants.get("gaming_skip_after"), big, inputs, ref, "cuda", QUICK,
                           DEFAULT_TOLERANCE[big.dtype], l2_bytes=l2)

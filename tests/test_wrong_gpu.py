@@ -19,6 +19,7 @@ import pytest
 from faprof import variants
 from faprof.correctness import adversarial, wrong_text
 from faprof.correctness import check as correctness
+from faprof.correctness.reference import compute_reference
 from faprof.model.problem import AttentionProblem
 from faprof.model.settings import DEFAULT_TOLERANCE
 from faprof.run import ProfileOptions, profile
@@ -94,7 +95,7 @@ SHAPES = [
 @pytest.mark.parametrize("problem", SHAPES, ids=[p.shape_id for p in SHAPES])
 def test_no_correct_variant_is_flagged_by_a_probe(problem):
     inputs = correctness.make_inputs(problem, "cuda", seed=2025)
-    ps = adversarial.ProbeSet(problem, "cuda", lambda p, i: correctness.compute_reference(p, i, cuda_ok=True),
+    ps = adversarial.ProbeSet(problem, "cuda", lambda p, i: compute_reference(p, i, cuda_ok=True),
                               inputs.seed)
     tol = DEFAULT_TOLERANCE[problem.dtype]
     ran = []

@@ -27,6 +27,8 @@ from faprof.model.settings import DEFAULT_TOLERANCE
 sys.path.insert(0, str(Path(__file__).parent / "wrong"))
 import cpu_wrong_layouts as planted  # noqa: E402
 
+from faprof.correctness.reference import compute_reference
+
 VARLEN = AttentionProblem(B=4, H=2, Sq=40, Sk=40, D=32, dtype="fp32", causal=True, seqlens_q=(17, 40, 9, 26),
                           mask_align="bottom_right")
 VARLEN_FULL = AttentionProblem(B=3, H=4, Sq=30, Sk=30, D=32, dtype="fp16", seqlens_q=(12, 30, 21), Hkv=2)
@@ -86,7 +88,7 @@ def test_the_check_names_a_layout_bug_first(p, bug, family):
 
     var = Variant("t_planted", "user", "test", fn, dtypes=("fp16", "fp32"), device="cpu", features=p.features())
     inputs = correctness.make_inputs(p, "cpu", seed=9)
-    ref = correctness.compute_reference(p, inputs, cuda_ok=False)
+    ref = compute_reference(p, inputs, cuda_ok=False)
     r = correctness.check_correctness(var, p, inputs, ref, "cpu", DEFAULT_TOLERANCE[p.dtype])
     assert not r["correct"] and r["signatures"], r["check_reason"]
     assert (r["signatures"][0]["family"], r["signatures"][0]["kind"]) == (family, bug), r["signatures"]

@@ -178,6 +178,7 @@ def test_a_stride_bug_is_named_when_the_rows_are_subsampled(S):
     """Past MAX_ROWS query rows the signatures examine a sample of rows; the batch-offset bug is still
     named (recorded on the H100: an IndexError there, rows sampled against every row's errors)."""
     from faprof.correctness import check as correctness
+    from faprof.correctness.reference import compute_reference
     from faprof.model.problem import AttentionProblem
     from faprof.model.settings import DEFAULT_TOLERANCE
     from faprof.variants import get
@@ -185,7 +186,7 @@ def test_a_stride_bug_is_named_when_the_rows_are_subsampled(S):
     assert S > signatures.MAX_ROWS
     p = AttentionProblem(B=2, H=2, Sq=S, Sk=S, D=32, dtype="fp32", causal=False)
     inputs = correctness.make_inputs(p, "cpu", seed=0)
-    ref = correctness.compute_reference(p, inputs, cuda_ok=False)
+    ref = compute_reference(p, inputs, cuda_ok=False)
     res = correctness.check_correctness(get("wrong_batch_offset"), p, inputs, ref, "cpu", DEFAULT_TOLERANCE["fp32"])
     assert not res["correct"]
     assert res["signatures"] and res["signatures"][0]["family"] == "stride", res["signatures"]

@@ -22,6 +22,7 @@ import torch
 
 from faprof.correctness import check as correctness
 from faprof.correctness import wrong_text
+from faprof.correctness.reference import compute_reference
 from faprof.correctness.signatures import Signature, rank
 from faprof.model.problem import AttentionProblem
 from faprof.model.settings import DEFAULT_TOLERANCE
@@ -80,7 +81,7 @@ def _variant(name, fn):
 
 def _check(fn, p, seed=4):
     inputs = correctness.make_inputs(p, "cpu", seed=seed)
-    ref = correctness.compute_reference(p, inputs, cuda_ok=False)
+    ref = compute_reference(p, inputs, cuda_ok=False)
     return correctness.check_correctness(_variant("x", fn), p, inputs, ref, "cpu", DEFAULT_TOLERANCE[p.dtype])
 
 

@@ -30,9 +30,10 @@ from typing import Any
 
 from faprof.advisor.evidence import Call, Launch, nansum, ok
 from faprof.nsight.ncu import catalogue
+from faprof.nsight.ncu.catalogue_stalls import STALL_REASONS
 
 #: The warp states of the accounting, issuing first (catalogue concepts `warp_state_<state>`).
-STATES: tuple[str, ...] = ("selected", *(r for r in catalogue.STALL_REASONS if f"warp_state_{r}" in catalogue.CATALOGUE))
+STATES: tuple[str, ...] = ("selected", *(r for r in STALL_REASONS if f"warp_state_{r}" in catalogue.CATALOGUE))
 
 #: The pipes of the accounting (catalogue concepts `pipe_inst_<pipe>`), tensor pipes first.
 PIPES: tuple[str, ...] = tuple(k.removeprefix("pipe_inst_") for k in catalogue.CATALOGUE if k.startswith("pipe_inst_"))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from faprof.nsight.ncu import catalogue
+from faprof.nsight.ncu.catalogue_stalls import PIPE_ADVICE, STALL_ADVICE, Advice
 
 #: Kinds of finding, in the order a ranked list shows them after the primary one.
 #:   correctness: wrong results (always first);
@@ -57,7 +57,7 @@ class Cause:
     most calls do, it is said once for the shape."""
 
 
-def _advice_fix(a: catalogue.Advice) -> str:
+def _advice_fix(a: Advice) -> str:
     return f"{a.fix} (points to: {a.points_to})"
 
 
@@ -165,10 +165,10 @@ _RECORDS: tuple[Cause, ...] = (
     # ---- accounting terms (faprof.advisor.differential / accounting), one per warp state and pipe
     *(_C(f"stall:{r}", f"warps stalled: {r.replace('_', ' ')}", "term", metrics=(f"stall:{r}",),
          fix=_advice_fix(a), meaning=a.meaning)
-      for r, a in catalogue.STALL_ADVICE.items() if r != "selected"),
+      for r, a in STALL_ADVICE.items() if r != "selected"),
     *(_C(f"pipe:{p}", _PIPE_TITLES.get(p, f"{p.replace('_', ' ')} instructions"), "term",
          metrics=_PIPE_METRICS.get(p, (f"pipe:{p}",)), fix=_advice_fix(a), meaning=a.meaning)
-      for p, a in catalogue.PIPE_ADVICE.items()),
+      for p, a in PIPE_ADVICE.items()),
     _C("lanes:inactive", "inactive lanes (warp divergence)", "term", metrics=("stall:branch_resolving",),
        fix="keep a warp's lanes on one path: move lane-dependent branches out of the inner loop, give each warp whole rows"),
     _C("lanes:predicated_off", "predicated-off lanes", "term",

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from faprof.advisor.causes import record
-from faprof.nsight.ncu import catalogue
+from faprof.nsight.ncu import catalogue_stalls
 
 #: Advice per occupancy limiter (ncu_summary's `occupancy_limiter`; build_report.occupancy's spelling too).
 LIMITER_ADVICE = {
@@ -20,7 +20,7 @@ LIMITER_ADVICE = {
 LIMITER_ADVICE["shared memory"] = LIMITER_ADVICE["shared_memory"]
 
 #: What each warp stall reason means and what usually fixes it: (meaning, fix), from the catalogue.
-STALL_ADVICE = {k: (v.meaning, v.fix) for k, v in catalogue.STALL_ADVICE.items()}
+STALL_ADVICE = {k: (v.meaning, v.fix) for k, v in catalogue_stalls.STALL_ADVICE.items()}
 
 
 @dataclass

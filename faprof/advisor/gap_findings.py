@@ -22,7 +22,7 @@ from faprof.advisor.findings import Finding, num, pct_of_share, split_kv_fix
 from faprof.advisor.partition import AHEAD, Part, Partition, partition
 from faprof.advisor.roles import products_on_tensor_cores
 from faprof.advisor.thresholds import value as T
-from faprof.nsight.ncu import catalogue
+from faprof.nsight.ncu.catalogue_stalls import PIPE_ADVICE_PRODUCTS_ON_TENSOR_CORES
 
 
 def _term_values(t: Term) -> str:
@@ -68,8 +68,8 @@ def _term_fix(t: Term, call: Call) -> str:
     """The fix of a term cause (its record's `fix`), said for this call where the call changes it: a pipe's
     advice when the kernel's matrix products already run on tensor cores, idle SMs on a decode-like problem."""
     kind, _, name = t.key.partition(":")
-    if kind == "pipe" and name in catalogue.PIPE_ADVICE_PRODUCTS_ON_TENSOR_CORES and products_on_tensor_cores(call):
-        a = catalogue.PIPE_ADVICE_PRODUCTS_ON_TENSOR_CORES[name]
+    if kind == "pipe" and name in PIPE_ADVICE_PRODUCTS_ON_TENSOR_CORES and products_on_tensor_cores(call):
+        a = PIPE_ADVICE_PRODUCTS_ON_TENSOR_CORES[name]
         return f"{a.fix} (points to: {a.points_to})"
     if t.key == "idle":
         return _idle_fix(call)

@@ -30,7 +30,7 @@ from faprof.advisor.rules_code import dependent_global_loads, global_atomics, pe
 from faprof.advisor.thresholds import value as T
 from faprof.model import gpus
 from faprof.model.values import as_float
-from faprof.nsight.ncu import catalogue
+from faprof.nsight.ncu import catalogue_stalls
 
 
 @dataclass
@@ -344,7 +344,7 @@ def stall_terms(lz: Launch, call: Call, ctx: Context) -> list[Finding]:
         share = acc.state_share(state)
         if not ok(share) or share < T("STALL_TERM_MIN_SHARE"):
             continue
-        advice = catalogue.STALL_ADVICE.get(state)
+        advice = catalogue_stalls.STALL_ADVICE.get(state)
         cpi = acc.warp_cycles[state] / acc.inst if acc.inst > 0 else math.nan
         ev = (f"{pct_of_share(share)} of the kernel's warp cycles ({num(cpi)} cycles per instruction"
               + (f": {advice.meaning}" if advice else "") + f"); the schedulers issue {pct_of_share(acc.issue_util)} of cycles; "

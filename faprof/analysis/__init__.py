@@ -128,4 +128,3 @@ from faprof.analysis.wrong import (  # noqa: F401
     map_grid,
     maps_index,
 )
-from faprof.store import MANIFEST, find_bundles  # noqa: F401  (the app finds uploaded bundles with them)

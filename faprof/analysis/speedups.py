@@ -10,8 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from faprof.model.schema import STATUSES, TIMED  # noqa: F401  (one home: model.schema)
-from faprof.rows.derive import bandwidth_for, derive, peak_clock_for, peak_for  # noqa: F401  (one home: rows.derive)
+from faprof.model.schema import TIMED
 
 
 def with_speedups(df: pd.DataFrame, baseline: str, group_baselines: dict[str, str] | None = None,

@@ -257,8 +257,8 @@ def gate(baseline: str, candidate: str, threshold: str | None, allow_mismatch: b
     2 bad input, or GPU models that differ without --allow-mismatch.
     """
     from faprof.gate import GateOptions, parse_threshold, run_gate
-    from faprof.gate.noise import load_floors
     from faprof.model.plan import split_list
+    from faprof.rows.noise_floor import load_floors
     from faprof.run import gate_runs as gate_run
 
     options = GateOptions(threshold=parse_threshold(threshold) if threshold is not None else None,

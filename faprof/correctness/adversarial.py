@@ -63,6 +63,7 @@ from faprof.correctness import layouts
 from faprof.model.mask import allowed
 from faprof.model.problem import AttentionProblem, torch_dtype
 from faprof.model.scores import masked, scores
+from faprof.variants.definition import sequence_q, sequence_views
 
 #: Probes run on at most 2 batches and 2 heads: the fewest that still show an offset that ignores
 #: the batch or head index (one slice gets another's answer), and 1/4..1/64 of the scenario shapes.
@@ -127,7 +128,7 @@ class ProbeInputs:
     dout: Any
     seed: int
     args: Any = None
-    """The problem's index tensors (faprof.correctness.layouts.AttnArgs), on the inputs' device."""
+    """The problem's index tensors (faprof.variants.definition.AttnArgs), on the inputs' device."""
 
 
 #: fp32's unit roundoff: kernels compute scores and the softmax's exponent arguments in fp32.
@@ -178,10 +179,10 @@ def _sequences(problem: AttentionProblem, inputs: Any) -> Iterator[tuple[Any, An
         ok = allowed(problem.mask, problem.Sq, problem.Sk).to(inputs.q.device)
         yield tuple(t.detach().float() for t in (inputs.q, inputs.k, inputs.v, inputs.dout)) + (ok,)  # type: ignore[misc]
         return
-    for sv in layouts.sequence_views(problem, inputs.q, inputs.k, inputs.v, getattr(inputs, "args", None)):
+    for sv in sequence_views(problem, inputs.q, inputs.k, inputs.v, getattr(inputs, "args", None)):
         g = problem.group
         k, v = (t.detach().float().repeat_interleave(g, dim=0) for t in (sv.k, sv.v))
-        do = layouts.sequence_q(problem, inputs.dout, sv.b).detach().float()
+        do = sequence_q(problem, inputs.dout, sv.b).detach().float()
         yield sv.q.detach().float(), k, v, do, allowed(problem.mask, sv.q.shape[1], k.shape[1]).to(k.device)
 
 
@@ -480,7 +481,7 @@ class ProbeSet:
     problem: AttentionProblem
     device: str
     reference: Callable[[AttentionProblem, Any], Any]
-    """(probe problem, probe inputs) -> the reference (faprof.correctness.compute_reference)."""
+    """(probe problem, probe inputs) -> the reference (faprof.correctness.reference.compute_reference)."""
     seed: int
     inputs: Any = None
     """The randn check's inputs (q, k, v, dout, seed attributes): given, the slicing probes cut them."""

@@ -35,16 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from faprof.correctness import errormap, layouts, positions, signatures
-from faprof.correctness.reference import (  # noqa: F401  (re-exported: callers import them from here)
-    CPU_REFERENCE_MAX_FLOPS,
-    Reference,
-    compute_reference,
-    full_fp32_precision,
-    needs_grads,
-)
+from faprof.correctness.reference import Reference, needs_grads
 from faprof.model.problem import AttentionProblem, torch_dtype
 from faprof.model.settings import Tolerance
-from faprof.variants.torch_variants import masked_scores as _scores  # noqa: F401  (tests build scores with it)
+from faprof.variants.definition import AttnArgs
 
 #: Number of output elements kept per row, as in report 000's "first 10 elements" table.
 SAMPLE_ELEMENTS = 10
@@ -58,7 +52,7 @@ class Inputs:
     v: Any
     dout: Any
     seed: int
-    args: layouts.AttnArgs | None = None
+    args: AttnArgs | None = None
     """The problem's index tensors (cu_seqlens, cache lengths, block table), on the inputs' device;
     every tensor None for a dense problem. Variants that declare features get it as `attn=`."""
 
@@ -237,7 +231,7 @@ def poison_allocator(nbytes: int, device: str) -> None:
 
 
 def make_call(variant, problem: AttentionProblem, ts, dout, out=None,
-              attn: layouts.AttnArgs | None = None) -> tuple[Callable[[], Any], Callable[[], Any]]:
+              attn: AttnArgs | None = None) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """(checked_call, timed_call) for the variant and direction.
 
     fwd: the forward. bwd: gradients for `dout` with the forward done once, outside the timing
@@ -251,7 +245,7 @@ def make_call(variant, problem: AttentionProblem, ts, dout, out=None,
     causal, scale = problem.causal, problem.softmax_scale
     kw: dict[str, Any] = {}
     if getattr(variant, "features", None):
-        kw["attn"] = (attn if attn is not None else layouts.AttnArgs(problem)).to(q.device)
+        kw["attn"] = (attn if attn is not None else AttnArgs(problem)).to(q.device)
     if problem.direction == "fwd":
         def fwd():
             with torch.no_grad():

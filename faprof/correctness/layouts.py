@@ -1,7 +1,7 @@
 """Tensors in a problem's layout (dense, packed varlen, paged KV), and attention computed from the definition.
 
 (The definition itself, `attend` and the per-sequence views, lives in faprof.variants.definition so
-the torch baselines share it; the names are re-exported here.)
+the torch baselines share it; import those names from there.)
 
 `make_layout_inputs` draws Q, K, V (and dO) in the layout AttentionProblem's docstring gives, with
 the index tensors a kernel needs (`AttnArgs`: cu_seqlens, cache lengths, a block table whose blocks
@@ -19,17 +19,7 @@ from typing import Any
 
 from faprof.errors import FaprofError
 from faprof.model.problem import AttentionProblem, torch_dtype
-from faprof.variants.definition import (  # noqa: F401  (re-exported: one import for inputs and the definition)
-    AttnArgs,
-    SeqView,
-    assemble_lse,
-    assemble_q,
-    attend,
-    attention,
-    sequence_kv,
-    sequence_q,
-    sequence_views,
-)
+from faprof.variants.definition import AttnArgs, assemble_lse, assemble_q, attend, sequence_views
 
 #: Spare blocks in a paged pool, as a fraction of the blocks in use: a kernel that ignores the block
 #: table (reads blocks in pool order) then reads other sequences' or unused blocks, and is wrong.

@@ -28,6 +28,7 @@ from faprof.correctness import layouts
 from faprof.model.mask import allowed_rows as mask_rows
 from faprof.model.problem import AttentionProblem, torch_dtype
 from faprof.model.scores import scores
+from faprof.variants.definition import AttnArgs, sequence_kv, sequence_q, sequence_views
 from faprof.variants.torch_variants import masked_scores as _scores
 from faprof.variants.torch_variants import standard_attention as _standard_attention
 
@@ -86,7 +87,7 @@ def needs_grads(problem: AttentionProblem) -> bool:
     return problem.direction in ("bwd", "fwd_bwd")
 
 
-def _args(inputs: Any) -> layouts.AttnArgs | None:
+def _args(inputs: Any) -> AttnArgs | None:
     return getattr(inputs, "args", None)
 
 
@@ -210,7 +211,7 @@ def _lse_view(problem: AttentionProblem, lse, b: int):
     return lse[b]
 
 
-def layout_attention(problem: AttentionProblem, q, k, v, args: layouts.AttnArgs | None, dev, dt,
+def layout_attention(problem: AttentionProblem, q, k, v, args: AttnArgs | None, dev, dt,
                      dout=None) -> LayoutResult:
     """Attention of `problem` from the definition on `dev` in `dt`, block by block (module docstring):
     o and the LSE, and with `dout` the gradients dq, dk, dv, all in the problem's layout."""
@@ -219,12 +220,12 @@ def layout_attention(problem: AttentionProblem, q, k, v, args: layouts.AttnArgs 
     grads = dout is not None
     out, lse, g = _empty_outputs(problem, q, dev, dt, grads)
     G = problem.group
-    for sv in layouts.sequence_views(problem, q, k, v, args):
+    for sv in sequence_views(problem, q, k, v, args):
         sq, sk = sv.q.shape[1], sv.k.shape[1]
-        o_seq, l_seq = layouts.sequence_q(problem, out, sv.b), _lse_view(problem, lse, sv.b)
-        do_seq = layouts.sequence_q(problem, dout, sv.b) if grads else None
-        g_seq = ((layouts.sequence_q(problem, g[0], sv.b), layouts.sequence_kv(problem, g[1], sv.b),
-                  layouts.sequence_kv(problem, g[2], sv.b)) if g is not None else None)
+        o_seq, l_seq = sequence_q(problem, out, sv.b), _lse_view(problem, lse, sv.b)
+        do_seq = sequence_q(problem, dout, sv.b) if grads else None
+        g_seq = ((sequence_q(problem, g[0], sv.b), sequence_kv(problem, g[1], sv.b),
+                  sequence_kv(problem, g[2], sv.b)) if g is not None else None)
         for kvh in range(problem.kv_heads):
             heads = slice(kvh * G, (kvh + 1) * G)
             kh = sv.k[kvh:kvh + 1].detach().to(dev, dt)

@@ -11,20 +11,20 @@ starts (a candidate scenario profiled now, ambiguous rows re-timed) are faprof.r
 the command line wires to it.
 """
 
+from faprof.analysis.comparison.shift import SLOWER
 from faprof.gate.judge import (
     DEFAULT_THRESHOLD,
     EXIT_AMBIGUOUS,
     EXIT_OK,
     EXIT_REGRESSION,
-    SLOWER,
-    GateOptions,
     GateResult,
     Retime,
-    cudnn_version,
     parse_threshold,
     resolve_threshold,
     run_gate,
 )
+from faprof.gate.provenance import cudnn_version
+from faprof.gate.verdicts import GateOptions
 
 __all__ = ["DEFAULT_THRESHOLD", "EXIT_AMBIGUOUS", "EXIT_OK", "EXIT_REGRESSION", "SLOWER", "GateOptions",
            "GateResult", "Retime", "cudnn_version", "parse_threshold", "resolve_threshold", "run_gate"]

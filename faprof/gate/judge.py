@@ -28,8 +28,8 @@ Only bundles are read here; re-timing ambiguous rows is a callback (`Retime`) th
 (`faprof.run.gate_runs.retime`), so the gate itself only reads bundles.
 
 Modules: the rows' verdicts (`faprof.gate.verdicts`) and the provenance checks
-(`faprof.gate.provenance`); this one reads and pairs the two bundles, runs the gate
-(`run_gate`) and keeps every public name importable from here.
+(`faprof.gate.provenance`); this one reads and pairs the two bundles and runs the gate
+(`run_gate`); import each name from the module that defines it (or from `faprof.gate`).
 """
 
 from __future__ import annotations
@@ -42,23 +42,15 @@ import pandas as pd
 
 from faprof.analysis import aliases, comparison
 from faprof.analysis.comparison import pool as gate_pool
-from faprof.analysis.comparison.shift import AMBIGUOUS, FASTER, SAME, SLOWER
+from faprof.analysis.comparison.shift import SLOWER
 from faprof.errors import FaprofError
-from faprof.gate.noise import NoiseFloor, load_floors
-from faprof.gate.provenance import Check, cudnn_version, provenance
+from faprof.gate.provenance import Check, provenance
 from faprof.gate.verdicts import (
-    CLOCK_NOTE_REL,
-    FAILED,
     GATE_COLUMNS,
-    GATED_TIMERS,
-    MISSING,
-    UNTIMED,
     VERDICT_ORDER,
-    WRONG,
     GateOptions,
     apply_reruns,
     judge_row,
-    pct_text,
     pool_verdicts,
     row_record,
     rows_to_retime,
@@ -66,15 +58,8 @@ from faprof.gate.verdicts import (
 from faprof.gate.why_moved import Nsight, why_moved
 from faprof.model.scenarios import gate_threshold
 from faprof.rows import stats
+from faprof.rows.noise_floor import NoiseFloor, load_floors
 from faprof.store import Bundle
-
-# The names callers import from here, wherever they now live.
-__all__ = [
-    "AMBIGUOUS", "CLOCK_NOTE_REL", "DEFAULT_THRESHOLD", "EXIT_AMBIGUOUS", "EXIT_OK", "EXIT_REGRESSION", "FAILED",
-    "FASTER", "GATED_TIMERS", "GATE_COLUMNS", "MISSING", "SAME", "SLOWER", "UNTIMED", "VERDICT_ORDER", "WRONG",
-    "Check", "GateOptions", "GateResult", "Retime", "cudnn_version", "parse_threshold", "pct_text", "provenance",
-    "resolve_threshold", "run_gate",
-]
 
 #: The relative change that counts when neither --threshold nor the scenario says: three runs of one
 #: commit on one H200 (examples/runs/h200x2 run1-3, g1, 300 row pairs timed by CUPTI) differed by a

@@ -39,15 +39,7 @@ from faprof.analysis.comparison.shift import hl_one_sample
 from faprof.errors import FaprofError
 from faprof.model.schema import TIMED
 from faprof.rows import stats
-from faprof.rows.noise_floor import (  # noqa: F401  (the recorded floors: one home, re-exported for the gate)
-    FLOORS_FILE,
-    NO_FLOOR,
-    NoiseFloor,
-    RunSource,
-    floor_for,
-    load_floors,
-    to_toml,
-)
+from faprof.rows.noise_floor import NoiseFloor, RunSource
 from faprof.store import Bundle
 
 #: Rows timed by these clocks are what the floors describe (host-clock rows have no floor).

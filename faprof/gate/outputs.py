@@ -13,17 +13,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from faprof.analysis.comparison.shift import AMBIGUOUS, FASTER, SAME, SLOWER
-from faprof.gate.judge import (
-    EXIT_AMBIGUOUS,
-    EXIT_OK,
-    EXIT_REGRESSION,
-    FAILED,
-    MISSING,
-    UNTIMED,
-    WRONG,
-    GateResult,
-    pct_text,
-)
+from faprof.gate.judge import EXIT_AMBIGUOUS, EXIT_OK, EXIT_REGRESSION, GateResult
+from faprof.gate.verdicts import FAILED, MISSING, UNTIMED, WRONG, pct_text
 from faprof.gate.why_moved import fmt_value
 
 #: Version of the JSON document `--json` writes (bumped when a key changes meaning).

@@ -28,10 +28,10 @@ from faprof.analysis.comparison.shift import (
     log_shift,
     verdict,
 )
-from faprof.gate.noise import NoiseFloor
 from faprof.model.schema import TIMED
 from faprof.model.values import as_float
 from faprof.rows import stats
+from faprof.rows.noise_floor import NoiseFloor
 
 #: Verdicts besides the four timing ones (faprof.analysis.comparison.shift).
 WRONG, FAILED, UNTIMED, MISSING = "wrong", "failed", "untimed", "missing"

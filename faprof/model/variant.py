@@ -6,7 +6,7 @@ A variant's callable has one signature everywhere:
 
 with q [B, H, Sq, D], k and v [B, H, Sk, D], contiguous, on the variant's device. A variant that
 declares `features` (GQA, bottom-right causal, windows, soft-cap, varlen, paged: the problem's
-FEATURES) is also given, as keyword `attn=`, a `faprof.correctness.layouts.AttnArgs` (the problem and its
+FEATURES) is also given, as keyword `attn=`, a `faprof.variants.definition.AttnArgs` (the problem and its
 index tensors: cu_seqlens, cache lengths, block table); for such problems q, k and v come in the
 problem's layout (AttentionProblem's docstring). Torch
 baselines ignore `out` (they allocate their own result, which the harness poisons through the

@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from faprof import variants
+from faprof.correctness import check as correctness
 from faprof.model.plan import plan
 from faprof.model.scenarios import load_scenario
-from faprof.timing import gpu_clock, harness
+from faprof.timing import gpu_clock
 from faprof.variants import build
 
 WARMUP_RANGE = "faprof_warmup"
@@ -107,11 +108,11 @@ def run(scenario_spec: str, tool: str, variant_names: list[str] | None, iters: i
             continue
         try:
             if inputs is None or current_shape != problem.shape_id:
-                inputs = harness.make_inputs(problem, "cuda")
+                inputs = correctness.make_inputs(problem, "cuda")
                 current_shape = problem.shape_id
-            ts, dout = harness._prepare(problem, inputs, "cuda", variant.name)
+            ts, dout = correctness.prepare(problem, inputs, "cuda", variant.name)
             out = torch.empty_like(ts[0]) if variant.kind in ("cuda", "user") and problem.direction == "fwd" else None
-            _, call = harness.make_call(variant, problem, ts, dout, out, inputs.args)
+            _, call = correctness.make_call(variant, problem, ts, dout, out, inputs.args)
             with nvtx_range(WARMUP_RANGE):
                 for _ in range(WARMUP_CALLS):
                     call()

@@ -37,9 +37,7 @@ from faprof.report import answer, appendix, observations, png, seed_figures, why
 from faprof.report import charts as rc
 from faprof.report import html as rh
 from faprof.report.blocks import Block, blocks, shape_label, timed
-from faprof.report.compare import compare_runs, compare_summary, gpu_models, rows_on  # noqa: F401  (their old home)
-from faprof.report.method import cite, meta, method  # noqa: F401  (cite: part of this module's API)
-from faprof.report.observations import trend_phrase  # noqa: F401  (part of this module's API)
+from faprof.report.method import meta, method
 from faprof.run import sanitize
 from faprof.store import Bundle, csv_files, write_files
 

@@ -12,7 +12,8 @@ import warnings
 from typing import Any
 
 from faprof import variants
-from faprof.correctness import adversarial
+from faprof.correctness import adversarial, reference
+from faprof.correctness import check as correctness
 from faprof.model.problem import AttentionProblem
 from faprof.model.settings import TimingSettings, Tolerance
 from faprof.run import cpu
@@ -106,11 +107,11 @@ def _measure(task: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
         if too_big:
             return {**info, "status": "skipped", "reason": too_big}
     if not loaded:
-        inputs = harness.make_inputs(problem, "cuda" if cuda_ok else "cpu", seed=task.get("seed"))
-        ref = harness.compute_reference(problem, inputs, cuda_ok) if task.get("check", True) else None
+        inputs = correctness.make_inputs(problem, "cuda" if cuda_ok else "cpu", seed=task.get("seed"))
+        ref = reference.compute_reference(problem, inputs, cuda_ok) if task.get("check", True) else None
         # the adversarial inputs of this shape: made (with their references) on first use, then shared
         probes = adversarial.ProbeSet(problem, "cuda" if cuda_ok else "cpu",
-                                      lambda p, i: harness.compute_reference(p, i, cuda_ok), inputs.seed, inputs)
+                                      lambda p, i: reference.compute_reference(p, i, cuda_ok), inputs.seed, inputs)
         state.update(shape_id=problem.shape_id, inputs=inputs, ref=ref, probes=probes if ref is not None else None)
         info["reference_s"] = time.perf_counter() - t0
     inputs, ref = state["inputs"], state["ref"]

@@ -38,16 +38,8 @@ from typing import Any
 
 from faprof.correctness import adversarial, signatures, wrong_text
 from faprof.correctness import check as correctness
-from faprof.correctness.check import (  # noqa: F401  (re-exported: the Nsight target and tests use these names)
-    CPU_REFERENCE_MAX_FLOPS,
-    Inputs,
-    Reference,
-    compute_reference,
-    make_call,
-    make_inputs,
-    needs_grads,
-)
-from faprof.correctness.check import prepare as _prepare  # noqa: F401
+from faprof.correctness.check import Inputs
+from faprof.correctness.reference import Reference
 from faprof.model.problem import AttentionProblem
 from faprof.model.settings import DEFAULT_TOLERANCE, TimingSettings, Tolerance
 from faprof.rows import limits, stability, stats

@@ -29,7 +29,7 @@ GRID_YZ_MAX = 65535
 
 def decode_splitkv_fwd(q, k, v, causal: bool, scale: float, out=None, attn=None, num_splits: int = 0,
                        return_lse: bool = False):
-    """torch.ops.faprof.decode_splitkv_fwd. `attn` (faprof.correctness.layouts.AttnArgs) gives the block
+    """torch.ops.faprof.decode_splitkv_fwd. `attn` (faprof.variants.definition.AttnArgs) gives the block
     table and cache lengths of a paged problem and the mask's alignment; without it K/V are dense
     [B, Hkv, Sk, D] and a causal mask is top-left aligned (SDPA's is_causal). num_splits 0: the kernel's
     heuristic. With return_lse also the natural-log LSE [B, H, Sq] fp32."""

@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 
 from faprof.errors import FaprofError
-from faprof.gate.noise import FLOORS_FILE, RunSet, estimate, load_floors, run_sets, to_toml
+from faprof.gate.noise import RunSet, estimate, run_sets
+from faprof.rows.noise_floor import FLOORS_FILE, load_floors, to_toml
 from faprof.store import Bundle
 
 HEADER = """Between-run noise floors of faprof gate, per GPU model: how much kernel times move between two

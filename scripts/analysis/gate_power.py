@@ -23,7 +23,7 @@ import numpy as np
 
 from faprof.analysis.comparison.pool import RowShift, decide
 from faprof.analysis.comparison.shift import SLOWER
-from faprof.gate.noise import floor_for, load_floors
+from faprof.rows.noise_floor import floor_for, load_floors
 
 
 def _code(rows: dict) -> int:

@@ -200,8 +200,8 @@ def run_shape(shape, dt, dtype: str, pages, time_us, ceiling_tbs: float, flex_ok
     """Every row of one shape. The scenario's mask is bottom-right causal; `nomask` rows drop it."""
     import torch
 
-    from faprof.correctness.layouts import AttnArgs
     from faprof.model.problem import AttentionProblem
+    from faprof.variants.definition import AttnArgs
 
     B, H, Hkv, Sq, Sk = shape
     q, k, v = make_inputs(B, H, Hkv, Sq, Sk, dt, gen)

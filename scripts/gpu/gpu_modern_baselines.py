@@ -28,7 +28,7 @@ from faprof.model import variant as registry
 from faprof.model.problem import AttentionProblem
 from faprof.model.scenarios import load_scenario
 from faprof.timing import env, gpu_clock
-from faprof.variants.definition import attend
+from faprof.variants.definition import assemble_q, attend, sequence_views
 
 #: |error| bound per dtype for the quick verdict (bf16 keeps 8 mantissa bits; attention averages).
 BOUND = {"bf16": 3e-2, "fp16": 4e-3, "fp32": 1e-4}
@@ -38,11 +38,11 @@ def reference(p: AttentionProblem, q, k, v, args):
     """fp32 definition on the GPU, one sequence and one KV head (with its query heads) at a time."""
     g = p.group
     outs = []
-    for sv in layouts.sequence_views(p, q, k, v, args):
+    for sv in sequence_views(p, q, k, v, args):
         parts = [attend(p, sv.q[h * g:(h + 1) * g].float(), sv.k[h:h + 1].float(), sv.v[h:h + 1].float())
                  for h in range(p.kv_heads)]
         outs.append(torch.cat(parts, dim=0))
-    return layouts.assemble_q(p, outs)
+    return assemble_q(p, outs)
 
 
 def time_call(fn, reps: int, flush) -> float:

@@ -140,8 +140,8 @@ def decode_calls(s: BenchShape, gen) -> dict:
     """name -> callable (or why not) for one decode shape; q [B, H, Sq, D], K/V [B, Hkv, Sk, D] or a pool."""
     import torch
 
-    from faprof.correctness.layouts import AttnArgs
     from faprof.model.problem import AttentionProblem
+    from faprof.variants.definition import AttnArgs
 
     dt, scale = _dtype(s.dtype), 1.0 / math.sqrt(s.D)
     q = torch.randn(s.B, s.H, s.Sq, s.D, device="cuda", dtype=dt, generator=gen)
@@ -213,8 +213,8 @@ def prefill_calls(s: BenchShape, gen) -> dict:
     """name -> callable (or why not) for one prefill shape, each library's inputs built in its own layout."""
     import torch
 
-    from faprof.correctness.layouts import AttnArgs
     from faprof.model.problem import AttentionProblem
+    from faprof.variants.definition import AttnArgs
 
     dt, scale = _dtype(s.dtype), 1.0 / math.sqrt(s.D)
     # [B, S, H, D] contiguous: FA4's and FlashInfer's ragged layout (B·S rows); SDPA and faprof read the

@@ -36,6 +36,7 @@ def main() -> int:
 
     from faprof import variants
     from faprof.correctness import check as correctness
+    from faprof.correctness.reference import compute_reference
     from faprof.model.problem import AttentionProblem
     from faprof.model.settings import DEFAULT_TOLERANCE, TimingSettings
     from faprof.timing import harness
@@ -44,7 +45,7 @@ def main() -> int:
     base = TimingSettings(warmup_ms=20, budget_s=1.0, min_repeats=10, max_repeats=500, e2e_repeats=5)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     inputs = correctness.make_inputs(problem, "cuda", seed=29)
-    ref = correctness.compute_reference(problem, inputs, cuda_ok=True)
+    ref = compute_reference(problem, inputs, cuda_ok=True)
     rows = []
     for timer in ("cupti", "events"):
         settings = dataclasses.replace(base, timer=timer)

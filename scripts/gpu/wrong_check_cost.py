@@ -24,6 +24,7 @@ import torch
 from faprof import variants
 from faprof.correctness import adversarial
 from faprof.correctness import check as correctness
+from faprof.correctness.reference import compute_reference
 from faprof.model.plan import plan
 from faprof.model.scenarios import load_scenario
 from faprof.timing import harness
@@ -57,12 +58,12 @@ def main() -> int:
         for rep in range(args.repeat):
             t0 = time.perf_counter()
             inputs = correctness.make_inputs(problem, dev, seed=1000 + rep)
-            ref = correctness.compute_reference(problem, inputs, cuda_ok)
+            ref = compute_reference(problem, inputs, cuda_ok)
             for v in vs:
                 correctness.check_correctness(v, problem, inputs, ref, v.resolved_device(cuda_ok), tol)
             _sync()
             t1 = time.perf_counter()
-            ps = adversarial.ProbeSet(problem, dev, lambda p, i: correctness.compute_reference(p, i, cuda_ok),
+            ps = adversarial.ProbeSet(problem, dev, lambda p, i: compute_reference(p, i, cuda_ok),
                                       inputs.seed)
             for v in vs:
                 d = v.resolved_device(cuda_ok)

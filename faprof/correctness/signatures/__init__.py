@@ -7,14 +7,8 @@ crossing into its neighbour), how a candidate is matched against the error map (
 that ties them together (identify). Callers use the names below.
 """
 
-from faprof.correctness.signatures.identify import (
-    FAMILIES,
-    MAX_ROWS,
-    Signature,
-    diagnose_wrong,
-    race_signature,
-    rank,
-    slice_signatures,
-)
+from faprof.correctness.signatures.case import FAMILIES, MAX_ROWS, Signature
+from faprof.correctness.signatures.identify import diagnose_wrong, race_signature, rank
+from faprof.correctness.signatures.placement import slice_signatures
 
 __all__ = ["FAMILIES", "MAX_ROWS", "Signature", "diagnose_wrong", "race_signature", "rank", "slice_signatures"]

@@ -41,23 +41,13 @@ from faprof.correctness import errormap
 from faprof.correctness.errormap import KEY_OUTPUTS, OutputErrors
 from faprof.correctness.signatures.case import (
     FAMILIES,
-    MAX_ROWS,
-    MAX_SLICES,
-    MAX_SLICES_BWD,
     MIN_SHARE,
-    TILE_CANDIDATES,
     Case,
     Signature,
     pick_slices,
 )
 from faprof.correctness.signatures.families import (
-    FIT_RANGE,
-    FIT_STEPS,
     FULL_SHARE,
-    OVERFLOW_LIMITS,
-    OVERFLOW_MAX_OVER,
-    OVERFLOW_MIN_JACCARD,
-    TAIL_MIN_SHARE,
     alternative_signatures,
     fitted_scale_signature,
     overflow_signature,
@@ -67,19 +57,9 @@ from faprof.correctness.signatures.families import (
 )
 from faprof.correctness.signatures.heads import kv_head_signatures
 from faprof.correctness.signatures.layout import layout_signatures
-from faprof.correctness.signatures.match import CLOSER, DISTINCT_FACTOR
-from faprof.correctness.signatures.placement import placement_signatures, slice_signatures
-from faprof.correctness.signatures.refs import LN2, LOG2E, allowed_mask, attend
-from faprof.correctness.signatures.stride import STRIDE_MIN_ROWS, stride_signatures
+from faprof.correctness.signatures.placement import placement_signatures
+from faprof.correctness.signatures.stride import stride_signatures
 from faprof.model.problem import AttentionProblem
-
-# The names callers import from here, wherever they now live.
-__all__ = [
-    "CLOSER", "DISTINCT_FACTOR", "FAMILIES", "FIT_RANGE", "FIT_STEPS", "FULL_SHARE", "LN2", "LOG2E", "MAX_ROWS",
-    "MAX_SLICES", "MAX_SLICES_BWD", "MIN_SHARE", "OVERFLOW_LIMITS", "OVERFLOW_MAX_OVER", "OVERFLOW_MIN_JACCARD",
-    "STRIDE_MIN_ROWS", "TAIL_MIN_SHARE", "TILE_CANDIDATES", "Case", "Signature", "allowed_mask", "attend",
-    "diagnose_wrong", "find", "race_signature", "rank", "slice_signatures",
-]
 
 #: The families a slice statement ('correct at B=1, wrong when B>1') is folded into, as the first words
 #: of their title: those that say what the index changes (where the work lands, whose data is read,

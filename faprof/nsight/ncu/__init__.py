@@ -10,7 +10,8 @@ One name for the four parts (import the parts directly where only one is needed)
   cache and the estimate printed before replaying;
 - `faprof.nsight.ncu.run`: run_ncu, `collect()` (the end of `faprof profile --ncu`) and `rerun()`
   (`faprof ncu RUN`);
-- `faprof.nsight.ncu.read`: read_report / read_rules and the isolated child reader.
+- `faprof.nsight.ncu.parse`, `isolated`, `nvtx_ranges`, `rule_results`, `read`: read_report / read_rules,
+  the isolated child reader and the bundle tables written from a report.
 
 Tables a session writes into the bundle: `ncu_metrics.parquet` (long: variant, shape_id, iteration,
 nvtx, kernel, kernel_demangled, kernel_id, launch, cc, gpu, metric, value, text, unit: the
@@ -65,31 +66,27 @@ from faprof.nsight.ncu.find import (
     query_metrics,
     supports_import_source,
 )
-from faprof.nsight.ncu.read import (
+from faprof.nsight.ncu.isolated import read_report_isolated
+from faprof.nsight.ncu.nvtx_ranges import attribute, nvtx_stack
+from faprof.nsight.ncu.parse import (
     METRICS_COLUMNS,
-    RULES_COLUMNS,
     TRACE_PREFIX,
-    attribute,
-    derive_tables,
-    load_plan,
     load_report_module,
-    nvtx_stack,
     read_report,
-    read_report_isolated,
     read_rules,
     read_tables,
-    write_tables,
 )
+from faprof.nsight.ncu.process import NcuRun, run_ncu
+from faprof.nsight.ncu.read import derive_tables, load_plan, write_tables
 from faprof.nsight.ncu.read import main as read_main
+from faprof.nsight.ncu.rule_results import RULES_COLUMNS
 from faprof.nsight.ncu.run import (
     LOG_FILE,
     PLAN_FILE,
     REPORT_STEM,
     SCENARIO_FILE,
-    NcuRun,
     collect,
     rerun,
-    run_ncu,
     toml_dumps,
 )
 from faprof.nsight.ncu.session_plan import NcuPlan, default_targets, make_plan

@@ -8,12 +8,13 @@ from Ada on), so nothing in faprof hard-codes one name for all GPUs: code asks t
 concept's names on the report's CC and takes the first one the report holds. Every name faprof asks
 ncu for was checked against `ncu --query-metrics --chip <chip>` of Nsight Compute 2025.3.1 (ga100,
 ga102, ad102, gh100; the lists are in tests/data/ncu/) and the values against reports recorded on
-an H100 with kernels of known work (tests/data/ncu/tiny_kernels.cu). Also here: the warp stall
-reasons and the unit conversions. `faprof.nsight.ncu.tables` re-exports all of it.
+an H100 with kernels of known work (tests/data/ncu/tiny_kernels.cu). Also here: the unit
+conversions (the warp stall reasons are in `catalogue_stalls`).
 
-One home in five files: this module (the joined catalogue, the lookups, the units) re-exports the
-names of `catalogue_core` (known CCs, the Concept type) and `catalogue_stalls` (stall reasons, pipe
-advice), and joins the entries of `catalogue_memory` and `catalogue_accounting`; import from here.
+One home in five files, each name imported from the file that defines it: this module (the joined
+catalogue, the lookups, the units), `catalogue_core` (known CCs, the Concept type, key columns),
+`catalogue_stalls` (stall reasons, stall and pipe advice), and the entries of `catalogue_memory` and
+`catalogue_accounting` that this module joins.
 """
 
 from __future__ import annotations
@@ -21,25 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from faprof.nsight.ncu import catalogue_accounting, catalogue_memory
-from faprof.nsight.ncu.catalogue_core import (  # noqa: F401  (re-exported: the catalogue's names)
-    ALL_KERNELS,
-    CC_CHIPS,
-    KEY_COLUMNS,
-    KNOWN_CCS,
-    OCCUPANCY_LIMITERS,
-    Concept,
-    cc_key,
-)
-from faprof.nsight.ncu.catalogue_stalls import (  # noqa: F401  (re-exported: the catalogue's names)
-    NOT_A_STALL,
-    PIPE_ADVICE,
-    PIPE_ADVICE_PRODUCTS_ON_TENSOR_CORES,
-    STALL_ADVICE,
-    STALL_REASONS,
-    STALL_SOURCES,
-    Advice,
-    stall_metric,
-)
+from faprof.nsight.ncu.catalogue_core import Concept
 
 #: Every concept, in catalogue order (time, launch, occupancy, speed of light, memory; then the
 #: accounting, source counters, tensor pipes, FLOP counters, roofline peaks).

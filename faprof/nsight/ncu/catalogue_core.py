@@ -1,6 +1,7 @@
 """The metric catalogue's building blocks: the compute capabilities it knows and the Concept type.
 
-`faprof.nsight.ncu.catalogue` is the catalogue (import it, not this module); its entries are written
+`faprof.nsight.ncu.catalogue` is the joined catalogue and its lookups; the names here (known CCs, the
+Concept type, key columns) are imported from this module. The catalogue's entries are written
 with the helpers here (`_same`, `_per_cc`) in `catalogue_memory` and `catalogue_accounting`.
 """
 

@@ -1,6 +1,6 @@
 """Warp stall reasons and issue pipes: what each means and fixes (advice), and which metrics carry stalls.
 
-Part of `faprof.nsight.ncu.catalogue`, which re-exports every name here.
+Part of the catalogue (`faprof.nsight.ncu.catalogue`); import these names from here.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from faprof.nsight.ncu.find import (
     find_ncu,
     ncu_version,
 )
-from faprof.nsight.ncu.read import load_report_module
+from faprof.nsight.ncu.parse import load_report_module
 
 
 def doctor_checks() -> list[Check]:

@@ -2,7 +2,7 @@
 
 A crash on a metric restarts it without that metric; a crash in the rule results, without rules.
 
-Part of the report reader: `faprof.nsight.ncu.read` re-exports every public name here, and its
+Part of the report reader: `faprof.nsight.ncu.read`'s
 `main` is the child (`python -m faprof.nsight.ncu.read read ...`).
 """
 

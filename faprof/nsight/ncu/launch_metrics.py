@@ -20,11 +20,11 @@ from faprof.nsight.ncu.catalogue import (
     CATALOGUE,
     FLOPS_PER_INST,
     HMMA_16816_FLOPS,
-    OCCUPANCY_LIMITERS,
     PRECISION_OPS,
     names_for,
     unit_scale,
 )
+from faprof.nsight.ncu.catalogue_core import OCCUPANCY_LIMITERS
 
 # ------------------------------------------------------------------------------- wide accessors
 

@@ -1,6 +1,6 @@
 """Which (variant, shape_id, iteration) a profiled kernel belongs to, from the NVTX ranges open at launch.
 
-Part of the report reader (`faprof.nsight.ncu.read` re-exports every name here); the source-line
+Part of the report reader (`faprof.nsight.ncu.read`); the source-line
 reader (`faprof.nsight.ncu.source`) places its kernels the same way.
 """
 

@@ -2,7 +2,7 @@
 
 Loads the module, walks the launches, keeps the catalogue's metrics and ncu's rule results.
 
-Part of the report reader: `faprof.nsight.ncu.read` re-exports every public name here and runs this
+Part of the report reader: `faprof.nsight.ncu.read` runs this
 in a child process (`read_report_isolated`), since the native reader can crash.
 """
 
@@ -22,8 +22,10 @@ from typing import Any, TextIO
 import pandas as pd
 
 from faprof.errors import FaprofError
-from faprof.nsight.ncu import tables as cat
+from faprof.nsight.ncu.catalogue import catalogue_metric_names
+from faprof.nsight.ncu.catalogue_stalls import stall_metric
 from faprof.nsight.ncu.find import NSIGHT_NCU_GLOBS, _glob_newest, _version_key, find_ncu
+from faprof.nsight.ncu.launch_metrics import plan_index
 from faprof.nsight.ncu.nvtx_ranges import kernel_ranges
 from faprof.nsight.ncu.rule_results import RULES_COLUMNS, rule_rows
 
@@ -148,10 +150,10 @@ def keep_metric(name: str) -> bool:
     """Whether `read_report` keeps a metric: catalogue names (any CC), per-reason stalls, the device
     attributes above and the pass count."""
     return (
-        name in cat.catalogue_metric_names()
+        name in catalogue_metric_names()
         or name in DEVICE_METRICS
         or name == PASSES_METRIC
-        or (cat.stall_metric(name) is not None)
+        or (stall_metric(name) is not None)
     )
 
 @dataclass
@@ -331,7 +333,7 @@ def _read_context(
     if ctx is None or ctx.num_ranges() == 0:
         # ncu writes no report when it profiled nothing, so an empty one is not a report at all
         raise FaprofError(f"{path} holds no profile results: not an Nsight Compute report, or a damaged one")
-    pairs = set(cat.plan_index(plan)) if plan else None
+    pairs = set(plan_index(plan)) if plan else None
     skip = set(skip)
     keep = (lambda name: True) if all_metrics else keep_metric
     rows: list[tuple] = []

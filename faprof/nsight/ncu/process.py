@@ -1,7 +1,7 @@
 """One ncu process: run it with its own session, stream its output to a log, report each profiled kernel.
 
-Part of `faprof.nsight.ncu.run` (which re-exports `run_ncu`, NcuRun and Progress): `collect` and the
-source-line pass run ncu through `run_ncu`.
+Part of the ncu session (`faprof.nsight.ncu.run`): `collect` and the source-line pass run ncu
+through `run_ncu`.
 """
 
 from __future__ import annotations

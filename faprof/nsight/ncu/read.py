@@ -13,7 +13,7 @@ not the other ~2,000 metrics a `full` report holds (they stay in the raw report)
 (`read_rules`): rule id and name, section, message type, title, message (link markup removed),
 estimated speedup and its kind, one row per (launch, rule message).
 
-The reader in four parts, every public name re-exported here: `parse` (in this process: load
+The reader in four parts (import their names from them): `parse` (in this process: load
 `ncu_report`, walk the launches, `read_report` / `read_rules` / `read_tables`), `nvtx_ranges` (a
 kernel's variant and shape_id from its NVTX ranges), `rule_results` (ncu_rules rows) and `isolated`
 (`read_report_isolated`: the child below, restarted past crashes). Here: the child's entry point
@@ -35,32 +35,10 @@ import pandas as pd
 
 from faprof.nsight.ncu import tables as cat
 from faprof.nsight.ncu.find import QUICK_COMMAND_TIMEOUT_S, _run_quick, find_ncu
-from faprof.nsight.ncu.isolated import (  # noqa: F401  (re-exported)
-    MAX_READER_RESTARTS,
-    READ_TIMEOUT_S,
-    read_report_isolated,
-)
-from faprof.nsight.ncu.nvtx_ranges import attribute, kernel_ranges, nvtx_stack  # noqa: F401  (re-exported)
-from faprof.nsight.ncu.parse import (  # noqa: F401  (re-exported)
-    DEVICE_METRICS,
-    METRICS_COLUMNS,
-    PASSES_METRIC,
-    RULES_TRACE,
-    TRACE_PREFIX,
-    ReportTables,
-    keep_metric,
-    load_report_module,
-    read_report,
-    read_rules,
-    read_tables,
-)
-from faprof.nsight.ncu.rule_results import (  # noqa: F401  (re-exported)
-    MESSAGE_TYPES,
-    RULES_COLUMNS,
-    SPEEDUP_TYPES,
-    clean_message,
-    rule_rows,
-)
+from faprof.nsight.ncu.parse import load_report_module, read_tables
+from faprof.nsight.ncu.roofline import roofline_table
+from faprof.nsight.ncu.rule_results import RULES_COLUMNS
+from faprof.nsight.ncu.summary import summarize
 
 
 def cli_units(ncu: str | Path, report: str | Path) -> dict[str, str]:
@@ -102,9 +80,9 @@ def derive_tables(
 ) -> dict[str, pd.DataFrame]:
     """The bundle tables derived from a report's long metrics: ncu_summary, stalls, roofline."""
     return {
-        "ncu_summary": cat.summarize(metrics, plan),
+        "ncu_summary": summarize(metrics, plan),
         "stalls": cat.stall_table(metrics),
-        "roofline": cat.roofline_table(metrics, plan, gpu_name),
+        "roofline": roofline_table(metrics, plan, gpu_name),
     }
 
 

@@ -1,7 +1,7 @@
 """roofline: arithmetic intensity and achieved FLOP/s per launch, under ncu's and the GPU database's roofs.
 
-Part of `faprof.nsight.ncu.tables`, which re-exports `roofline_table`, ROOFLINE_COLUMNS,
-CEILING_SOURCES and the two ceiling functions.
+One of the derived tables of `faprof.nsight.ncu.tables` (import `roofline_table`, ROOFLINE_COLUMNS,
+CEILING_SOURCES and the two ceiling functions from here).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Any
 import pandas as pd
 
 from faprof.model import gpus
-from faprof.nsight.ncu.catalogue import ALL_KERNELS, FLOPS_PER_INST
+from faprof.nsight.ncu.catalogue import FLOPS_PER_INST
+from faprof.nsight.ncu.catalogue_core import ALL_KERNELS
 from faprof.nsight.ncu.launch_metrics import (
     _Launch,
     _launches,

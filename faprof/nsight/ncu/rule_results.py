@@ -1,6 +1,6 @@
 """ncu's own rule results of one profiled launch, as rows of the ncu_rules table.
 
-Part of the report reader (`faprof.nsight.ncu.read` re-exports every name here): rule id and name,
+Part of the report reader (`faprof.nsight.ncu.read`): rule id and name,
 section, message type, title, message (link markup removed), estimated speedup and its kind.
 """
 

@@ -14,8 +14,8 @@ and where they come from), `wall_s` (the Nsight Compute stage's wall time), `ker
 profiled), `passes` (replay passes per kernel, median over kernels, from ncu's own output), the
 command, the tables' row counts, and how to re-run ncu alone (`rerun`).
 
-The ncu process itself (`run_ncu`, NcuRun) lives in `faprof.nsight.ncu.process` and is re-exported
-here; `collect` runs it in named steps (resolve, run, check, read, record, learn the costs).
+The ncu process itself (`run_ncu`, NcuRun) lives in `faprof.nsight.ncu.process`; `collect` runs it
+in named steps (resolve, run, check, read, record, learn the costs).
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from faprof.errors import FaprofError
 from faprof.model.options import ProfileOptions
 from faprof.model.scenarios import parse_scenario
 from faprof.nsight.ncu import session_plan as ncu_plan
-from faprof.nsight.ncu import tables as cat
+from faprof.nsight.ncu.catalogue import requested_metrics
+from faprof.nsight.ncu.catalogue_core import ALL_KERNELS
 from faprof.nsight.ncu.command import NcuSettings, ncu_command
 from faprof.nsight.ncu.find import (
     NOT_FOUND,
@@ -46,8 +47,9 @@ from faprof.nsight.ncu.find import (
     query_metrics,
     supports_import_source,
 )
+from faprof.nsight.ncu.isolated import read_report_isolated
 from faprof.nsight.ncu.process import NcuRun, Progress, run_ncu
-from faprof.nsight.ncu.read import load_plan, read_report_isolated, write_tables
+from faprof.nsight.ncu.read import load_plan, write_tables
 from faprof.nsight.ncu.session_plan import NcuPlan
 from faprof.store import utc_stamp
 
@@ -105,7 +107,7 @@ def bundle_kernels(bundle: Any) -> dict[tuple[str, str], list[str]]:
             continue
         if df.empty or col not in df or "variant" not in df:
             continue
-        df = df[df[col].astype(str) != cat.ALL_KERNELS]
+        df = df[df[col].astype(str) != ALL_KERNELS]
         for (v, s), g in df.groupby(["variant", "shape_id"], sort=False):
             out.setdefault((str(v), str(s)), sorted(set(g[col].dropna().astype(str))))
     return out
@@ -118,7 +120,7 @@ def _kernels_per_pair(
     names: dict[tuple[str, str], list[str]] = {}
     if summary.empty:
         return per, names
-    k = summary[summary["kernel"] != cat.ALL_KERNELS]
+    k = summary[summary["kernel"] != ALL_KERNELS]
     for (v, s), g in k.groupby(["variant", "shape_id"], sort=False):
         per[(str(v), str(s))] = max(1, round(len(g) / max(calls, 1)))
         names[(str(v), str(s))] = sorted(set(g["kernel"].astype(str)))
@@ -255,7 +257,7 @@ def _resolve(
         progress("nsight", {"message": line, "tool": "ncu"})
     extra: list[str] = []
     if settings.extra_metrics:
-        extra = cat.requested_metrics(cc, query_metrics(ncu))
+        extra = requested_metrics(cc, query_metrics(ncu))
     import_source = settings.import_source
     if import_source is None:
         import_source = ncu_set == "full"

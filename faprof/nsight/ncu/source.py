@@ -35,9 +35,11 @@ from typing import Any
 
 import pandas as pd
 
-from faprof.nsight.ncu import catalogue as cat
-from faprof.nsight.ncu.read import kernel_ranges, load_plan, load_report_module
-from faprof.nsight.ncu.tables import plan_index
+from faprof.nsight.ncu.catalogue_core import ALL_KERNELS
+from faprof.nsight.ncu.launch_metrics import plan_index
+from faprof.nsight.ncu.nvtx_ranges import kernel_ranges
+from faprof.nsight.ncu.parse import load_report_module
+from faprof.nsight.ncu.read import load_plan
 
 #: Modes of the source pass: 'auto' (each variant's dominant kernel), 'all' (every profiled kernel), 'off'.
 SOURCE_MODES = ("auto", "all", "off")
@@ -129,7 +131,7 @@ def plan_source(summary: pd.DataFrame, mode: str = DEFAULT_SOURCE_MODE,
         return []
     if mode not in SOURCE_MODES:
         raise ValueError(f"source mode must be one of {SOURCE_MODES}, got {mode!r}")
-    launches = summary[summary["kernel"] != cat.ALL_KERNELS]
+    launches = summary[summary["kernel"] != ALL_KERNELS]
     if only is not None:
         launches = launches[launches["variant"].isin(sorted(only))]
     out: list[SourceTarget] = []

@@ -28,7 +28,8 @@ from faprof.errors import FaprofError
 from faprof.nsight.ncu import source
 from faprof.nsight.ncu.command import DEFAULT_CACHE_CONTROL, DEFAULT_CLOCK_CONTROL, ncu_command
 from faprof.nsight.ncu.find import child_env, find_ncu, ncu_version, supports_import_source
-from faprof.nsight.ncu.run import PLAN_FILE, REPORT_STEM, SCENARIO_FILE, NcuRun, Progress, run_ncu
+from faprof.nsight.ncu.process import NcuRun, Progress, run_ncu
+from faprof.nsight.ncu.run import PLAN_FILE, REPORT_STEM, SCENARIO_FILE
 
 #: Files of the source pass inside the bundle's raw/ folder.
 SOURCE_STEM = "ncu_source"

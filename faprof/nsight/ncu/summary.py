@@ -1,6 +1,6 @@
 """ncu_summary: one row per profiled kernel launch, plus one "(all)" row per (variant, shape_id).
 
-Part of `faprof.nsight.ncu.tables`, which re-exports `summarize` and SUMMARY_COLUMNS.
+One of the derived tables of `faprof.nsight.ncu.tables` (import `summarize` and SUMMARY_COLUMNS from here).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from faprof.nsight.ncu.catalogue import ALL_KERNELS
+from faprof.nsight.ncu.catalogue_core import ALL_KERNELS
 from faprof.nsight.ncu.launch_metrics import (
     _dims,
     _Launch,

@@ -1,8 +1,7 @@
 """Tables derived from a report's metrics: ncu_summary, stalls, roofline (and the metric catalogue).
 
 The catalogue itself (concepts -> metric names per compute capability, stall reasons, units) lives
-in `faprof.nsight.ncu.catalogue`; its names are re-exported here, so `tables.names_for(...)` and
-`tables.summarize(...)` are one import.
+in `faprof.nsight.ncu.catalogue` (with `catalogue_core` and `catalogue_stalls`).
 
 Derived tables (pure functions of the long metrics table that `faprof.nsight.ncu` reads from a
 report, so the tests run them on recorded fixtures without a GPU):
@@ -16,7 +15,7 @@ report, so the tests run them on recorded fixtures without a GPU):
 A metric that a set did not collect gives NaN in every derived column that needs it, never an
 exception: `--set basic` has no stall reasons, for instance.
 
-The derived tables live one per module, re-exported here: `summary` (ncu_summary), `roofline`
+The derived tables live one per module (import them from there): `summary` (ncu_summary), `roofline`
 (roofline), this module (stalls), over `launch_metrics` (the per-launch accessor, hardware FLOPs).
 """
 
@@ -24,42 +23,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from faprof.nsight.ncu.catalogue import (  # noqa: F401  (re-exported: metrics.X is the catalogue's X)
-    ALL_KERNELS,
-    CATALOGUE,
-    CC_CHIPS,
-    FLOPS_PER_INST,
-    HMMA_16816_FLOPS,
-    KEY_COLUMNS,
-    KNOWN_CCS,
-    NOT_A_STALL,
-    OCCUPANCY_LIMITERS,
-    PRECISION_OPS,
-    STALL_REASONS,
-    STALL_SOURCES,
-    Concept,
-    base_name,
-    catalogue_metric_names,
-    cc_key,
-    concept,
-    names_for,
-    requested_metrics,
-    stall_metric,
-    unit_scale,
-)
-from faprof.nsight.ncu.launch_metrics import (  # noqa: F401  (re-exported: metrics.X as before the split)
-    hardware_flops,
-    occupancy_limiter,
-    plan_index,
-)
-from faprof.nsight.ncu.roofline import (  # noqa: F401  (re-exported: metrics.X as before the split)
-    CEILING_SOURCES,
-    ROOFLINE_COLUMNS,
-    gpu_db_ceilings,
-    ncu_ceilings,
-    roofline_table,
-)
-from faprof.nsight.ncu.summary import SUMMARY_COLUMNS, summarize  # noqa: F401  (re-exported)
+from faprof.nsight.ncu.catalogue_stalls import NOT_A_STALL, stall_metric
 
 # --------------------------------------------------------------------------------------- stalls
 
