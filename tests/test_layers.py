@@ -164,3 +164,14 @@ def test_reading_a_bundle_imports_neither_the_harness_nor_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(bundle)], capture_output=True, text=True, cwd=ROOT,
                          check=True).stdout.split(maxsplit=1)
     assert int(out[0]) > 0 and out[1].strip() == "[]", out
+
+
+def test_the_command_line_starts_without_pandas_or_torch():
+    """`faprof --help` (and every command before it runs) imports the click group only: the stages a command
+    calls are imported inside it (faprof.cli's docstring), so the CLI starts in a fraction of a second."""
+    import subprocess
+    import sys
+
+    code = "import sys, faprof.cli; print(sorted(m for m in ('pandas', 'torch', 'numpy', 'scipy') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out.strip() == "[]", out

@@ -13,7 +13,6 @@ from rich.table import Table
 
 from faprof import __version__
 from faprof import variants as _variants  # noqa: F401  (fills the variant registry: scenarios name variants)
-from faprof.analysis.labels import problem_label
 from faprof.errors import FaprofError
 
 # Piped output (CI logs, a GPU machine's captured stdout) gets wide tables instead of rich's 80 columns.
@@ -135,6 +134,8 @@ def _ref_short(ref: Any) -> str:
 
 def _shape_label(r) -> str:
     """The problem in full: KV heads, the mask's corner, window and layout where the problem has them."""
+    from faprof.analysis.labels import problem_label  # here, not at import: `faprof --help` loads no pandas
+
     return problem_label(r)
 
 
