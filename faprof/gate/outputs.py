@@ -16,6 +16,7 @@ from faprof.analysis.comparison.shift import AMBIGUOUS, FASTER, SAME, SLOWER
 from faprof.gate.judge import EXIT_AMBIGUOUS, EXIT_OK, EXIT_REGRESSION, GateResult
 from faprof.gate.verdicts import FAILED, MISSING, UNTIMED, WRONG, pct_text
 from faprof.gate.why_moved import fmt_value
+from faprof.store.disk import jsonable
 
 #: Version of the JSON document `--json` writes (bumped when a key changes meaning).
 JSON_SCHEMA = "faprof-gate/2"  # 2: verdicts with between-run noise, per-kernel `kernels`, row_ci_* and kernel_* columns
@@ -317,23 +318,9 @@ def render_junit(result: GateResult) -> str:
 
 
 # ----------------------------------------------------------------------------- JSON
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if hasattr(x, "item") and not isinstance(x, str):  # numpy scalars
-        return _jsonable(x.item())
-    if x is pd.NA or x is pd.NaT:
-        return None
-    return x
-
-
 def result_dict(result: GateResult) -> dict[str, Any]:
     """The gate's answer as plain data: what `--json` writes."""
-    return _jsonable({
+    return jsonable({
         "schema": JSON_SCHEMA, "outcome": result.outcome, "exit_code": result.exit_code,
         "exit_meaning": EXIT_MEANING[result.exit_code],
         "threshold": result.threshold, "threshold_source": result.threshold_source, "confidence": result.confidence,

@@ -40,8 +40,8 @@ from faprof.store import error_maps
 from faprof.store.disk import (
     _atomic_write_bytes,
     _atomic_write_parquet,
-    _jsonable,
     _one_line,
+    jsonable,
     read_table_file,
     slugify,
     utc_stamp,
@@ -137,7 +137,7 @@ class Bundle:
         return m
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        _atomic_write_bytes(self.manifest_path, json.dumps(_jsonable(manifest), indent=2, sort_keys=False).encode())
+        _atomic_write_bytes(self.manifest_path, json.dumps(jsonable(manifest), indent=2, sort_keys=False).encode())
 
     def update_manifest(self, **changes: Any) -> dict[str, Any]:
         with _MANIFEST_LOCK:
@@ -319,7 +319,7 @@ def _flatten_row(row: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for k, v in row.items():
         if isinstance(v, dict):
-            out[k] = json.dumps(_jsonable(v))
+            out[k] = json.dumps(jsonable(v))
         else:
             out[k] = v
     return out

@@ -5,6 +5,7 @@ plain file trees (`write_files`) and one table file read with a one-line error."
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import secrets
@@ -69,14 +70,21 @@ def _atomic_write_parquet(df: pd.DataFrame, path: Path) -> None:
         raise
 
 
-def _jsonable(x: Any) -> Any:
+def jsonable(x: Any) -> Any:
+    """`x` as plain JSON data: dict keys as text, tuples as lists, paths as text, numpy scalars as Python
+    numbers, NaN, infinities and pandas' NA/NaT as null (JSON has no NaN: json.dumps would write invalid
+    JSON). Used for manifests and every JSON faprof writes (the gate's `--json` too)."""
     if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
     if isinstance(x, Path):
         return str(x)
-    if isinstance(x, float) and x != x:
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if hasattr(x, "item") and not isinstance(x, str | bytes):  # numpy scalars
+        return jsonable(x.item())
+    if x is pd.NA or x is pd.NaT:
         return None
     return x
 

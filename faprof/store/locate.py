@@ -12,7 +12,7 @@ import pandas as pd
 
 from faprof.errors import FaprofError
 from faprof.store.bundle import MANIFEST, TABLES, Bundle
-from faprof.store.disk import _jsonable, write_files
+from faprof.store.disk import jsonable, write_files
 
 
 def find_bundles(root: str | Path) -> list[Bundle]:
@@ -122,7 +122,7 @@ def csv_files(bundle: Bundle) -> dict[str, str]:
         df = df.copy()
         for c in df.columns:
             if df[c].map(lambda x: isinstance(x, list | tuple) or hasattr(x, "tolist")).any():
-                df[c] = df[c].map(lambda x: json.dumps(_jsonable(x.tolist() if hasattr(x, "tolist") else x)))
+                df[c] = df[c].map(lambda x: json.dumps(jsonable(x.tolist() if hasattr(x, "tolist") else x)))
         out[f"{name}.csv"] = df.to_csv(index=False)
     # Not "manifest.json": a folder holding one would be taken for a run bundle by find_bundles.
     out["bundle_manifest.json"] = json.dumps(bundle.manifest(), indent=2)
