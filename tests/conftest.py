@@ -33,7 +33,16 @@ def _cuda() -> bool:
         return False
 
 
+#: The slowest test files on 2 cores (docs/development/tests.md), collected first: pytest-xdist hands files to
+#: idle workers in collection order, so a long file started last would keep one worker busy while the other
+#: waits.
+SLOW_FIRST = ("test_tutorials_cpu.py", "test_app_browser.py", "test_wheel.py", "test_report.py", "test_pool.py",
+              "test_worker.py", "test_cluster.py", "test_app.py", "test_advise_planted.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
     if _cuda():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU with CUDA (run on the GPU machine)")
