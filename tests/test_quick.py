@@ -18,9 +18,9 @@ from click.testing import CliRunner
 
 from faprof.cli import main
 from faprof.errors import FaprofError
-from faprof.gate.quick_delta import delta, delta_lines, device_of, previous_run
+from faprof.gate.quick_delta import delta, delta_lines, previous_run
 from faprof.run.request import ProfileRequest, resolve
-from faprof.store import Bundle
+from faprof.store import Bundle, device_of
 
 H100 = Path(__file__).parent / "data" / "gate" / "h100" / "same"
 SRC = sorted(H100.iterdir())[0]

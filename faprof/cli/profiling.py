@@ -117,7 +117,8 @@ def profile(scenario: str | None, variant_list: str | None, out_dir: Path, resum
 
 def _print_quick_delta(bundle: Any, kernel: str, out_dir: Path) -> None:
     """--quick: the kernel's delta against its previous quick run (same scenario and device) under out_dir."""
-    from faprof.gate.quick_delta import delta_lines, device_of, previous_run
+    from faprof.gate.quick_delta import delta_lines, previous_run
+    from faprof.store import device_of
 
     m = bundle.manifest()
     prev = previous_run(out_dir, kernel, m["scenario"]["name"], device_of(m), before=bundle)

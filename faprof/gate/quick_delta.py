@@ -15,28 +15,21 @@ interrupted, failed or still running bundle never counts, nor a full `faprof pro
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from faprof.analysis import comparison
 from faprof.analysis.comparison.pool import ratio_interval_text
 from faprof.analysis.labels import problem_label
-from faprof.errors import FaprofError
 from faprof.gate.judge import resolve_threshold
 from faprof.gate.verdicts import pct_text
 from faprof.report import fmt as f
 from faprof.rows.noise_floor import load_floors
-from faprof.store import Bundle, find_bundles
+from faprof.store import Bundle, complete_runs
 
 #: The kernel's verdict as the quick loop says it.
 WORDS = {comparison.FASTER: "faster", comparison.SLOWER: "slower", comparison.SAME: "same",
          comparison.AMBIGUOUS: "undecided"}
-
-
-def device_of(manifest: dict[str, Any]) -> str:
-    """The device a bundle ran on: its GPU model, or 'cpu'."""
-    return str((manifest.get("env") or {}).get("gpu_name") or "cpu")
 
 
 def previous_run(out_dir: str | Path, kernel: str, scenario: str, device: str,
@@ -47,28 +40,18 @@ def previous_run(out_dir: str | Path, kernel: str, scenario: str, device: str,
         out_dir: the folder quick runs are written to (searched recursively).
         kernel: the kernel's variant name.
         scenario: the scenario's name.
-        device: GPU model or 'cpu' (`device_of`).
+        device: GPU model or 'cpu' (`faprof.store.device_of`).
         before: the run just made: left out, and only runs started before it count.
 
     Returns:
         The bundle, or None when there is none.
     """
-    limit = None
-    if before is not None:
-        limit = (before.manifest().get("quick") or {}).get("started_s")
+    limit = (before.manifest().get("quick") or {}).get("started_s") if before is not None else None
     best: tuple[float, Bundle] | None = None
-    for b in find_bundles(out_dir):
-        if before is not None and b.path.resolve() == before.path.resolve():
-            continue
-        try:
-            m = b.manifest()
-        except FaprofError:  # a damaged manifest is not a previous run
-            continue
+    for b, m in complete_runs(out_dir, scenario, device, exclude=before.path if before is not None else None):
         q = m.get("quick") or {}
         started = q.get("started_s")
-        if (m.get("status") != "complete" or q.get("kernel") != kernel or not isinstance(started, int | float)
-                or (m.get("scenario") or {}).get("name") != scenario or device_of(m) != device
-                or (limit is not None and started >= limit)):
+        if q.get("kernel") != kernel or not isinstance(started, int | float) or (limit is not None and started >= limit):
             continue
         if best is None or started > best[0]:
             best = (float(started), b)

@@ -16,27 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from faprof.errors import FaprofError
-from faprof.store import Bundle, find_bundles
+from faprof.store import Bundle, complete_runs
 
 
 def last_run(out_dir: str | Path, scenario: str, gpu_name: str, exclude: Path | None = None) -> Bundle | None:
     """The newest complete bundle of `scenario` on `gpu_name` under `out_dir` (None: there is none)."""
-    best: tuple[str, Bundle] | None = None
-    for b in find_bundles(out_dir):
-        if exclude is not None and b.path.resolve() == exclude.resolve():
-            continue
-        try:
-            m = b.manifest()
-        except FaprofError:
-            continue
-        if (m.get("status") != "complete" or (m.get("scenario") or {}).get("name") != scenario
-                or (m.get("env") or {}).get("gpu_name") != gpu_name):
-            continue
-        stamp = str(m.get("created_utc") or b.path.name)
-        if best is None or stamp > best[0]:
-            best = (stamp, b)
-    return best[1] if best else None
+    runs = complete_runs(out_dir, scenario, gpu_name, exclude)
+    return runs[0][0] if runs else None
 
 
 def row_seconds(bundle: Bundle) -> dict[tuple[str, str], float]:

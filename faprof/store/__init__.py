@@ -21,11 +21,19 @@ from faprof.store.bundle import (
     next_row_seq,
 )
 from faprof.store.disk import read_table_file, slugify, utc_stamp, write_files
-from faprof.store.locate import csv_files, export_csv, find_bundles, load_many, resolve_run
+from faprof.store.locate import (
+    complete_runs,
+    csv_files,
+    device_of,
+    export_csv,
+    find_bundles,
+    load_many,
+    resolve_run,
+)
 from faprof.store.upgrade import upgrade_statistics
 
 __all__ = [
     "MANIFEST", "MEASUREMENTS", "REQUIRED_COLUMNS", "ROWS_DIR", "ROW_KEY", "SCHEMA_VERSION", "TABLES", "Bundle",
-    "csv_files", "export_csv", "find_bundles", "load_many", "merge_rows", "next_row_seq", "read_table_file",
+    "complete_runs", "csv_files", "device_of", "export_csv", "find_bundles", "load_many", "merge_rows", "next_row_seq", "read_table_file",
     "resolve_run", "slugify", "upgrade_statistics", "utc_stamp", "write_files",
 ]

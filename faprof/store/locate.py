@@ -83,6 +83,29 @@ def _latest(candidates: list[Bundle], runs_dir: str | Path, notice: Callable[[st
     return b
 
 
+def device_of(manifest: dict[str, Any]) -> str:
+    """The device a bundle ran on: its GPU model, or 'cpu'."""
+    return str((manifest.get("env") or {}).get("gpu_name") or "cpu")
+
+
+def complete_runs(root: str | Path, scenario: str, device: str,
+                  exclude: Path | None = None) -> list[tuple[Bundle, dict[str, Any]]]:
+    """(bundle, manifest) of the complete bundles of `scenario` on `device` (GPU model or 'cpu',
+    `device_of`) under `root`, newest first; damaged ones and `exclude` (the run being made) left out."""
+    out = []
+    for b in find_bundles(root):
+        if exclude is not None and b.path.resolve() == Path(exclude).resolve():
+            continue
+        try:
+            m = b.manifest()
+        except FaprofError:  # a damaged manifest is no earlier run
+            continue
+        if m.get("status") == "complete" and (m.get("scenario") or {}).get("name") == scenario \
+                and device_of(m) == device:
+            out.append((b, m))
+    return out
+
+
 def load_many(paths: list[str | Path]) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """Merge the measurements of many bundles (each row tagged with run_id, gpu, scenario).
 
