@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from fakes import TORCH_ATTN_KERNEL
 
 from faprof.cli import main
 from faprof.errors import FaprofError
@@ -93,19 +94,7 @@ def test_quick_refuses_what_it_does_not_do(tmp_path):
         resolve(ProfileRequest(quick=True, kernels=("a.py:f",), variants="fa2_mma", ncu="basic", out_dir=tmp_path))
 
 
-PY_KERNEL = """
-import torch
-
-def attn(q, k, v, causal, scale, out=None):
-    s = (q @ k.transpose(-2, -1)) * scale
-    if causal:
-        m = torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool, device=s.device).tril()
-        s = s.masked_fill(~m, float("-inf"))
-    return torch.softmax(s, -1) @ v
-
-attn.faprof_dtypes = ("fp32",)
-attn.faprof_device = "auto"
-"""
+PY_KERNEL = TORCH_ATTN_KERNEL
 
 
 def test_quick_run_on_the_cpu_writes_a_bundle_and_compares_with_the_previous_one(tmp_path, monkeypatch):

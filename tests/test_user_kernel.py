@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from fakes import TORCH_ATTN_KERNEL
 
 from faprof import variants
 from faprof.cli import main
@@ -185,19 +186,7 @@ def test_name_needs_exactly_one_kernel(tmp_path):
 
 
 # --------------------------------------------------------------------- Python functions
-PY_KERNEL = """
-import torch
-
-def attn(q, k, v, causal, scale, out=None):
-    s = (q @ k.transpose(-2, -1)) * scale
-    if causal:
-        m = torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool, device=s.device).tril()
-        s = s.masked_fill(~m, float("-inf"))
-    return torch.softmax(s, -1) @ v
-
-attn.faprof_dtypes = ("fp32",)
-attn.faprof_head_dims = (32,)
-attn.faprof_device = "auto"
+PY_KERNEL = TORCH_ATTN_KERNEL + """attn.faprof_head_dims = (32,)
 
 def two_args(q, k):
     return q
