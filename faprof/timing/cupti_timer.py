@@ -33,7 +33,7 @@ import contextlib
 import json
 import os
 import threading
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -91,7 +91,7 @@ def common_sig(sigs: list[tuple[KernelSig, ...]]) -> str | None:
     [[name, grid, block, registers, shared memory], ...]); None when none was recorded."""
     if not sigs:
         return None
-    best = max(set(sigs), key=sigs.count)
+    best = Counter(sigs).most_common(1)[0][0]  # ties: the first seen (set order would vary by hash seed)
     return json.dumps([list(k) for k in best]) if best else None
 
 

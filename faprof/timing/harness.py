@@ -107,7 +107,7 @@ class _CudaSamples:
     nkern: list[int] = field(default_factory=list)
     event: list[float] = field(default_factory=list)
     last: Any = None
-    """The last timed call's result (checked against the verified output by the caller)."""
+    """The last timed call's result (its outputs are copied when it is one of the checked calls)."""
     outside_ns: int = 0
     """Durations of kernels linked to no call and not to the harness, over the timed loop (CUPTI)."""
     calls: int = 0
@@ -207,7 +207,7 @@ def time_cuda(fn: Callable[[], Any], settings: TimingSettings, flusher: L2Flushe
             "timer_note": "; ".join(x for x in (flag["note"] if flag else "", smp.note) if x), "host_enqueue_ms": enqueue_ms,
             "event_ms": statistics.median(smp.event), "span_ms": statistics.median(smp.span) if smp.span else None,
             "kernels_per_call": statistics.median(smp.nkern) if smp.nkern else None,
-            "sm_clock_mhz": clock, "last_result": smp.last, "timing_flag": flag["reason"] if flag else None,
+            "sm_clock_mhz": clock, "timing_flag": flag["reason"] if flag else None,
             "drained_ms": d.median_ms, "checks": smp.checks, "kernel_sig": common_sig(smp.sigs)}
 
 
@@ -314,14 +314,14 @@ def time_host(fn: Callable[[], Any], settings: TimingSettings, sync: Callable[[]
         return (time.perf_counter() - t) * 1e3, r
 
     with correctness.NewThreads() as loop:  # threads the timed calls leave running (an honest call: none)
-        first, last = once()  # warm-up, and a measure of how slow a call is
+        first, _ = once()  # warm-up, and a measure of how slow a call is
         min_rep = settings.min_repeats if first / 1e3 < SLOW_CPU_CALL_S else 3
         samples: list[float] = []
         start = time.perf_counter()
         stop = "max_repeats"
         check_at = min_rep
         while len(samples) < settings.max_repeats:
-            ms, last = once()
+            ms, _ = once()
             samples.append(ms)
             if len(samples) >= check_at:
                 # the stop rule's statistics cost ~1 ms (scipy's quantile test): evaluate them as the
@@ -358,7 +358,7 @@ def time_host(fn: Callable[[], Any], settings: TimingSettings, sync: Callable[[]
     if flag is not None:
         stop = flag["stop"]
         out.update(timer=flag["timer"], timer_note=flag["note"], timing_flag=flag["reason"])
-    return {"samples": samples, "stats": stats.summarize(samples), "stop": stop, "last_result": last,
+    return {"samples": samples, "stats": stats.summarize(samples), "stop": stop,
             "checks": checks, **out}
 
 
