@@ -64,11 +64,8 @@ def _text(x: Any) -> str:
 
 
 def _int(x: Any) -> int | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(v) else int(v)
+    v = as_float(x)
+    return None if math.isnan(v) or math.isinf(v) else int(v)
 
 
 def _ncu_records(summ: pd.DataFrame) -> dict[tuple[str, str], Record]:

@@ -19,7 +19,7 @@ from typing import Any
 import faprof
 from faprof import resources
 from faprof.model.problem import torch_dtype
-from faprof.timing.harness import sm_clock_mhz
+from faprof.timing.gpu_clock import sm_clock_mhz
 
 
 def _run(cmd: list[str], timeout: float = 20.0) -> str | None:
