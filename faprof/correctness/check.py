@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -337,9 +338,11 @@ class NewThreads:
 
 
 def join_threads(threads: list[threading.Thread]) -> None:
-    """Wait for `threads` (each at most THREAD_JOIN_S)."""
+    """Wait for `threads`, all of them together at most THREAD_JOIN_S (a call whose threads hang stays a hang
+    for the worker's task timeout, not N x the limit here)."""
+    deadline = time.monotonic() + THREAD_JOIN_S
     for t in threads:
-        t.join(THREAD_JOIN_S)
+        t.join(max(0.0, deadline - time.monotonic()))
 
 
 def call_drained(fn: Callable[[], Any]) -> tuple[Any, int]:

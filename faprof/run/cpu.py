@@ -27,6 +27,7 @@ from typing import Any
 from faprof.correctness.reference import REF_BLOCK_ELEMENTS
 from faprof.model.problem import DTYPE_BYTES, AttentionProblem
 from faprof.model.settings import TimingSettings
+from faprof.run.progress import duration_text
 
 #: Without a GPU, CPU rows get the scenario's `budget_s` raised to this (enough calls for the 2% stop
 #: rule under a busy host's noise, for calls up to a few ms) ...
@@ -186,17 +187,9 @@ def start_lines(todo: Sequence[tuple[AttentionProblem, Any]], timing: TimingSett
     parts = []
     if gpu:
         parts.append(f"{gpu} row(s) need a GPU and will be skipped")
-    parts.append(f"{len(run)} CPU row(s) will run, ~{_duration(seconds)} (a rough estimate)")
+    parts.append(f"{len(run)} CPU row(s) will run, ~{duration_text(seconds)} (a rough estimate)")
     if mem:
         parts.append(f"{mem} CPU row(s) need more RAM than is available and will be skipped")
     warn = ["no GPU on this machine: " + "; ".join(parts)] if gpu or mem else []
     notes = [] if warn else [f"no GPU on this machine: {parts[-1]}"]
     return notes, warn
-
-
-def _duration(s: float) -> str:
-    if s < 90:
-        return f"{s:.0f} s"
-    if s < 5400:
-        return f"{s / 60:.0f} min"
-    return f"{s / 3600:.1f} h"

@@ -16,18 +16,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from faprof.run.progress import duration_text
 from faprof.store import Bundle, complete_runs
 
 
 def last_run(out_dir: str | Path, scenario: str, gpu_name: str, exclude: Path | None = None) -> Bundle | None:
     """The newest complete bundle of `scenario` on `gpu_name` under `out_dir` (None: there is none)."""
-    runs = complete_runs(out_dir, scenario, gpu_name, exclude)
-    return runs[0][0] if runs else None
+    return next((b for b, _ in complete_runs(out_dir, scenario, gpu_name, exclude)), None)
 
 
-def row_seconds(bundle: Bundle) -> dict[tuple[str, str], float]:
-    """(variant, shape_id) -> the row's wall time in seconds, for the rows that recorded one."""
-    df = bundle.measurements()
+def row_walls(bundle: Bundle) -> dict[tuple[str, str], float]:
+    """(variant, shape_id) -> the row's wall time in seconds, for the rows that recorded one (the table as
+    stored: the estimate needs no upgraded statistics or limits judgement)."""
+    df = bundle.read("measurements")
     if df.empty or "wall_s" not in df.columns:
         return {}
     out = {}
@@ -42,22 +43,16 @@ def estimate_line(todo: Sequence[tuple[str, str]], out_dir: str | Path, scenario
                   exclude: Path | None = None) -> str:
     """One line before the rows: about how long the `todo` (variant, shape_id) rows take, and from what."""
     prev = last_run(out_dir, scenario, gpu_name, exclude)
-    seconds = row_seconds(prev) if prev is not None else {}
+    seconds = row_walls(prev) if prev is not None else {}
     if not seconds:
         return (f"{len(todo)} row(s) to time; no earlier complete run of {scenario} on {gpu_name} under {out_dir} "
                 "to estimate the time from (the next run will have one)")
     typical = statistics.median(seconds.values())
     known = [seconds[k] for k in todo if k in seconds]
     total = sum(known) + typical * (len(todo) - len(known))
-    return (f"{len(todo)} row(s) to time, about {_duration(total)} (the rows' times in the last run of {scenario} on "
+    return (f"{len(todo)} row(s) to time, about {duration_text(total)} (the rows' times in the last run of {scenario} on "
             f"this GPU, {prev.path.name if prev is not None else ''}: {len(known)} of the rows, the others at its median "
             f"row, {typical:.1f} s)")
-
-
-def _duration(s: float) -> str:
-    if s < 90:
-        return f"{s:.0f} s"
-    return f"{s / 60:.1f} min"
 
 
 def todo_keys(todo: Sequence[tuple[Any, Any]]) -> list[tuple[str, str]]:

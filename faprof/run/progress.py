@@ -12,3 +12,12 @@ Progress = Callable[[str, dict[str, Any]], None]
 
 def noop(event: str, info: dict[str, Any]) -> None:
     """A progress callback that shows nothing."""
+
+
+def duration_text(s: float) -> str:
+    """A time the user waits for, as a plan says it: '40 s', '12 min', '1.5 h'."""
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 5400:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"

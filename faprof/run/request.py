@@ -127,8 +127,8 @@ def _check_quick_flags(req: ProfileRequest) -> None:
     if len(req.kernels) != 1:
         raise FaprofError("--quick times one kernel: give it with one --kernel FILE.cu[:LAUNCHER] or FILE.py:FUNCTION")
     given = [flag for flag, v in (("--resume", req.resume), ("--variants", req.variants), ("--ncu", req.ncu),
-                                  *req.ncu_select.given(), ("--nsys", req.nsys), ("--gpus", req.gpus),
-                                  ("--cluster", req.cluster)) if v]
+                                  ("--user-variants", req.user_variants), *req.ncu_select.given(),
+                                  ("--nsys", req.nsys), ("--gpus", req.gpus), ("--cluster", req.cluster)) if v]
     if given:
         raise FaprofError(f"--quick times one kernel, alone, with no Nsight stage: drop {', '.join(given)} "
                           "(or drop --quick for a full run)")

@@ -4,7 +4,7 @@ rows read together, and a bundle's tables exported as CSV."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,10 +89,10 @@ def device_of(manifest: dict[str, Any]) -> str:
 
 
 def complete_runs(root: str | Path, scenario: str, device: str,
-                  exclude: Path | None = None) -> list[tuple[Bundle, dict[str, Any]]]:
+                  exclude: Path | None = None) -> Iterator[tuple[Bundle, dict[str, Any]]]:
     """(bundle, manifest) of the complete bundles of `scenario` on `device` (GPU model or 'cpu',
-    `device_of`) under `root`, newest first; damaged ones and `exclude` (the run being made) left out."""
-    out = []
+    `device_of`) under `root`, newest first, as they are read (a caller wanting the newest stops at the
+    first); damaged ones and `exclude` (the run being made) left out."""
     for b in find_bundles(root):
         if exclude is not None and b.path.resolve() == Path(exclude).resolve():
             continue
@@ -102,8 +102,7 @@ def complete_runs(root: str | Path, scenario: str, device: str,
             continue
         if m.get("status") == "complete" and (m.get("scenario") or {}).get("name") == scenario \
                 and device_of(m) == device:
-            out.append((b, m))
-    return out
+            yield b, m
 
 
 def load_many(paths: list[str | Path]) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
