@@ -26,7 +26,7 @@ def _cut(text: str, n: int = REASON_CHARS) -> str:
 
 
 def _cell(text: Any) -> str:
-    return f.md(str(text)).replace("|", "\\|")
+    return f.md(str(text))  # f.md escapes the pipes already
 
 
 def _shape_cell(r: pd.Series) -> str:
