@@ -274,6 +274,8 @@ def diagnose(source: Any, against: str | None = None) -> pd.DataFrame:
     calls, also, canon = fold_aliases(calls, tables)
     lines = borrow(tables.get("source_lines"), calls)
     ctx.lines = lines
+    ctx.demangled = {(c.variant, c.shape_id, lz.kernel): str(lz.row.get("kernel_demangled") or lz.kernel)
+                     for c in calls for lz in c.launches}
     absolute = {id(c): _absolute(c, ctx) for c in calls}
     notes = _shape_notes(calls, absolute)
     parsed: dict = {}  # each profiled kernel's SASS parsed once, however many causes and shapes point at it

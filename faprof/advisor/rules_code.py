@@ -41,8 +41,10 @@ RECIPROCALS = ("RCP", "RCP64H")
 
 def launch_code(lz: Launch, call: Call, ctx: Any) -> list[Instr] | None:
     """The launch's kernel as parsed SASS with its samples per instruction, from the source rows of the call's
-    shape, else of the variant's profiled shape (the same code); None without per-instruction rows. Parsed
-    once per (variant, shape, kernel) and kept in `ctx.code`; the rows are grouped once per bundle."""
+    shape, else of a profiled shape of the variant whose launch ran the same template instantiation (the
+    same full demangled name: the same SASS; a D=64 shape never reads the D=128 kernel's code); None
+    without such rows. Parsed once per (variant, shape, kernel) and kept in `ctx.code`; the rows are
+    grouped once per bundle."""
     lines = getattr(ctx, "lines", None)
     if lines is None or lines.empty or "pc" not in lines.columns:
         return None
@@ -57,11 +59,17 @@ def launch_code(lz: Launch, call: Call, ctx: Any) -> list[Instr] | None:
     mine = groups.get((call.variant, lz.kernel))
     code = None
     if mine is not None and not mine.empty:
-        shape = call.shape_id if (mine["shape_id"] == call.shape_id).any() else str(mine["shape_id"].iloc[0])
-        key = (call.variant, shape, lz.kernel)
-        if key not in memo:
-            memo[key] = kernel_code(mine[mine["shape_id"] == shape])
-        code = memo[key] or None
+        shape: str | None = call.shape_id
+        if not (mine["shape_id"] == call.shape_id).any():
+            names = getattr(ctx, "demangled", {})
+            same = names.get((call.variant, call.shape_id, lz.kernel))
+            shape = next((str(s) for s in dict.fromkeys(mine["shape_id"])
+                          if names.get((call.variant, str(s), lz.kernel)) == same), None)
+        if shape is not None:
+            key = (call.variant, shape, lz.kernel)
+            if key not in memo:
+                memo[key] = kernel_code(mine[mine["shape_id"] == shape])
+            code = memo[key] or None
     memo[asked] = code
     return code
 

@@ -44,6 +44,9 @@ class Context:
     (`faprof.advisor.rules_code`); None without a source pass."""
     code: dict = field(default_factory=dict)
     """Kernels parsed from `lines`, by (variant, shape, kernel), kept across rules."""
+    demangled: dict = field(default_factory=dict)
+    """(variant, shape_id, kernel) -> the launch's full demangled name: which profiled shape ran the same
+    template instantiation (the same SASS) as a shape the source pass did not profile."""
 
 
 def _busy_memory(lz: Launch) -> float:
