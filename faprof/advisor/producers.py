@@ -195,7 +195,7 @@ ADDRESS_OPS = frozenset({"IMAD", "IMUL", "IADD3", "IADD", "LEA", "SHF", "LOP3", 
 ADDRESS_DEPTH = 8
 
 
-def _writers(code: list[Instr]) -> dict[str, list[int]]:
+def register_writers(code: list[Instr]) -> dict[str, list[int]]:
     """Register -> the indices of the instructions writing it, in program order."""
     out: dict[str, list[int]] = defaultdict(list)
     for k, ins in enumerate(code):
@@ -204,7 +204,7 @@ def _writers(code: list[Instr]) -> dict[str, list[int]]:
     return out
 
 
-def _last_writer(code: list[Instr], writers: dict[str, list[int]], i: int, reg: str) -> Instr | None:
+def last_writer(code: list[Instr], writers: dict[str, list[int]], i: int, reg: str) -> Instr | None:
     """The instruction that last wrote `reg` before instruction i, walking back in program order and once
     around the loop (i itself excluded)."""
     ks = writers.get(reg)
@@ -224,7 +224,7 @@ def _index_loads(code: list[Instr], writers: dict[str, list[int]], i: int, regs:
         if not reg.startswith(("R", "UR")) or (reg, i) in seen:
             continue
         seen.add((reg, i))
-        w = _last_writer(code, writers, i, reg)
+        w = last_writer(code, writers, i, reg)
         if w is None:
             continue
         if w.op in GLOBAL_LOADS:
@@ -240,7 +240,7 @@ def dependent_loads(code: list[Instr]) -> dict[int, set[int]]:
     program order and once around the loop, as `producers` does). An index table read and then used to
     address the data is two memory latencies in series per element."""
     out: dict[int, set[int]] = {}
-    writers = _writers(code)
+    writers = register_writers(code)
     for i, ins in enumerate(code):
         if ins.op not in GLOBAL_LOADS:
             continue

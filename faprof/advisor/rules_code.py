@@ -31,7 +31,7 @@ from faprof.advisor.accounting import barrier_imbalance as imbalance_ratio
 from faprof.advisor.accounting import call_account
 from faprof.advisor.evidence import Call, Launch, nansum, ok
 from faprof.advisor.findings import Finding, big, num, pct_of_share
-from faprof.advisor.producers import Instr, blame, dependent_loads, kernel_code
+from faprof.advisor.producers import Instr, blame, dependent_loads, kernel_code, last_writer, register_writers
 from faprof.advisor.roles import math_launches
 from faprof.advisor.thresholds import value as T
 
@@ -151,21 +151,28 @@ def mufu_mix(code: list[Instr]) -> tuple[dict[str, float], float]:
     """(issue samples by MUFU function ('EX2', 'RCP', ...), divisions' issue samples) of a kernel: the sampled
     instructions issuing ('selected'), in proportion to how often each was executed. A division counts once
     per MUFU.RCP, or per FCHK (IEEE division's range check) where that is more, or per call of a division
-    routine."""
+    routine. An RCP whose operand an I2F wrote is an integer division's (index arithmetic such as
+    `row / group`: I2F.RP, MUFU.RCP, F2I), not a division per score."""
     mufu: dict[str, float] = defaultdict(float)
     fchk: float = 0.0
     calls: float = 0.0
-    for ins in code:
+    int_rcp: float = 0.0
+    writers = register_writers(code)
+    for i, ins in enumerate(code):
         issued = ins.samples.get("selected", 0.0)
         if issued <= 0:
             continue
         if ins.op == "MUFU":
-            mufu[(ins.opcode.split(".") + [""])[1]] += issued
+            func = (ins.opcode.split(".") + [""])[1]
+            mufu[func] += issued
+            if func in RECIPROCALS and any((w := last_writer(code, writers, i, r)) is not None and w.op.startswith("I2F")
+                                           for r in ins.srcs):
+                int_rcp += issued
         elif ins.op == "FCHK":
             fchk += issued
         elif ins.op == "CALL" and "div" in ins.sass.lower():
             calls += issued
-    return dict(mufu), max(sum(mufu.get(r, 0.0) for r in RECIPROCALS), fchk) + calls
+    return dict(mufu), max(sum(mufu.get(r, 0.0) for r in RECIPROCALS) - int_rcp, fchk) + calls
 
 
 def sass_per_score(lz: Launch, call: Call, ctx: Any, xu_per_score: float) -> dict[str, float] | None:
