@@ -13,10 +13,14 @@ if ls .device/debs/*.deb >/dev/null 2>&1 && [ -z "${FAPROF_DEVICE_DEBS:-}" ]; th
   export FAPROF_DEVICE_DEBS=1
 fi
 [ -f .device/git_sha ] && export FAPROF_GIT_SHA=$(cat .device/git_sha)
-if ls .whl/*.whl >/dev/null 2>&1 && [ -z "${FAPROF_DEVICE_WHEELS:-}" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+# .whl/libs/<library>/*.whl (scripts/device_wheels.sh): the library baselines' wheels, when carried
+if ls .whl/*.whl .whl/libs/*/*.whl >/dev/null 2>&1 && [ -z "${FAPROF_DEVICE_WHEELS:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+      $(ls .whl/*.whl .whl/libs/*/*.whl 2>/dev/null) \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} && export PATH=/tmp/site/bin:$PATH \
     && export FAPROF_DEVICE_WHEELS=1
+  # FA4's `cutlass` module lives in nvidia_cutlass_dsl/dsl_packages (its .pth is read in site-packages only)
+  [ -d /tmp/site/nvidia_cutlass_dsl/dsl_packages ] && export PYTHONPATH=/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export FAPROF_CACHE=${FAPROF_CACHE:-/tmp/faprof_cache}

@@ -8,12 +8,10 @@
 #   SPLIT_MB=30 bash scripts/device_wheels.sh fa4          # also cut wheels into parts for several calls
 #
 # Layout: .whl/libs/common (shared by both), .whl/libs/flashinfer, .whl/libs/fa4; carry
-# `.whl/libs/common` and the library's folder. device_env.sh does not install these (its glob is
-# .whl/*.whl); on the device: python3 -m pip install -q --no-index --no-deps --no-compile
-# --target /tmp/site .whl/libs/common/*.whl .whl/libs/flashinfer/*.whl && export PYTHONPATH=/tmp/site
-# For FA4 also put /tmp/site/nvidia_cutlass_dsl/dsl_packages on PYTHONPATH: the `cutlass` module lives
-# there, and the .pth file nvidia-cutlass-dsl installs to add it is read in site-packages only, not in
-# a --target folder on PYTHONPATH.
+# `.whl/libs/common` and the library's folder. scripts/device_env.sh installs every carried wheel
+# (.whl/*.whl and .whl/libs/*/*.whl) into /tmp/site, and for FA4 puts /tmp/site/nvidia_cutlass_dsl/dsl_packages
+# on PYTHONPATH: the `cutlass` module lives there, and the .pth file nvidia-cutlass-dsl installs to add it
+# is read in site-packages only, not in a --target folder on PYTHONPATH.
 #
 # What the GPU image already has (its package list, /work/.library/device/KINDS.md): torch (cu130),
 # cuda-bindings, numpy, einops, tqdm, requests, ninja, nvidia-ml-py, protobuf, typing-extensions, nvcc.

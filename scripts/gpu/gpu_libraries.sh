@@ -25,10 +25,6 @@ PART=${1:-decode}
 WORK=$(mktemp -d)
 summary=()
 
-if ls .whl/libs/common/*.whl .whl/libs/flashinfer/*.whl >/dev/null 2>&1; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-      .whl/libs/common/*.whl .whl/libs/flashinfer/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
-fi
 export FLASHINFER_WORKSPACE_BASE=/tmp/fi
 mkdir -p /tmp/fi
 if [ -f .device/fi_cache/fi_cache.tgz ]; then tar xzf .device/fi_cache/fi_cache.tgz -C /tmp/fi; fi
@@ -43,7 +39,7 @@ run_scenario() {  # $1: scenario, $2: variants, $3: timeout s, $4: label
   local run; run=$(ls -d "$WORK/$4"/*/ 2>/dev/null | tail -1)
   [ -n "$run" ] || return
   cp "$run/measurements.parquet" "$OUT/$4.parquet" 2>/dev/null
-  $PY scripts/gpu/library_table.py "$run" >> "$OUT/table.txt" 2>&1
+  $PY scripts/analysis/leaderboard.py "$run" --scenario "$1" --out - >> "$OUT/table.txt" 2>&1
 }
 
 if [ "$PART" = decode ]; then
