@@ -280,7 +280,7 @@ def transcendentals(lz: Launch, call: Call, ctx: Context) -> Finding | None:
     # per score costs its MUFU.RCP and about as many FMA-pipe fixups again
     excess = max(1 - 1 / per, mix["division"] / per if mix is not None and divides and per > 0 else 0.0)
     gain = lz.share * min(1.0, excess * (xu_share if ok(xu_share) else 0.1) * T("XU_ISSUE_COST"))
-    pairs = row_pairs(call.measurement, 1)
+    pairs = row_pairs(call.measurement, int(T("WASTED_WORK_TILE")))  # the exact count (pairs[0]) at any tile; this one is cached
     h = as_float(call.problem("H"))
     need = (f" ({big(h * pairs[0])} scores unmasked in the problem, {big(scores)} computed)"
             if pairs is not None and ok(h) else "")
