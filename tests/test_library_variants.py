@@ -246,3 +246,12 @@ def test_extras_pin_the_libraries_and_nothing_installs_them_by_default():
         assert not any(d.startswith(("flashinfer", "flash-attn")) for d in extras[other]), other
     setup = (ROOT / "scripts" / "setup.sh").read_text()
     assert "flashinfer" not in setup and "fa4" not in setup and "flash-attn" not in setup
+
+
+def test_an_installed_library_that_does_not_import_says_so_with_the_pip_line():
+    from faprof.errors import FaprofError
+    from faprof.variants.libraries import FLASHINFER
+
+    said = r"FlashInfer .*is installed but does not import .*pip install 'faprof\[flashinfer\]'"
+    with pytest.raises(FaprofError, match=said), FLASHINFER.imported():
+        import faprof_no_such_module  # noqa: F401

@@ -70,7 +70,8 @@ def _window(problem: AttentionProblem) -> tuple[int | None, int | None]:
 def fa4_fn(q, k, v, causal: bool, scale: float, out=None, attn: AttnArgs | None = None):
     """fa4's call (the variant signature): dense q [B, H, Sq, D], k/v [B, Hkv, Sk, D]; or packed q [total_q, H, D],
     k/v [total_k, Hkv, D] with attn's cu_seqlens. Differentiable (FA4's autograd functions)."""
-    from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
+    with FA4.imported():
+        from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
 
     problem = attn.problem if attn is not None else None
     kw: dict[str, Any] = {"softmax_scale": scale, "causal": causal}

@@ -172,7 +172,8 @@ def _mask_kw(problem: AttentionProblem, scale: float) -> dict[str, Any]:
 
 def _state(what: str, problem: AttentionProblem, q, k, scale: float, attn: AttnArgs | None) -> dict[str, Any]:
     """The planned wrapper of `problem` on q's device, planned on its first call (untimed), then kept."""
-    import flashinfer
+    with FLASHINFER.imported():
+        import flashinfer
 
     index = None if attn is None else (attn.block_table if attn.block_table is not None else attn.cu_seqlens_q)
     key = (what, problem.shape_id, str(q.device), float(scale))
@@ -223,7 +224,8 @@ def _state(what: str, problem: AttentionProblem, q, k, scale: float, attn: AttnA
 
 def decode_fn(q, k, v, causal: bool, scale: float, out=None, attn: AttnArgs | None = None):
     """flashinfer_decode's call (the variant signature): q [B, H, 1, D]; K/V dense [B, Hkv, Sk, D] or a paged pool."""
-    import flashinfer
+    with FLASHINFER.imported():
+        import flashinfer
 
     problem = _problem_of(q, k, causal, scale, attn)
     st = _state("decode", problem, q, k, scale, attn)
@@ -236,7 +238,8 @@ def decode_fn(q, k, v, causal: bool, scale: float, out=None, attn: AttnArgs | No
 
 def prefill_fn(q, k, v, causal: bool, scale: float, out=None, attn: AttnArgs | None = None):
     """flashinfer_prefill's call: one dense sequence, a packed batch, or queries against a paged pool."""
-    import flashinfer
+    with FLASHINFER.imported():
+        import flashinfer
 
     problem = _problem_of(q, k, causal, scale, attn)
     st = _state("prefill", problem, q, k, scale, attn)

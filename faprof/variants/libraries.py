@@ -15,9 +15,12 @@ faprof.variants.lib_fa4 (`fa4`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from faprof.checks import Check
+from faprof.errors import FaprofError
 from faprof.model.problem import AttentionProblem
 
 
@@ -46,6 +49,17 @@ class Library:
     def version(self) -> str | None:
         """The installed version, or None (from the distribution's metadata: nothing is imported)."""
         return installed_version(self.dist)
+
+    @contextmanager
+    def imported(self) -> Iterator[None]:
+        """Around the library's import in a call: an installed package that does not import (a dependency
+        missing, a build for another CUDA) is one line naming the library, its version and the pip line,
+        not a bare ModuleNotFoundError from inside it."""
+        try:
+            yield
+        except ImportError as e:
+            raise FaprofError(f"{self.name} {self.version() or ''} is installed but does not import ({e}); "
+                              f"reinstall it with its dependencies: {self.install}") from e
 
     def missing(self) -> str | None:
         """Why the library's variants cannot run here for want of the package, or None when installed."""
