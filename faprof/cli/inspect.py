@@ -260,13 +260,14 @@ def gate(baseline: str, candidate: str, threshold: str | None, allow_mismatch: b
     from faprof.model.plan import split_list
     from faprof.rows.noise_floor import load_floors
     from faprof.run import gate_runs as gate_run
+    from faprof.store import resolve_run
 
     options = GateOptions(threshold=parse_threshold(threshold) if threshold is not None else None,
                           allow_mismatch=allow_mismatch, include_host=include_host, equal_clocks=equal_clocks,
                           confirm=confirm, noise_floor=noise_floor)
     if noise_floor and noise_floor.lower() != "none":
         load_floors(noise_floor)  # a bad floor file stops here, before a candidate scenario is profiled
-    base = gate_run.open_bundle(baseline, runs_dir, note)
+    base = resolve_run(baseline, runs_dir, note)
 
     def progress(event: str, info: dict[str, Any]) -> None:
         if event == "bundle":
@@ -284,7 +285,7 @@ def gate(baseline: str, candidate: str, threshold: str | None, allow_mismatch: b
         raise FaprofError("--variants, --kernel, --ncu and --ncu-variants apply when CANDIDATE is a scenario to run "
                           f"now; {candidate} is a bundle")
     else:
-        cand = gate_run.open_bundle(candidate, runs_dir, note)
+        cand = resolve_run(candidate, runs_dir, note)
     retime = (lambda b, pairs: gate_run.retime(b, pairs, out_dir, progress)) if rerun_ambiguous or confirm else None
     result = run_gate(base, cand, options, retime)
     _show_gate(result, show_all, md_file, junit_file, json_file)

@@ -162,14 +162,14 @@ def judge(row: Mapping[str, Any], env: Mapping[str, Any], flushed: bool = True) 
     own = str(row.get("l2_flushed"))
     if own in ("True", "False"):
         flushed = own == "True"  # the row says how it was timed; `flushed` is for rows that do not
-    reasons = [r for r in (impossible(row, env, flushed),) if r]
-    if not reasons:
+    reason = impossible(row, env, flushed)
+    if not reason:
         return {}
     old = [x for x in str(row.get("timing_flag_reason") or "").split("; ") if x]
-    flag = "; ".join(dict.fromkeys([*old, *reasons]))
+    flag = "; ".join(dict.fromkeys([*old, reason]))
     out: dict[str, Any] = {"timing_flagged": True, "timing_flag_reason": flag}
     if status in ("ok", UNTRUSTED):
-        out.update(status=UNTRUSTED, reason="; ".join(reasons))
+        out.update(status=UNTRUSTED, reason=reason)
     return out
 
 

@@ -138,7 +138,7 @@ def finish_row(bundle: Bundle, row: dict[str, Any], variant, problem: AttentionP
     row["wall_s"] = wall_s
     row["finished_utc"] = now()
     row.update(_derived(problem, variant, row, env))
-    # a timed row above what the GPU can do (or whose call's cost is on the host) is never a result
+    # a timed row above what the GPU can do is never a result
     row.update(limits.judge(row, env))
     return row
 

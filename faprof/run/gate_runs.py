@@ -18,7 +18,7 @@ from faprof.model.options import NcuSelection, ProfileOptions
 from faprof.model.scenarios import ProblemGroup, Scenario, list_scenarios, load_scenario, parse_scenario
 from faprof.model.settings import TimingSettings, upgrade_timing
 from faprof.run.profile import profile
-from faprof.store import Bundle, find_bundles, resolve_run
+from faprof.store import Bundle, find_bundles
 from faprof.variants.user_kernel import make_spec
 
 #: A re-timed row gets this many times the candidate's timing budget: it is re-timed because its
@@ -45,13 +45,6 @@ def is_scenario(spec: str, runs_dir: str | Path = "runs") -> bool:
         return True
     return not p.exists() and spec in list_scenarios() and not any(
         b.run_id.startswith(spec) for b in find_bundles(runs_dir))
-
-
-def open_bundle(spec: str, runs_dir: str | Path = "runs", notice: Callable[[str], None] | None = None) -> Bundle:
-    """BASELINE or CANDIDATE as a bundle (a folder, a run id prefix under `runs_dir`, or 'latest':
-    the newest complete run, `notice` told when it is not the newest)."""
-    bundle = resolve_run(spec, runs_dir, notice)
-    return bundle
 
 
 def profile_candidate(scenario: str, variant_names: Sequence[str] | None, kernels: Sequence[str], ncu: str | None,

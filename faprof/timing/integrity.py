@@ -112,7 +112,6 @@ class Drain:
     """Durations of kernels linked to nothing that ran between the drained calls (ms, all calls)."""
     threads: int = 0
     """Calls that returned with a Python thread of theirs still running."""
-    last: Any = None
 
     @property
     def median_ms(self) -> float:
@@ -145,7 +144,7 @@ def drain_cupti(fn: Callable[[], Any], timer: Any, flusher: Callable[[], None] |
         torch.cuda.synchronize()
         t0 = timer.now()
         with correctness.NewThreads() as th, timer.call(cid):
-            d.last = f()
+            f()
         th.join()
         torch.cuda.synchronize()
         time.sleep(SETTLE_S)
@@ -197,7 +196,7 @@ def drain_host(fn: Callable[[], Any], flusher: Callable[[], None] | None, n: int
     floor = statistics.median(once(lambda: None)[0] for _ in range(max(3, n)))
     d = Drain("host")
     for _ in range(n):
-        ms, d.last, left = once(fn)
+        ms, _, left = once(fn)
         d.drained_ms.append(max(0.0, ms - floor))
         d.threads += bool(left)
     return d
